@@ -1,0 +1,63 @@
+// Package backend defines how sandboxes are made: the Backend contract every
+// runtime implements (process, docker, kubernetes, remote, applecontainer) and
+// the pieces they share (identity labels, thread mounts, readiness wait).
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Backend creates and finds sandboxes. Implementations hold no lease state:
+// the pool decides who owns what; a backend only answers for its runtime.
+type Backend interface {
+	// Create starts a sandbox for spec and returns once it answers
+	// GET {url}/v1/sandbox with 200, or ctx ends.
+	Create(ctx context.Context, spec Spec) (Info, error)
+	// Destroy stops the sandbox. Idempotent: an unknown sandbox is nil.
+	Destroy(ctx context.Context, info Info) error
+	// Alive reports whether this incarnation still runs, cheaply and without
+	// calling into the sandbox's API.
+	Alive(ctx context.Context, info Info) (bool, error)
+	// Discover finds a running, ready sandbox by id, started by any process.
+	Discover(ctx context.Context, sandboxID string) (Info, bool, error)
+	// List returns every sandbox this backend manages, for reconciliation.
+	List(ctx context.Context) ([]Info, error)
+}
+
+// Mount binds a host directory into the sandbox at a virtual path.
+type Mount struct {
+	HostPath      string `yaml:"host_path" json:"host_path"`
+	ContainerPath string `yaml:"container_path" json:"container_path"`
+	ReadOnly      bool   `yaml:"read_only" json:"read_only"`
+}
+
+// Spec is what a sandbox is created from.
+type Spec struct {
+	SandboxID string
+	User      string
+	Thread    string
+	Mounts    []Mount
+	// Env is set in the sandbox as given; values are secrets as far as logs go.
+	Env    map[string]string
+	Labels map[string]string
+}
+
+// Info describes one running sandbox incarnation.
+type Info struct {
+	SandboxID string
+	User      string
+	Thread    string
+	URL       string
+	// Incarnation tells a replacement with the same SandboxID from the old
+	// one: a container id, a Pod UID, a pid plus its start time.
+	Incarnation string
+	Backend     string
+	Labels      map[string]string
+	CreatedAt   time.Time
+}
+
+// ErrUnavailable marks a backend that cannot be reached (engine down, API
+// server gone); callers answer 503 rather than 502.
+var ErrUnavailable = errors.New("backend unavailable")

@@ -1,0 +1,67 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Readiness polling starts fast because a local sandbox is usually up within
+// a few milliseconds, and backs off so a slow image pull does not hammer the
+// engine. DeerFlow polls at a fixed 1 s, which puts a second on every cold start.
+const (
+	readyFirstInterval = 2 * time.Millisecond
+	readyMaxInterval   = 250 * time.Millisecond
+	readyProbeTimeout  = 2 * time.Second
+)
+
+var readyClient = &http.Client{
+	Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     time.Second,
+	},
+	Timeout: readyProbeTimeout,
+}
+
+// WaitReady polls GET {baseURL}/v1/sandbox until it answers 200 or ctx ends.
+func WaitReady(ctx context.Context, baseURL string) error {
+	interval := readyFirstInterval
+	var lastErr error
+	for {
+		ok, err := probe(ctx, baseURL+"/v1/sandbox")
+		if ok {
+			return nil
+		}
+		lastErr = err
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("sandbox not ready: %w (last: %v)", ctx.Err(), lastErr)
+		case <-t.C:
+		}
+		interval = min(interval*2, readyMaxInterval)
+	}
+}
+
+func probe(ctx context.Context, url string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, fmt.Errorf("build probe: %w", err)
+	}
+	resp, err := readyClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("probe status %d", resp.StatusCode)
+	}
+	return true, nil
+}
