@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"os"
 
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/gateway"
 	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 func run(ctx context.Context, args []string) error {
@@ -12,14 +16,27 @@ func run(ctx context.Context, args []string) error {
 		case "sandbox":
 			return sandbox.Main(ctx, args[1:])
 		case "serve":
-			return serve(ctx, args[1:])
+			args = args[1:]
 		}
 	}
 	return serve(ctx, args)
 }
 
-// serve is replaced by the gateway server.
 func serve(ctx context.Context, args []string) error {
-	<-ctx.Done()
-	return nil
+	cfg, warnings, err := config.Load(args, os.LookupEnv, os.Stderr)
+	if config.IsHelp(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := telemetry.NewLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	for _, w := range warnings {
+		log.Warn("config: " + w)
+	}
+	g, err := gateway.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx)
 }

@@ -1,0 +1,132 @@
+// Package config loads the gateway's configuration from flags, environment
+// variables and an optional YAML file (SANDGATE_CONFIG), in that order of
+// precedence over the defaults. Every scalar setting has all three names,
+// derived from one registry entry: flag --idle-timeout, env
+// SANDGATE_IDLE_TIMEOUT, YAML idle_timeout. The YAML file also accepts
+// DeerFlow's `sandbox:` keys where they mean the same thing.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/proxy"
+)
+
+// Backends the gateway knows.
+var Backends = []string{"process", "docker", "kubernetes", "remote", "applecontainer", "auto"}
+
+// Config is the whole gateway configuration.
+type Config struct {
+	Listen string
+	// Insecure allows a non-loopback listen address without authentication.
+	Insecure bool
+	DataDir  string
+	// RedisURL is empty for the embedded, non-durable Redis-protocol server.
+	RedisURL    string
+	RedisPrefix string
+	Backend     string
+	// PublicURL is how clients reach this gateway (for sandbox_url in the
+	// provisioner API); empty = taken from each request's Host.
+	PublicURL       string
+	ShutdownTimeout time.Duration
+	LogFormat       string // json | text | auto
+	LogLevel        string
+
+	Pool    pool.Config
+	Proxy   proxy.Config
+	Process ProcessConfig
+}
+
+// ProcessConfig configures the process backend.
+type ProcessConfig struct {
+	// Binary is the sandbox server executable; empty = this gateway binary.
+	Binary string
+}
+
+// Default returns the documented defaults.
+func Default() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		DataDir:         "./.sandgate",
+		RedisPrefix:     "sandgate:{default}:",
+		Backend:         "process",
+		ShutdownTimeout: 30 * time.Second,
+		LogFormat:       "auto",
+		LogLevel:        "info",
+		Pool: pool.Config{
+			IdleTimeout:  pool.DefaultIdleTimeout,
+			MaxSandboxes: pool.DefaultMaxSandboxes,
+		},
+	}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %q is not host:port", c.Listen)
+	}
+	if c.DataDir == "" {
+		return errors.New("data_dir: must be set")
+	}
+	if !contains(Backends, c.Backend) {
+		return fmt.Errorf("backend: %q is not one of %s", c.Backend, strings.Join(Backends, ", "))
+	}
+	if c.RedisPrefix == "" {
+		return errors.New("redis_prefix: must not be empty")
+	}
+	if c.ShutdownTimeout < 0 {
+		return errors.New("shutdown_timeout: must not be negative")
+	}
+	if !contains([]string{"json", "text", "auto"}, c.LogFormat) {
+		return fmt.Errorf("log_format: %q is not json, text or auto", c.LogFormat)
+	}
+	if !contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		return fmt.Errorf("log_level: %q is not debug, info, warn or error", c.LogLevel)
+	}
+	for i, m := range c.Pool.Mounts.Extra {
+		if m.HostPath == "" || !strings.HasPrefix(m.ContainerPath, "/") {
+			return fmt.Errorf("mounts[%d]: host_path and an absolute container_path are required", i)
+		}
+		if reserved(m.ContainerPath) {
+			return fmt.Errorf("mounts[%d]: container_path %s is reserved", i, m.ContainerPath)
+		}
+	}
+	return c.Pool.Validate()
+}
+
+// Loopback reports whether the listen address only accepts local clients.
+func (c Config) Loopback() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func reserved(p string) bool {
+	for _, v := range []string{backend.VirtualUserData, backend.VirtualSkills, backend.VirtualACPWorkspace} {
+		if p == v || strings.HasPrefix(p, v+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,258 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sandgate/sandgate/internal/backend"
+)
+
+// EnvPrefix starts every environment variable name.
+const EnvPrefix = "SANDGATE_"
+
+// ConfigEnv names the YAML file.
+const ConfigEnv = "SANDGATE_CONFIG"
+
+type setting struct {
+	name  string // flag name; env and YAML names derive from it
+	usage string
+	value flag.Value
+}
+
+func (s setting) envName() string  { return EnvPrefix + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_")) }
+func (s setting) yamlName() string { return strings.ReplaceAll(s.name, "-", "_") }
+
+// settings binds every scalar setting of c to its names.
+func (c *Config) settings() []setting {
+	p := &c.Pool
+	return []setting{
+		{"listen", "address to listen on", (*stringValue)(&c.Listen)},
+		{"insecure", "allow a non-loopback listen address without authentication", (*boolValue)(&c.Insecure)},
+		{"data-dir", "directory for thread data and backend state", (*stringValue)(&c.DataDir)},
+		{"redis-url", "Redis URL (redis://, rediss://, sentinel, cluster); empty = embedded, not durable", (*stringValue)(&c.RedisURL)},
+		{"redis-prefix", "key prefix; keep one {hash tag} for Redis Cluster", (*stringValue)(&c.RedisPrefix)},
+		{"backend", "sandbox backend: " + strings.Join(Backends, " | "), (*stringValue)(&c.Backend)},
+		{"public-url", "URL clients use to reach this gateway (default: from each request)", (*stringValue)(&c.PublicURL)},
+		{"shutdown-timeout", "how long a draining gateway waits for requests", (*durationValue)(&c.ShutdownTimeout)},
+		{"log-format", "json | text | auto (text on a terminal)", (*stringValue)(&c.LogFormat)},
+		{"log-level", "debug | info | warn | error", (*stringValue)(&c.LogLevel)},
+		{"instance", "name of this replica in labels and logs (default: hostname-pid)", (*stringValue)(&p.Instance)},
+		{"idle-timeout", "destroy sandboxes idle this long (0 = never)", (*offDuration)(&p.IdleTimeout)},
+		{"max-sandboxes", "fleet-wide cap on sandboxes (0 = no cap)", (*offInt)(&p.MaxSandboxes)},
+		{"cap-mode", "soft (evict warm, else exceed with a warning) | hard (503)", (*capMode)(&p.HardCap)},
+		{"acquire-timeout", "hard cap: how long a create waits for room before 503", (*durationValue)(&p.AcquireTimeout)},
+		{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After (0 = 30s)", (*durationValue)(&p.ProvisionWait)},
+		{"create-timeout", "bound on one backend create incl. readiness (0 = 2m)", (*durationValue)(&p.CreateTimeout)},
+		{"cache-ttl", "how long a replica trusts a cached route (0 = 5s)", (*durationValue)(&p.CacheTTL)},
+		{"touch-interval", "how often activity is flushed to Redis (0 = 1s)", (*durationValue)(&p.TouchInterval)},
+		{"reap-interval", "how often expired sandboxes are looked for (0 = 10s)", (*durationValue)(&p.ReapInterval)},
+		{"lock-ttl", "provisioning lock TTL, refreshed while held (0 = 15s)", (*durationValue)(&p.LockTTL)},
+		{"reconcile-interval", "how often backend sandboxes are compared with Redis (0 = never)", (*offDuration)(&p.ReconcileInterval)},
+		{"reconcile-grace", "age before an unrecorded sandbox is adopted (0 = 1m)", (*durationValue)(&p.ReconcileGrace)},
+		{"reconcile-dry-run", "log what the reconciler would do, do nothing", (*boolValue)(&p.ReconcileDryRun)},
+		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
+		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
+		{"sandbox-api-key", "API key sent to sandboxes as X-AIO-API-Key", (*stringValue)(&c.Proxy.SandboxAPIKey)},
+		{"process-binary", "sandbox server binary for the process backend (default: this binary)", (*stringValue)(&c.Process.Binary)},
+	}
+}
+
+// deerflowKeys maps DeerFlow's `sandbox:` keys onto ours.
+var deerflowKeys = map[string]string{
+	"idle_timeout":        "idle_timeout",
+	"replicas":            "max_sandboxes",
+	"mounts":              "mounts",
+	"environment":         "environment",
+	"image":               "image",
+	"port":                "port",
+	"container_prefix":    "container_prefix",
+	"provisioner_url":     "provisioner_url",
+	"provisioner_api_key": "provisioner_api_key",
+}
+
+// deerflowIgnored are DeerFlow keys with no meaning here (logged, not errors).
+var deerflowIgnored = map[string]string{
+	"use":        "Sandgate is the provider",
+	"auto_start": "sandboxes always start on demand",
+	"base_port":  "ports are chosen by the kernel/engine, never scanned",
+}
+
+// Load builds the configuration: defaults, then the YAML file, then
+// SANDGATE_* variables, then flags. Warnings are for keys that were ignored.
+func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer) (Config, []string, error) {
+	c := Default()
+	fs := flag.NewFlagSet("gateway serve", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	settings := c.settings()
+	for _, s := range settings {
+		fs.Var(s.value, s.name, s.usage+" (env "+s.envName()+")")
+	}
+	configPath := fs.String("config", "", "YAML config file (env "+ConfigEnv+")")
+	if err := fs.Parse(args); err != nil {
+		return c, nil, err
+	}
+	if fs.NArg() > 0 {
+		return c, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fromFlag := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { fromFlag[f.Name] = true })
+
+	var warnings []string
+	path := *configPath
+	if path == "" {
+		path, _ = lookupEnv(ConfigEnv)
+	}
+	if path != "" {
+		w, err := c.applyYAML(path, settings, fromFlag, lookupEnv)
+		if err != nil {
+			return c, nil, err
+		}
+		warnings = w
+	}
+	for _, s := range settings {
+		if v, ok := lookupEnv(s.envName()); ok && !fromFlag[s.name] {
+			if err := s.value.Set(v); err != nil {
+				return c, nil, fmt.Errorf("%s: %w", s.envName(), err)
+			}
+		}
+	}
+	c.Pool.Mounts.DataDir = c.DataDir
+	if err := c.Validate(); err != nil {
+		return c, nil, err
+	}
+	return c, warnings, nil
+}
+
+// yamlFile holds what does not fit a scalar setting.
+type yamlFile struct {
+	Mounts      []backend.Mount   `yaml:"mounts"`
+	Environment map[string]string `yaml:"environment"`
+	Labels      map[string]string `yaml:"labels"`
+}
+
+func (c *Config) applyYAML(path string, settings []setting, fromFlag map[string]bool, lookupEnv func(string) (string, bool)) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	flat := map[string]any{}
+	var warnings []string
+	if sb, ok := doc["sandbox"].(map[string]any); ok {
+		delete(doc, "sandbox")
+		for k, v := range sb {
+			if ours, ok := deerflowKeys[k]; ok {
+				flat[ours] = v
+			} else if why, ok := deerflowIgnored[k]; ok {
+				warnings = append(warnings, fmt.Sprintf("sandbox.%s ignored: %s", k, why))
+			} else {
+				warnings = append(warnings, fmt.Sprintf("sandbox.%s: unknown DeerFlow key, ignored", k))
+			}
+		}
+	}
+	flatten("", doc, flat)
+
+	// Structured keys decode through their own types.
+	var structured yamlFile
+	part := map[string]any{}
+	for _, k := range []string{"mounts", "environment", "labels"} {
+		if v, ok := flat[k]; ok {
+			part[k] = v
+			delete(flat, k)
+		}
+	}
+	if len(part) > 0 {
+		b, _ := yaml.Marshal(part)
+		if err := yaml.Unmarshal(b, &structured); err != nil {
+			return nil, fmt.Errorf("config file %s: mounts/environment/labels: %w", path, err)
+		}
+	}
+	c.Pool.Mounts.Extra = append(c.Pool.Mounts.Extra, structured.Mounts...)
+	if len(structured.Environment) > 0 {
+		c.Pool.Env = resolveEnv(structured.Environment, lookupEnv)
+	}
+	if len(structured.Labels) > 0 {
+		c.Pool.Labels = structured.Labels
+	}
+
+	byYAML := map[string]setting{}
+	for _, s := range settings {
+		byYAML[s.yamlName()] = s
+	}
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s, ok := byYAML[k]
+		if !ok {
+			warnings = append(warnings, fmt.Sprintf("%s: not used by this gateway, ignored", k))
+			continue
+		}
+		if fromFlag[s.name] {
+			continue
+		}
+		if err := s.value.Set(scalar(flat[k])); err != nil {
+			return nil, fmt.Errorf("config file %s: %s: %w", path, k, err)
+		}
+	}
+	return warnings, nil
+}
+
+// flatten turns nested maps into underscore-joined keys (docker: {image: x}
+// becomes docker_image), so nested and flat YAML both work.
+func flatten(prefix string, m map[string]any, out map[string]any) {
+	for k, v := range m {
+		key := k
+		if prefix != "" {
+			key = prefix + "_" + k
+		}
+		if sub, ok := v.(map[string]any); ok && key != "environment" && key != "labels" {
+			flatten(key, sub, out)
+			continue
+		}
+		out[key] = v
+	}
+}
+
+func scalar(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return ""
+	case time.Duration:
+		return t.String()
+	default:
+		return fmt.Sprint(t)
+	}
+}
+
+// resolveEnv expands $VAR and ${VAR} values from the gateway's environment,
+// as DeerFlow does; a missing variable becomes empty.
+func resolveEnv(in map[string]string, lookupEnv func(string) (string, bool)) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = os.Expand(v, func(name string) string {
+			val, _ := lookupEnv(name)
+			return val
+		})
+	}
+	return out
+}
+
+// ErrHelp is returned when -h was asked for.
+var ErrHelp = flag.ErrHelp
+
+// IsHelp reports whether err is a request for usage.
+func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }

@@ -1,0 +1,123 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// flag.Value implementations for the setting kinds. Durations accept Go
+// syntax ("90s", "10m") or a bare number of seconds, as DeerFlow writes them.
+
+type stringValue string
+
+func (v *stringValue) String() string     { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+
+type boolValue bool
+
+func (v *boolValue) String() string { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a boolean", s)
+	}
+	*v = boolValue(b)
+	return nil
+}
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+type durationValue time.Duration
+
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*v = durationValue(d)
+	return nil
+}
+
+// offDuration is a duration where 0 means "off", stored as -1 because the
+// component's zero value means "default".
+type offDuration time.Duration
+
+func (v *offDuration) String() string {
+	if *v < 0 {
+		return "0"
+	}
+	return time.Duration(*v).String()
+}
+func (v *offDuration) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d < 0:
+		return fmt.Errorf("%q is negative", s)
+	case d == 0:
+		d = -1
+	}
+	*v = offDuration(d)
+	return nil
+}
+
+// offInt is a count where 0 means "no limit", stored as -1.
+type offInt int
+
+func (v *offInt) String() string {
+	if *v < 0 {
+		return "0"
+	}
+	return strconv.Itoa(int(*v))
+}
+func (v *offInt) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a non-negative integer", s)
+	}
+	if n == 0 {
+		n = -1
+	}
+	*v = offInt(n)
+	return nil
+}
+
+// capMode maps soft|hard onto pool.Config.HardCap.
+type capMode bool
+
+func (v *capMode) String() string {
+	if *v {
+		return "hard"
+	}
+	return "soft"
+}
+func (v *capMode) Set(s string) error {
+	switch s {
+	case "soft":
+		*v = false
+	case "hard":
+		*v = true
+	default:
+		return fmt.Errorf("%q is not soft or hard", s)
+	}
+	return nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (e.g. 90s, 10m, or seconds)", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,178 @@
+// Package gateway assembles a gateway replica from its configuration: the
+// Redis client (or the embedded server), the backend, the pool and its
+// loops, the router and the HTTP server, and runs it until drained.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/router"
+)
+
+// Gateway is one replica.
+type Gateway struct {
+	cfg      config.Config
+	log      *slog.Logger
+	rdb      redis.UniversalClient
+	embedded *miniredis.Miniredis
+	pool     *pool.Pool
+	router   *router.Router
+	server   *http.Server
+	listener net.Listener
+}
+
+// ErrInsecure refuses a non-loopback listener without authentication.
+var ErrInsecure = errors.New("listen: refusing a non-loopback address without authentication; configure auth or pass --insecure")
+
+// New builds a replica; nothing is served until Run.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, error) {
+	if !cfg.Loopback() && !cfg.Insecure {
+		return nil, ErrInsecure
+	}
+	if cfg.Pool.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Pool.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	g := &Gateway{cfg: cfg, log: log}
+	if err := g.connectRedis(ctx); err != nil {
+		return nil, err
+	}
+	be, name, err := newBackend(ctx, cfg, log)
+	if err != nil {
+		g.closeRedis()
+		return nil, err
+	}
+	store := lease.NewStore(g.rdb, cfg.RedisPrefix)
+	g.pool, err = pool.New(cfg.Pool, pool.Deps{
+		Store:        store,
+		Backend:      be,
+		BackendName:  name,
+		NewTransport: func() http.RoundTripper { return proxy.NewTransport(proxy.TransportConfig{}) },
+		Log:          log,
+	})
+	if err != nil {
+		g.closeRedis()
+		return nil, err
+	}
+	ready := []router.Pinger{store}
+	if p, ok := be.(router.Pinger); ok {
+		ready = append(ready, p)
+	}
+	g.router = router.New(router.Deps{Pool: g.pool, Ready: ready, Proxy: cfg.Proxy, PublicURL: cfg.PublicURL, Log: log})
+	g.server = &http.Server{
+		Handler:           g.router,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Above common load balancer idle timeouts (60-75 s), so the gateway is
+		// never the side that closes a connection the balancer is about to reuse.
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	g.listener, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		g.closeRedis()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return g, nil
+}
+
+// Addr is the address the gateway listens on.
+func (g *Gateway) Addr() net.Addr { return g.listener.Addr() }
+
+// Run serves until ctx ends, then drains: readiness fails, in-flight
+// requests finish (up to shutdown_timeout), upgraded connections close.
+// Sandboxes keep running: the pool belongs to the fleet, not to a replica.
+func (g *Gateway) Run(ctx context.Context) error {
+	defer g.closeRedis()
+	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context){
+		pool.NewToucher(g.pool).Run,
+		pool.NewReaper(g.pool).Run,
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(loops) }()
+	}
+	g.log.Info("gateway listening", "addr", g.listener.Addr().String(), "backend", g.cfg.Backend,
+		"instance", g.cfg.Pool.Instance)
+
+	errc := make(chan error, 1)
+	go func() { errc <- g.server.Serve(g.listener) }()
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+	}
+	g.router.Drain()
+	g.log.Info("draining", "timeout", g.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := g.server.Shutdown(sctx); err != nil {
+		g.log.Warn("drain incomplete", "err", err)
+	}
+	if n := g.router.CloseUpgraded(); n > 0 {
+		g.log.Info("closed upgraded connections", "count", n)
+	}
+	// One last flush so this replica's recent activity is not lost.
+	fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = pool.NewToucher(g.pool).Flush(fctx)
+	fcancel()
+	stopLoops()
+	wg.Wait()
+	g.log.Info("stopped; sandboxes left running for the fleet")
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		return nil
+	}
+	return serveErr
+}
+
+func (g *Gateway) connectRedis(ctx context.Context) error {
+	if g.cfg.RedisURL == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("embedded redis: %w", err)
+		}
+		g.embedded = m
+		g.rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
+		g.log.Warn("using the embedded Redis-protocol server: state is not durable and is lost on exit; " +
+			"one replica only. Set SANDGATE_REDIS_URL for production.")
+		return nil
+	}
+	rdb, err := lease.Connect(g.cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	g.rdb = rdb
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		// Not fatal: readiness reports it and requests answer 503 until it is back.
+		g.log.Warn("redis not reachable at startup", "err", err)
+	}
+	return nil
+}
+
+func (g *Gateway) closeRedis() {
+	if g.rdb != nil {
+		_ = g.rdb.Close()
+	}
+	if g.embedded != nil {
+		g.embedded.Close()
+	}
+}
+

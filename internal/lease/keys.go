@@ -1,0 +1,62 @@
+package lease
+
+import "strings"
+
+// DefaultPrefix puts every key of the default pool in one Redis Cluster hash
+// slot ({pool}), so the multi-key Lua scripts below are legal on a Cluster.
+const DefaultPrefix = "sandgate:{default}:"
+
+// Keys names every Redis key Sandgate uses; nothing else builds key strings.
+//
+//	{p}sbx:{sid}   HASH  user thread backend incarnation url state created_ms
+//	{p}active      ZSET  sid -> last activity (ms): the idle-expiry index
+//	{p}warm        ZSET  sid -> released at (ms): LRU order of the warm pool
+//	{p}creating    ZSET  sid -> reservation deadline (ms): capacity held by creates in progress
+//	{p}lock:{sid}  STRING bsm/redislock token, held while creating or destroying
+type Keys struct {
+	prefix   string
+	active   string
+	warm     string
+	creating string
+}
+
+// NewKeys returns the key set for prefix ("" = DefaultPrefix). A prefix
+// without a hash tag gets none added: the operator chose it.
+func NewKeys(prefix string) Keys {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Keys{
+		prefix:   prefix,
+		active:   prefix + "active",
+		warm:     prefix + "warm",
+		creating: prefix + "creating",
+	}
+}
+
+// Prefix is the common prefix of all keys.
+func (k Keys) Prefix() string { return k.prefix }
+
+// Sandbox is the record hash of one sandbox.
+func (k Keys) Sandbox(sid string) string { return k.prefix + "sbx:" + sid }
+
+// Active is the idle-expiry index of active sandboxes.
+func (k Keys) Active() string { return k.active }
+
+// Warm is the LRU index of released sandboxes.
+func (k Keys) Warm() string { return k.warm }
+
+// Creating holds capacity reservations of creates in progress.
+func (k Keys) Creating() string { return k.creating }
+
+// Lock is the provisioning/destroy lock of one sandbox.
+func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }
+
+// SandboxIDFromKey returns the sid of a record key, or "" if it is not one.
+func (k Keys) SandboxIDFromKey(key string) string {
+	sid, ok := strings.CutPrefix(key, k.prefix+"sbx:")
+	if !ok {
+		return ""
+	}
+	return sid
+}

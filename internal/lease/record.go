@@ -1,0 +1,94 @@
+package lease
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+)
+
+// State of a sandbox record.
+type State string
+
+const (
+	StateActive     State = "active"
+	StateWarm       State = "warm"
+	StateDestroying State = "destroying"
+)
+
+// Record is the Redis hash of one sandbox.
+type Record struct {
+	SandboxID   string
+	User        string
+	Thread      string
+	Backend     string
+	Incarnation string
+	URL         string
+	State       State
+	CreatedAt   time.Time
+}
+
+// RecordFromInfo builds the record of a live sandbox.
+func RecordFromInfo(info backend.Info, state State) Record {
+	return Record{
+		SandboxID:   info.SandboxID,
+		User:        info.User,
+		Thread:      info.Thread,
+		Backend:     info.Backend,
+		Incarnation: info.Incarnation,
+		URL:         info.URL,
+		State:       state,
+		CreatedAt:   info.CreatedAt,
+	}
+}
+
+// Info is the backend view of the record.
+func (r Record) Info() backend.Info {
+	return backend.Info{
+		SandboxID:   r.SandboxID,
+		User:        r.User,
+		Thread:      r.Thread,
+		URL:         r.URL,
+		Incarnation: r.Incarnation,
+		Backend:     r.Backend,
+		CreatedAt:   r.CreatedAt,
+	}
+}
+
+// fields flattens the record for HSET (state is written by the scripts).
+func (r Record) fields() []any {
+	return []any{
+		"user", r.User, "thread", r.Thread, "backend", r.Backend,
+		"incarnation", r.Incarnation, "url", r.URL,
+		"created_ms", strconv.FormatInt(r.CreatedAt.UnixMilli(), 10),
+	}
+}
+
+// recordFromHash parses HGETALL output; ok is false for a missing record.
+func recordFromHash(sid string, h map[string]string) (Record, bool) {
+	if len(h) == 0 {
+		return Record{}, false
+	}
+	ms, _ := strconv.ParseInt(h["created_ms"], 10, 64)
+	return Record{
+		SandboxID:   sid,
+		User:        h["user"],
+		Thread:      h["thread"],
+		Backend:     h["backend"],
+		Incarnation: h["incarnation"],
+		URL:         h["url"],
+		State:       State(h["state"]),
+		CreatedAt:   time.UnixMilli(ms),
+	}, true
+}
+
+// recordFromPairs parses the flat field/value array a script returns.
+func recordFromPairs(sid string, pairs []any) (Record, bool) {
+	h := make(map[string]string, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		k, _ := pairs[i].(string)
+		v, _ := pairs[i+1].(string)
+		h[k] = v
+	}
+	return recordFromHash(sid, h)
+}

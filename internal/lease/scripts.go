@@ -1,0 +1,153 @@
+package lease
+
+import "github.com/redis/go-redis/v9"
+
+// Every conditional write is one of these scripts. Keys are always passed in
+// KEYS (never built inside Lua) so they hash to the pool's one Cluster slot.
+// Scores are milliseconds supplied by the caller's clock, so tests can move
+// time without sleeping.
+
+// scriptPutActive records a sandbox as active after a create or adoption. The
+// caller holds the sandbox's lock, so the write is unconditional.
+// KEYS: sbx, active, warm, creating. ARGV: sid, now, field/value pairs...
+var scriptPutActive = redis.NewScript(`
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'active', unpack(fields))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return 1
+`)
+
+// scriptPutWarm records an adopted sandbox straight into the warm pool (the
+// reconciler's path: nobody is using it yet).
+// KEYS: sbx, active, warm. ARGV: sid, now, field/value pairs...
+var scriptPutWarm = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], 'state', 'warm', unpack(fields))
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+return 1
+`)
+
+// scriptActivate moves a warm sandbox back to active, only if the record
+// still names the incarnation the caller checked for liveness. An already
+// active record of that incarnation counts as success (another replica won).
+// KEYS: sbx, active, warm. ARGV: sid, incarnation, now. Returns 1 or 0.
+var scriptActivate = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation')
+if st[2] ~= ARGV[2] then return 0 end
+if st[1] == 'warm' then
+  redis.call('HSET', KEYS[1], 'state', 'active')
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+  return 1
+end
+if st[1] == 'active' then
+  redis.call('ZADD', KEYS[2], 'GT', ARGV[3], ARGV[1])
+  return 1
+end
+return 0
+`)
+
+// scriptRelease parks an active sandbox in the warm pool, scored by release
+// time (LRU order for eviction, idle expiry from release).
+// KEYS: sbx, active, warm. ARGV: sid, now. Returns 1 (warm now) or 0 (no record).
+var scriptRelease = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'state')
+if st == 'warm' then return 1 end
+if st ~= 'active' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'warm')
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+return 1
+`)
+
+// scriptClaim marks a sandbox as being destroyed and takes it out of both
+// indexes, returning its record. It is the exactly-once gate for every
+// destroy: of the replicas racing on one sandbox, one gets the record, the
+// others nil. Optional conditions: the incarnation must match (ARGV[2] ~= ''),
+// and the sandbox must sit in index KEYS[4] with a score <= ARGV[3] (expiry).
+// KEYS: sbx, active, warm, index-or-sbx. ARGV: sid, incarnation, cutoff ('' = none).
+var scriptClaim = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation')
+if not st[1] then return nil end
+if ARGV[2] ~= '' and st[2] ~= ARGV[2] then return nil end
+if ARGV[3] ~= '' then
+  local score = redis.call('ZSCORE', KEYS[4], ARGV[1])
+  if not score or tonumber(score) > tonumber(ARGV[3]) then return nil end
+end
+redis.call('HSET', KEYS[1], 'state', 'destroying')
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return redis.call('HGETALL', KEYS[1])
+`)
+
+// scriptForget deletes a record (after its sandbox was destroyed or found
+// dead), only if it still names the given incarnation ('' = any).
+// KEYS: sbx, active, warm. ARGV: sid, incarnation. Returns 1 or 0.
+var scriptForget = redis.NewScript(`
+local inc = redis.call('HGET', KEYS[1], 'incarnation')
+if not inc then return 0 end
+if ARGV[2] ~= '' and inc ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+`)
+
+// scriptTouch refreshes the activity score of the sandboxes one replica
+// served since its last flush, in one round trip. A pair whose record is no
+// longer active with that incarnation is reported back (1-based index) so
+// the replica drops its cached route.
+// KEYS: active, sbx1..sbxN. ARGV: now, sid1, inc1, ..., sidN, incN.
+var scriptTouch = redis.NewScript(`
+local stale = {}
+for i = 2, #KEYS do
+  local sid = ARGV[2 * (i - 1)]
+  local inc = ARGV[2 * (i - 1) + 1]
+  local st = redis.call('HMGET', KEYS[i], 'state', 'incarnation')
+  if st[1] == 'active' and st[2] == inc then
+    redis.call('ZADD', KEYS[1], 'XX', 'GT', ARGV[1], sid)
+  else
+    stale[#stale + 1] = i - 1
+  end
+end
+return stale
+`)
+
+// scriptReserve takes one unit of fleet-wide capacity for a create. Capacity
+// counts active + warm + creating; expired reservations (a replica that died
+// mid-create) are dropped first. Outcomes:
+//
+//	{'ok'}           reserved (also when max <= 0: no cap)
+//	{'evict', sid}   full, and sid is the least recently released warm
+//	                 sandbox: destroy it, then reserve again
+//	{'over'}         full, nothing warm, soft mode: reserved beyond the cap
+//	{'full'}         full, nothing warm, hard mode: not reserved
+//
+// KEYS: active, warm, creating. ARGV: sid, max, now, deadline, mode(soft|hard).
+var scriptReserve = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  return {'ok'}
+end
+local max = tonumber(ARGV[2])
+local n = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
+if max <= 0 or n < max then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  return {'ok'}
+end
+local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)
+if oldest[1] then return {'evict', oldest[1]} end
+if ARGV[5] == 'soft' then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  return {'over'}
+end
+return {'full'}
+`)

@@ -1,0 +1,251 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Store reads and writes sandbox records. It has no clock of its own: every
+// time comes from the caller, so tests inject one.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys Keys
+}
+
+// NewStore returns a Store over rdb with the given key prefix.
+func NewStore(rdb redis.UniversalClient, prefix string) *Store {
+	return &Store{rdb: rdb, keys: NewKeys(prefix)}
+}
+
+// Keys returns the key set in use.
+func (s *Store) Keys() Keys { return s.keys }
+
+// Client returns the Redis client (for the lock and health checks).
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
+// Get returns the record of sid; ok is false when there is none.
+func (s *Store) Get(ctx context.Context, sid string) (Record, bool, error) {
+	h, err := s.rdb.HGetAll(ctx, s.keys.Sandbox(sid)).Result()
+	if err != nil {
+		return Record{}, false, fmt.Errorf("read record: %w", err)
+	}
+	rec, ok := recordFromHash(sid, h)
+	return rec, ok, nil
+}
+
+// PutActive writes rec as active with activity now. Hold the sandbox's lock.
+func (s *Store) PutActive(ctx context.Context, rec Record, now time.Time) error {
+	sid := rec.SandboxID
+	args := append([]any{sid, ms(now)}, rec.fields()...)
+	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Creating()}
+	if err := scriptPutActive.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+		return fmt.Errorf("write active record: %w", err)
+	}
+	return nil
+}
+
+// PutWarm writes rec into the warm pool unless a record exists; it reports
+// whether it wrote.
+func (s *Store) PutWarm(ctx context.Context, rec Record, now time.Time) (bool, error) {
+	sid := rec.SandboxID
+	args := append([]any{sid, ms(now)}, rec.fields()...)
+	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm()}
+	n, err := scriptPutWarm.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("write warm record: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Activate moves the warm sandbox sid back to active if it is still the
+// incarnation the caller checked.
+func (s *Store) Activate(ctx context.Context, sid, incarnation string, now time.Time) (bool, error) {
+	n, err := scriptActivate.Run(ctx, s.rdb, s.recordKeys(sid), sid, incarnation, ms(now)).Int()
+	if err != nil {
+		return false, fmt.Errorf("activate warm sandbox: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Release parks sid in the warm pool; false when there is no record.
+func (s *Store) Release(ctx context.Context, sid string, now time.Time) (bool, error) {
+	n, err := scriptRelease.Run(ctx, s.rdb, s.recordKeys(sid), sid, ms(now)).Int()
+	if err != nil {
+		return false, fmt.Errorf("release sandbox: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Claim marks sid as being destroyed and returns its record, or ok=false
+// when another replica claimed it first or the incarnation ("" = any) differs.
+func (s *Store) Claim(ctx context.Context, sid, incarnation string) (Record, bool, error) {
+	keys := append(s.recordKeys(sid), s.keys.Sandbox(sid))
+	return s.claim(ctx, sid, keys, incarnation, "")
+}
+
+// ClaimExpired claims sid only if its score in index (Active or Warm) is at
+// or below cutoff: the reaper's exactly-once gate.
+func (s *Store) ClaimExpired(ctx context.Context, sid, index string, cutoff time.Time) (Record, bool, error) {
+	keys := append(s.recordKeys(sid), index)
+	return s.claim(ctx, sid, keys, "", strconv.FormatInt(ms(cutoff), 10))
+}
+
+func (s *Store) claim(ctx context.Context, sid string, keys []string, incarnation, cutoff string) (Record, bool, error) {
+	res, err := scriptClaim.Run(ctx, s.rdb, keys, sid, incarnation, cutoff).Slice()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("claim sandbox: %w", err)
+	}
+	rec, ok := recordFromPairs(sid, res)
+	return rec, ok, nil
+}
+
+// Forget deletes sid's record if it still names incarnation ("" = any).
+func (s *Store) Forget(ctx context.Context, sid, incarnation string) (bool, error) {
+	n, err := scriptForget.Run(ctx, s.rdb, s.recordKeys(sid), sid, incarnation).Int()
+	if err != nil {
+		return false, fmt.Errorf("forget sandbox: %w", err)
+	}
+	return n == 1, nil
+}
+
+// TouchEntry names one sandbox incarnation a replica served.
+type TouchEntry struct {
+	SandboxID   string
+	Incarnation string
+}
+
+// Touch refreshes the activity of entries in one round trip and returns the
+// indexes of entries that are no longer active with that incarnation.
+func (s *Store) Touch(ctx context.Context, entries []TouchEntry, now time.Time) ([]int, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(entries)+1)
+	args := make([]any, 0, 2*len(entries)+1)
+	keys = append(keys, s.keys.Active())
+	args = append(args, ms(now))
+	for _, e := range entries {
+		keys = append(keys, s.keys.Sandbox(e.SandboxID))
+		args = append(args, e.SandboxID, e.Incarnation)
+	}
+	raw, err := scriptTouch.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("touch sandboxes: %w", err)
+	}
+	stale := make([]int, len(raw))
+	for i, v := range raw {
+		stale[i] = int(v) - 1
+	}
+	return stale, nil
+}
+
+// Expired returns up to limit sandboxes of index scored at or below cutoff,
+// oldest first. Cost is O(log n + limit): the reaper never scans the pool.
+func (s *Store) Expired(ctx context.Context, index string, cutoff time.Time, limit int64) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, index, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(ms(cutoff), 10), Count: limit,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list expired: %w", err)
+	}
+	return ids, nil
+}
+
+// ReserveResult is the outcome of Reserve.
+type ReserveResult struct {
+	Outcome string // "ok", "evict", "over", "full"
+	Victim  string // with "evict": the oldest warm sandbox
+}
+
+// Reserve takes a capacity unit for creating sid (see scriptReserve).
+// max <= 0 means no cap; hard selects hard mode.
+func (s *Store) Reserve(ctx context.Context, sid string, max int, hard bool, now, deadline time.Time) (ReserveResult, error) {
+	mode := "soft"
+	if hard {
+		mode = "hard"
+	}
+	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating()}
+	res, err := scriptReserve.Run(ctx, s.rdb, keys, sid, max, ms(now), ms(deadline), mode).StringSlice()
+	if err != nil {
+		return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
+	}
+	out := ReserveResult{Outcome: res[0]}
+	if len(res) > 1 {
+		out.Victim = res[1]
+	}
+	return out, nil
+}
+
+// Unreserve gives back sid's capacity reservation after a failed create.
+func (s *Store) Unreserve(ctx context.Context, sid string) error {
+	if err := s.rdb.ZRem(ctx, s.keys.Creating(), sid).Err(); err != nil {
+		return fmt.Errorf("unreserve: %w", err)
+	}
+	return nil
+}
+
+// Counts are the fleet-wide pool sizes.
+type Counts struct{ Active, Warm, Creating int64 }
+
+// Count returns the pool sizes in one round trip.
+func (s *Store) Count(ctx context.Context) (Counts, error) {
+	pipe := s.rdb.Pipeline()
+	a := pipe.ZCard(ctx, s.keys.Active())
+	w := pipe.ZCard(ctx, s.keys.Warm())
+	c := pipe.ZCard(ctx, s.keys.Creating())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Counts{}, fmt.Errorf("count pool: %w", err)
+	}
+	return Counts{Active: a.Val(), Warm: w.Val(), Creating: c.Val()}, nil
+}
+
+// List returns every record in the active and warm indexes.
+func (s *Store) List(ctx context.Context) ([]Record, error) {
+	var ids []string
+	for _, idx := range []string{s.keys.Active(), s.keys.Warm()} {
+		part, err := s.rdb.ZRange(ctx, idx, 0, -1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list pool: %w", err)
+		}
+		ids = append(ids, part...)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, sid := range ids {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Sandbox(sid))
+	}
+	if len(ids) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("read pool records: %w", err)
+		}
+	}
+	out := make([]Record, 0, len(ids))
+	for i, sid := range ids {
+		if rec, ok := recordFromHash(sid, cmds[i].Val()); ok {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) recordKeys(sid string) []string {
+	return []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm()}
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }

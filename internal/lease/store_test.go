@@ -1,0 +1,243 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// servers runs f against a real redis-server and against the embedded
+// miniredis, because the gateway uses both and the scripts must agree.
+func servers(t *testing.T, f func(t *testing.T, s *Store)) {
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		r := testutil.StartRedis(t)
+		rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		f(t, NewStore(rdb, ""))
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		m := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		f(t, NewStore(rdb, ""))
+	})
+}
+
+func rec(sid, inc string) Record {
+	return Record{SandboxID: sid, User: "u", Thread: "t-" + sid, Backend: "process",
+		Incarnation: inc, URL: "http://127.0.0.1:1", CreatedAt: time.UnixMilli(1000)}
+}
+
+func TestLifecycleScripts(t *testing.T) {
+	t.Parallel()
+	servers(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		t0 := time.UnixMilli(10_000)
+		if err := s.PutActive(ctx, rec("a", "i1"), t0); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := s.Get(ctx, "a")
+		if err != nil || !ok || got.State != StateActive || got.Incarnation != "i1" || got.User != "u" {
+			t.Fatalf("get after put: %+v %v %v", got, ok, err)
+		}
+		if ok, _ := s.Activate(ctx, "a", "other", t0); ok {
+			t.Fatal("activate with wrong incarnation succeeded")
+		}
+		if ok, err := s.Release(ctx, "a", t0.Add(time.Second)); !ok || err != nil {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+		if got, _, _ := s.Get(ctx, "a"); got.State != StateWarm {
+			t.Fatalf("state after release = %q", got.State)
+		}
+		if ok, _ := s.Release(ctx, "missing", t0); ok {
+			t.Fatal("release of a missing record succeeded")
+		}
+		if ok, err := s.Activate(ctx, "a", "i1", t0.Add(2*time.Second)); !ok || err != nil {
+			t.Fatalf("activate: %v %v", ok, err)
+		}
+		c, _ := s.Count(ctx)
+		if c != (Counts{Active: 1}) {
+			t.Fatalf("counts = %+v", c)
+		}
+		// Touch: a matching entry refreshes, a stale incarnation and a missing one are reported.
+		stale, err := s.Touch(ctx, []TouchEntry{{"a", "i1"}, {"a", "old"}, {"zz", "x"}}, t0.Add(5*time.Second))
+		if err != nil || fmt.Sprint(stale) != "[1 2]" {
+			t.Fatalf("touch stale = %v, %v", stale, err)
+		}
+		if ids, _ := s.Expired(ctx, s.Keys().Active(), t0.Add(4*time.Second), 10); len(ids) != 0 {
+			t.Fatalf("touched sandbox listed as expired: %v", ids)
+		}
+		// Touch never moves activity backwards (GT).
+		_, _ = s.Touch(ctx, []TouchEntry{{"a", "i1"}}, t0)
+		if ids, _ := s.Expired(ctx, s.Keys().Active(), t0.Add(4*time.Second), 10); len(ids) != 0 {
+			t.Fatalf("touch moved activity backwards: %v", ids)
+		}
+		if _, ok, _ := s.ClaimExpired(ctx, "a", s.Keys().Active(), t0.Add(4*time.Second)); ok {
+			t.Fatal("claimed an unexpired sandbox")
+		}
+		r, ok, err := s.ClaimExpired(ctx, "a", s.Keys().Active(), t0.Add(5*time.Second))
+		if !ok || err != nil || r.State != StateDestroying || r.Incarnation != "i1" {
+			t.Fatalf("claim expired: %+v %v %v", r, ok, err)
+		}
+		if _, ok, _ := s.ClaimExpired(ctx, "a", s.Keys().Active(), t0.Add(5*time.Second)); ok {
+			t.Fatal("claimed twice")
+		}
+		if ok, _ := s.Forget(ctx, "a", "other"); ok {
+			t.Fatal("forgot with wrong incarnation")
+		}
+		if ok, _ := s.Forget(ctx, "a", "i1"); !ok {
+			t.Fatal("forget failed")
+		}
+		if _, ok, _ := s.Get(ctx, "a"); ok {
+			t.Fatal("record still there after forget")
+		}
+		// PutWarm never overwrites an existing record.
+		_ = s.PutActive(ctx, rec("b", "i2"), t0)
+		if wrote, _ := s.PutWarm(ctx, rec("b", "i3"), t0); wrote {
+			t.Fatal("PutWarm overwrote a record")
+		}
+		if wrote, _ := s.PutWarm(ctx, rec("c", "i4"), t0); !wrote {
+			t.Fatal("PutWarm did not write")
+		}
+		list, err := s.List(ctx)
+		if err != nil || len(list) != 2 {
+			t.Fatalf("list = %v, %v", list, err)
+		}
+	})
+}
+
+func TestReserve(t *testing.T) {
+	t.Parallel()
+	servers(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		now := time.UnixMilli(100_000)
+		dl := now.Add(time.Minute)
+		_ = s.PutActive(ctx, rec("a1", "i"), now)
+		_ = s.PutActive(ctx, rec("w1", "i"), now)
+		_ = s.PutActive(ctx, rec("w2", "i"), now)
+		_, _ = s.Release(ctx, "w2", now.Add(1*time.Second))
+		_, _ = s.Release(ctx, "w1", now.Add(2*time.Second))
+		steps := []struct {
+			sid  string
+			max  int
+			hard bool
+			want ReserveResult
+		}{
+			{"n1", 0, true, ReserveResult{Outcome: "ok"}},                 // no cap
+			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                 // 3 records + n1 + n2 = 5
+			{"n3", 5, true, ReserveResult{Outcome: "evict", Victim: "w2"}}, // oldest released first
+			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                 // re-reserve is idempotent
+		}
+		for _, st := range steps {
+			got, err := s.Reserve(ctx, st.sid, st.max, st.hard, now, dl)
+			if err != nil || got != st.want {
+				t.Fatalf("reserve %s: got %+v %v want %+v", st.sid, got, err, st.want)
+			}
+		}
+		_, _, _ = s.Claim(ctx, "w2", "")
+		_, _ = s.Forget(ctx, "w2", "")
+		_, _, _ = s.Claim(ctx, "w1", "")
+		_, _ = s.Forget(ctx, "w1", "")
+		if got, _ := s.Reserve(ctx, "n3", 3, true, now, dl); got.Outcome != "full" {
+			t.Fatalf("hard cap with nothing warm: %+v", got)
+		}
+		if got, _ := s.Reserve(ctx, "n3", 3, false, now, dl); got.Outcome != "over" {
+			t.Fatalf("soft cap with nothing warm: %+v", got)
+		}
+		// A reservation of a crashed replica expires at its deadline.
+		if got, _ := s.Reserve(ctx, "n4", 4, true, dl.Add(time.Millisecond), dl.Add(time.Minute)); got.Outcome != "ok" {
+			t.Fatalf("expired reservations still counted: %+v", got)
+		}
+		if err := s.Unreserve(ctx, "n4"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestLockExclusiveAndRefreshed(t *testing.T) {
+	t.Parallel()
+	servers(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		l := NewLocker(s, 300*time.Millisecond)
+		h, err := l.Obtain(ctx, "x", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Obtain(ctx, "x", 0); err != ErrLocked {
+			t.Fatalf("second obtain: %v", err)
+		}
+		// Held past several TTLs: the refresher keeps it.
+		time.Sleep(700 * time.Millisecond)
+		if _, err := l.Obtain(ctx, "x", 50*time.Millisecond); err != ErrLocked {
+			t.Fatalf("lock expired while held: %v", err)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var got atomic.Int32
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if h, err := l.Obtain(ctx, "y", 0); err == nil {
+					got.Add(1)
+					defer h.Release(ctx)
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+		if got.Load() != 1 {
+			t.Fatalf("%d holders of one lock", got.Load())
+		}
+	})
+}
+
+func TestIdentity(t *testing.T) {
+	t.Parallel()
+	// DeerFlow: hashlib.sha256(f"{user}:{thread}".encode()).hexdigest()[:16]
+	// Known answers from Python: hashlib.sha256(f"{user}:{thread}".encode()).hexdigest()[:16]
+	for _, c := range []struct{ user, thread, want string }{
+		{"default", "thread-1", "fe0dc8182dec7b77"},
+		{"alice", "t2", "9cae8133b9f950f9"},
+	} {
+		if got := SandboxID(c.user, c.thread); got != c.want || !ValidSandboxID(got) {
+			t.Errorf("SandboxID(%q, %q) = %q, want %q", c.user, c.thread, got, c.want)
+		}
+	}
+	cases := []struct {
+		thread string
+		ok     bool
+	}{
+		{"abc", true}, {"a.b_c:d-e", true}, {string(make([]byte, 128)), false},
+		{"", false}, {".", false}, {"..", false}, {"a/b", false}, {"a%2Fb", false},
+		{"ü", false}, {"a b", false}, {"x" + string(rune(0)), false},
+	}
+	long := make([]byte, 129)
+	for i := range long {
+		long[i] = 'a'
+	}
+	cases = append(cases, struct {
+		thread string
+		ok     bool
+	}{string(long), false}, struct {
+		thread string
+		ok     bool
+	}{string(long[:128]), true})
+	for _, c := range cases {
+		if got := ValidThread(c.thread) == nil; got != c.ok {
+			t.Errorf("ValidThread(%q) = %v, want %v", c.thread, got, c.ok)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// acquireSlow is the path behind a cache miss: read the record, reuse it if
+// it is usable, otherwise provision under the sandbox's lock.
+func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify bool) (*Route, Outcome, error) {
+	rec, ok, err := p.store.Get(ctx, sid)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if ok {
+		r, outcome, err := p.reuse(ctx, rec, verify)
+		if r != nil || err != nil {
+			return r, outcome, err
+		}
+	}
+	return p.provision(ctx, user, thread, sid)
+}
+
+// reuse returns a route for an existing record, or nil when the record is
+// unusable (dead, or being destroyed) and the caller must provision.
+func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route, Outcome, error) {
+	switch rec.State {
+	case lease.StateActive, lease.StateWarm:
+	default:
+		return nil, "", nil
+	}
+	// A warm sandbox is checked before it is handed out: it may have died
+	// while parked. An active one only when a dial to it just failed.
+	if rec.State == lease.StateWarm || verify {
+		alive, err := p.backend.Alive(ctx, rec.Info())
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: check sandbox: %w", backend.ErrUnavailable, err)
+		}
+		if !alive {
+			p.log.Warn("sandbox record points to a dead sandbox; dropping it",
+				"sandbox_id", rec.SandboxID, "thread", rec.Thread, "state", rec.State)
+			if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
+				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+			}
+			return nil, "", nil
+		}
+	}
+	ok, err := p.store.Activate(ctx, rec.SandboxID, rec.Incarnation, p.clock.Now())
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok { // changed under us (claimed, replaced): provision under the lock
+		return nil, "", nil
+	}
+	r, err := p.newRoute(rec)
+	if err != nil {
+		return nil, "", err
+	}
+	if rec.State == lease.StateWarm {
+		p.log.Info("sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
+		return r, OutcomeWarm, nil
+	}
+	return r, OutcomeHit, nil
+}
+
+// provision runs under the sandbox's lock: re-check the record (another
+// replica may have just created it), adopt a running sandbox the backend
+// knows, or reserve capacity and create one.
+func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route, Outcome, error) {
+	held, err := p.locker.Obtain(ctx, sid, p.cfg.ProvisionWait)
+	if errors.Is(err, lease.ErrLocked) {
+		return nil, "", fmt.Errorf("%w: %w", ErrProvisioning, err)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	defer p.unlock(held)
+	// A lost lock means another replica may start the same sandbox; stop.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-held.Lost():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	rec, ok, err := p.store.Get(ctx, sid)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if ok {
+		if rec.State == lease.StateDestroying {
+			// A destroyer died half way (its lock expired): finish its job.
+			if err := p.backend.Destroy(ctx, rec.Info()); err != nil {
+				return nil, "", fmt.Errorf("%w: finish interrupted destroy: %w", backend.ErrUnavailable, err)
+			}
+			if _, err := p.store.Forget(ctx, sid, rec.Incarnation); err != nil {
+				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+			}
+		} else if r, outcome, err := p.reuse(ctx, rec, true); r != nil || err != nil {
+			return r, outcome, err
+		}
+	}
+
+	info, found, err := p.backend.Discover(ctx, sid)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: discover: %w", backend.ErrUnavailable, err)
+	}
+	if found {
+		r, err := p.record(ctx, info, user, thread)
+		if err != nil {
+			return nil, "", err
+		}
+		p.log.Info("adopted running sandbox", "sandbox_id", sid, "thread", thread)
+		return r, OutcomeAdopted, nil
+	}
+
+	if err := p.reserve(ctx, sid, thread); err != nil {
+		return nil, "", err
+	}
+	r, err := p.create(ctx, user, thread, sid)
+	if err != nil {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer ucancel()
+		if uerr := p.store.Unreserve(uctx, sid); uerr != nil {
+			p.log.Warn("give back capacity reservation", "sandbox_id", sid, "err", uerr)
+		}
+		return nil, "", err
+	}
+	return r, OutcomeCold, nil
+}
+
+func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, error) {
+	mounts, err := backend.ThreadMounts(p.cfg.Mounts, user, thread)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
+	}
+	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env}
+	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
+	defer cancel()
+	start := time.Now()
+	info, err := p.backend.Create(cctx, spec)
+	if err != nil {
+		if errors.Is(err, backend.ErrUnavailable) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
+	}
+	r, err := p.record(ctx, info, user, thread)
+	if err != nil {
+		return nil, err
+	}
+	p.log.Info("sandbox created", "sandbox_id", sid, "thread", thread,
+		"incarnation", info.Incarnation, "took_ms", time.Since(start).Milliseconds())
+	return r, nil
+}
+
+// record writes an active record for a live sandbox and caches its route.
+func (p *Pool) record(ctx context.Context, info backend.Info, user, thread string) (*Route, error) {
+	info.User, info.Thread = user, thread
+	if info.Backend == "" {
+		info.Backend = p.name
+	}
+	if info.CreatedAt.IsZero() {
+		info.CreatedAt = p.clock.Now()
+	}
+	rec := lease.RecordFromInfo(info, lease.StateActive)
+	if err := p.store.PutActive(ctx, rec, p.clock.Now()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return p.newRoute(rec)
+}

@@ -1,0 +1,94 @@
+package pool
+
+import (
+	"sync"
+	"time"
+)
+
+type threadKey struct{ user, thread string }
+
+// cache is the replica-local route table. Lookups take a read lock and do
+// not allocate: the key is a struct of the caller's strings.
+type cache struct {
+	mu       sync.RWMutex
+	byThread map[threadKey]*Route
+	bySID    map[string]*Route
+}
+
+func newCache() *cache {
+	return &cache{byThread: make(map[threadKey]*Route), bySID: make(map[string]*Route)}
+}
+
+// thread returns the live route of (user, thread), or nil.
+func (c *cache) thread(user, thread string, now time.Time) *Route {
+	c.mu.RLock()
+	r := c.byThread[threadKey{user, thread}]
+	c.mu.RUnlock()
+	if r == nil || now.UnixNano() > r.expires.Load() {
+		return nil
+	}
+	return r
+}
+
+// sandbox returns the live route of sid, or nil.
+func (c *cache) sandbox(sid string, now time.Time) *Route {
+	c.mu.RLock()
+	r := c.bySID[sid]
+	c.mu.RUnlock()
+	if r == nil || now.UnixNano() > r.expires.Load() {
+		return nil
+	}
+	return r
+}
+
+// peek returns the route of sid even if expired (in-flight checks).
+func (c *cache) peek(sid string) *Route {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.bySID[sid]
+}
+
+// put installs r, retiring a route of another incarnation for the same sandbox.
+// A route of the same incarnation is kept (its connection pool is warm) and
+// only gets a new expiry.
+func (c *cache) put(r *Route, expires time.Time) *Route {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.bySID[r.SandboxID]; old != nil {
+		if old.Incarnation == r.Incarnation && !old.gone.Load() {
+			old.expires.Store(expires.UnixNano())
+			return old
+		}
+		c.removeLocked(old)
+	}
+	r.expires.Store(expires.UnixNano())
+	c.bySID[r.SandboxID] = r
+	c.byThread[threadKey{r.User, r.Thread}] = r
+	return r
+}
+
+// drop removes sid's route if it is still r (or any route when r is nil).
+func (c *cache) drop(sid string, r *Route) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.bySID[sid]; cur != nil && (r == nil || cur == r) {
+		c.removeLocked(cur)
+	}
+}
+
+func (c *cache) removeLocked(r *Route) {
+	delete(c.bySID, r.SandboxID)
+	if c.byThread[threadKey{r.User, r.Thread}] == r {
+		delete(c.byThread, threadKey{r.User, r.Thread})
+	}
+	r.retire()
+}
+
+// each calls f for every cached route under the read lock.
+func (c *cache) each(f func(*Route)) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, r := range c.bySID {
+		f(r)
+	}
+}

@@ -1,0 +1,119 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// Config of the pool. The zero value is the documented default.
+type Config struct {
+	// IdleTimeout destroys an active sandbox untouched this long and a warm one
+	// this long after release. 0 = 10m; negative = never (DeerFlow's
+	// idle_timeout: 0).
+	IdleTimeout time.Duration
+	// MaxSandboxes caps active + warm + creating sandboxes fleet-wide.
+	// 0 = 3 (DeerFlow's replicas); negative = no cap.
+	MaxSandboxes int
+	// HardCap refuses creates at the cap when nothing warm can be evicted
+	// (503 + Retry-After); the default soft cap creates beyond it with a warning.
+	HardCap bool
+	// AcquireTimeout is how long a create waits for capacity in hard mode
+	// before answering 503. 0 = answer at once.
+	AcquireTimeout time.Duration
+	// ProvisionWait is how long a request waits for its sandbox to be created
+	// before answering 503 + Retry-After (the create goes on). 0 = 30s.
+	ProvisionWait time.Duration
+	// CreateTimeout bounds one backend create including readiness. 0 = 2m.
+	CreateTimeout time.Duration
+	// CacheTTL bounds how long a replica trusts its cached route without
+	// reading Redis. 0 = 5s.
+	CacheTTL time.Duration
+	// TouchInterval is how often a replica flushes activity to Redis. 0 = 1s.
+	TouchInterval time.Duration
+	// ReapInterval is how often the reaper looks for expired sandboxes.
+	// 0 = 10s.
+	ReapInterval time.Duration
+	// LockTTL is the provisioning lock's TTL (refreshed while held). 0 = 15s.
+	LockTTL time.Duration
+	// ReconcileInterval is how often the backend's sandboxes are compared
+	// with Redis. 0 = 30s; negative = never.
+	ReconcileInterval time.Duration
+	// ReconcileGrace is how old a sandbox without a record must be before the
+	// reconciler adopts it (a create may be writing its record). 0 = 1m.
+	ReconcileGrace time.Duration
+	// ReconcileDryRun logs what the reconciler would do and does nothing.
+	ReconcileDryRun bool
+
+	// Instance names this replica in labels and logs.
+	Instance string
+	// Mounts, Env and Labels go into every sandbox spec.
+	Mounts backend.MountConfig
+	Env    map[string]string
+	Labels map[string]string
+}
+
+// Defaults.
+const (
+	DefaultIdleTimeout       = 10 * time.Minute
+	DefaultMaxSandboxes      = 3
+	DefaultProvisionWait     = 30 * time.Second
+	DefaultCreateTimeout     = 2 * time.Minute
+	DefaultCacheTTL          = 5 * time.Second
+	DefaultTouchInterval     = time.Second
+	DefaultReapInterval      = 10 * time.Second
+	DefaultReconcileInterval = 30 * time.Second
+	DefaultReconcileGrace    = time.Minute
+)
+
+// Validate reports the first bad field by name.
+func (c Config) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"acquire_timeout", c.AcquireTimeout}, {"provision_wait", c.ProvisionWait},
+		{"create_timeout", c.CreateTimeout}, {"cache_ttl", c.CacheTTL},
+		{"touch_interval", c.TouchInterval}, {"reap_interval", c.ReapInterval},
+		{"lock_ttl", c.LockTTL}, {"reconcile_grace", c.ReconcileGrace},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: must not be negative", d.name)
+		}
+	}
+	w := c.withDefaults()
+	if w.IdleTimeout > 0 && w.IdleTimeout < 2*w.TouchInterval {
+		return fmt.Errorf("idle_timeout: %s must be at least twice touch_interval (%s)", w.IdleTimeout, w.TouchInterval)
+	}
+	if w.LockTTL < 300*time.Millisecond {
+		return errors.New("lock_ttl: must be at least 300ms")
+	}
+	if c.Mounts.DataDir == "" {
+		return errors.New("data_dir: must be set")
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.ProvisionWait, DefaultProvisionWait)
+	def(&c.CreateTimeout, DefaultCreateTimeout)
+	def(&c.CacheTTL, DefaultCacheTTL)
+	def(&c.TouchInterval, DefaultTouchInterval)
+	def(&c.ReapInterval, DefaultReapInterval)
+	def(&c.ReconcileInterval, DefaultReconcileInterval)
+	def(&c.ReconcileGrace, DefaultReconcileGrace)
+	def(&c.LockTTL, lease.DefaultLockTTL)
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = DefaultMaxSandboxes
+	}
+	return c
+}

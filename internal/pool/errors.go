@@ -1,0 +1,18 @@
+package pool
+
+import "errors"
+
+// Errors callers map to statuses (router.statusOf); each wraps the cause.
+var (
+	// ErrNotFound: no sandbox for that thread or id (404).
+	ErrNotFound = errors.New("sandbox not found")
+	// ErrProvisioning: the sandbox is still being created after the request's
+	// wait budget, or another replica holds its lock (503 + Retry-After).
+	ErrProvisioning = errors.New("sandbox is still being provisioned")
+	// ErrCapacity: hard cap reached and nothing warm to evict (503 + Retry-After).
+	ErrCapacity = errors.New("sandbox capacity reached")
+	// ErrState: Redis cannot be reached (503 + Retry-After).
+	ErrState = errors.New("sandbox state store unavailable")
+	// ErrCreate: the backend failed to start the sandbox (502).
+	ErrCreate = errors.New("sandbox failed to start")
+)

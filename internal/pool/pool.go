@@ -1,0 +1,257 @@
+// Package pool hands out sandboxes: acquire (replica cache, then Redis, then
+// lock + discover + create), release to the warm pool, destroy, and the
+// background loops that keep the fleet-wide pool honest (touch flush, idle
+// reaper, reconciler). All shared state lives in Redis through lease.Store.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// Clock is injected so tests move time without sleeping.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Outcome says how an acquire was served.
+type Outcome string
+
+const (
+	OutcomeHit     Outcome = "hit"     // cached here, or active in Redis
+	OutcomeWarm    Outcome = "warm"    // reclaimed from the warm pool
+	OutcomeCold    Outcome = "cold"    // created
+	OutcomeAdopted Outcome = "adopted" // found running without a record
+)
+
+// Deps are the pool's collaborators.
+type Deps struct {
+	Store   *lease.Store
+	Backend backend.Backend
+	// BackendName is recorded in records and logs.
+	BackendName string
+	// NewTransport returns the connection pool for one sandbox incarnation.
+	NewTransport func() http.RoundTripper
+	Clock        Clock
+	Log          *slog.Logger
+}
+
+// Pool is one replica's view of the fleet-wide sandbox pool.
+type Pool struct {
+	cfg     Config
+	store   *lease.Store
+	locker  *lease.Locker
+	backend backend.Backend
+	name    string
+	newRT   func() http.RoundTripper
+	clock   Clock
+	log     *slog.Logger
+	cache   *cache
+	flight  singleflight.Group
+}
+
+// New returns a Pool; cfg must be valid.
+func New(cfg Config, d Deps) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Store == nil || d.Backend == nil {
+		return nil, errors.New("pool: store and backend are required")
+	}
+	cfg = cfg.withDefaults()
+	if d.Clock == nil {
+		d.Clock = realClock{}
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.NewTransport == nil {
+		d.NewTransport = func() http.RoundTripper { return http.DefaultTransport.(*http.Transport).Clone() }
+	}
+	return &Pool{
+		cfg:     cfg,
+		store:   d.Store,
+		locker:  lease.NewLocker(d.Store, cfg.LockTTL),
+		backend: d.Backend,
+		name:    d.BackendName,
+		newRT:   d.NewTransport,
+		clock:   d.Clock,
+		log:     d.Log.With("backend", d.BackendName),
+		cache:   newCache(),
+	}, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (p *Pool) Config() Config { return p.cfg }
+
+// Acquire returns the route of (user, thread)'s sandbox, creating it if
+// needed. Concurrent acquires of one sandbox on this replica share one
+// attempt; across replicas the sandbox lock makes exactly one create.
+// user and thread must be validated.
+func (p *Pool) Acquire(ctx context.Context, user, thread string) (*Route, Outcome, error) {
+	if r := p.cache.thread(user, thread, p.clock.Now()); r != nil {
+		r.touched.Store(true)
+		return r, OutcomeHit, nil
+	}
+	return p.acquire(ctx, user, thread, false)
+}
+
+// Reacquire is called after a dial-class failure against failed: the route
+// is dropped and the sandbox's liveness verified, so a sandbox killed behind
+// the gateway's back is recreated.
+func (p *Pool) Reacquire(ctx context.Context, failed *Route) (*Route, Outcome, error) {
+	p.cache.drop(failed.SandboxID, failed)
+	return p.acquire(ctx, failed.User, failed.Thread, true)
+}
+
+type acquired struct {
+	route   *Route
+	outcome Outcome
+}
+
+func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*Route, Outcome, error) {
+	sid := lease.SandboxID(user, thread)
+	key := sid
+	if verify {
+		key += "/verify"
+	}
+	// The attempt runs detached from this request: a client that gives up
+	// must not abort a create other requests wait for.
+	ch := p.flight.DoChan(key, func() (any, error) {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CreateTimeout+p.cfg.LockTTL)
+		defer cancel()
+		r, o, err := p.acquireSlow(actx, user, thread, sid, verify)
+		return acquired{r, o}, err
+	})
+	wait := time.NewTimer(p.cfg.ProvisionWait)
+	defer wait.Stop()
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, "", res.Err
+		}
+		a := res.Val.(acquired)
+		a.route.touched.Store(true)
+		return a.route, a.outcome, nil
+	case <-wait.C:
+		return nil, "", fmt.Errorf("%w: still creating after %s", ErrProvisioning, p.cfg.ProvisionWait)
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+}
+
+// Route returns the cached route of sid, or acquires it from its Redis
+// record. It never creates: an unknown sid is ErrNotFound.
+func (p *Pool) Route(ctx context.Context, sid string) (*Route, Outcome, error) {
+	if r := p.cache.sandbox(sid, p.clock.Now()); r != nil {
+		r.touched.Store(true)
+		return r, OutcomeHit, nil
+	}
+	rec, ok, err := p.store.Get(ctx, sid)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok || rec.State == lease.StateDestroying {
+		return nil, "", ErrNotFound
+	}
+	return p.acquire(ctx, rec.User, rec.Thread, false)
+}
+
+// Record returns the Redis record of sid.
+func (p *Pool) Record(ctx context.Context, sid string) (lease.Record, bool, error) {
+	rec, ok, err := p.store.Get(ctx, sid)
+	if err != nil {
+		return rec, false, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return rec, ok, nil
+}
+
+// Release parks the thread's sandbox in the warm pool.
+func (p *Pool) Release(ctx context.Context, user, thread string) error {
+	sid := lease.SandboxID(user, thread)
+	ok, err := p.store.Release(ctx, sid, p.clock.Now())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	p.cache.drop(sid, nil)
+	if !ok {
+		return ErrNotFound
+	}
+	p.log.Info("sandbox released to warm pool", "sandbox_id", sid, "thread", thread)
+	return nil
+}
+
+// Destroy destroys sid now, whatever its state. ErrNotFound if unknown.
+func (p *Pool) Destroy(ctx context.Context, sid, reason string) error {
+	held, err := p.locker.Obtain(ctx, sid, p.cfg.LockTTL)
+	if errors.Is(err, lease.ErrLocked) {
+		return fmt.Errorf("%w: %w", ErrProvisioning, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	defer p.unlock(held)
+	rec, ok, err := p.store.Claim(ctx, sid, "")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return p.destroyClaimed(ctx, rec, reason)
+}
+
+// destroyClaimed destroys a claimed record's sandbox and deletes the record.
+// The caller holds the sandbox's lock.
+func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason string) error {
+	p.cache.drop(rec.SandboxID, nil)
+	if err := p.backend.Destroy(ctx, rec.Info()); err != nil {
+		// The record stays in state destroying; the reconciler or the next
+		// acquire (under the lock) finishes the job.
+		return fmt.Errorf("destroy sandbox: %w", err)
+	}
+	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	p.log.Info("sandbox destroyed", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "reason", reason)
+	return nil
+}
+
+func (p *Pool) unlock(h *lease.Held) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := h.Release(ctx); err != nil {
+		p.log.Warn("release sandbox lock", "err", err)
+	}
+}
+
+// newRoute builds and caches the route of a live record.
+func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
+	u, err := url.Parse(rec.URL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("sandbox %s has a bad url", rec.SandboxID)
+	}
+	r := &Route{
+		SandboxID:   rec.SandboxID,
+		User:        rec.User,
+		Thread:      rec.Thread,
+		Incarnation: rec.Incarnation,
+		Backend:     rec.Backend,
+		CreatedAt:   rec.CreatedAt,
+		url:         &url.URL{Scheme: u.Scheme, Host: u.Host},
+		transport:   p.newRT(),
+	}
+	return p.cache.put(r, p.clock.Now().Add(p.cfg.CacheTTL)), nil
+}

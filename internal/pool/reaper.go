@@ -1,0 +1,106 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+const (
+	reapBatch       = 100
+	reapConcurrency = 4
+)
+
+// Reaper destroys sandboxes idle past IdleTimeout: active ones untouched that
+// long, warm ones that long after release. Every replica runs one; the lock
+// plus the claim script make exactly one replica destroy each sandbox. A pass
+// reads only the expired range of each index: O(expired), not O(pool).
+type Reaper struct{ p *Pool }
+
+// NewReaper returns the reaper of p.
+func NewReaper(p *Pool) *Reaper { return &Reaper{p: p} }
+
+// Run reaps every ReapInterval until ctx ends; idle_timeout < 0 disables it.
+func (r *Reaper) Run(ctx context.Context) {
+	if r.p.cfg.IdleTimeout < 0 {
+		return
+	}
+	every(ctx, r.p.log, "reaper", r.p.cfg.ReapInterval, func(ctx context.Context) error {
+		_, err := r.Pass(ctx)
+		return err
+	})
+}
+
+// Pass reaps what is expired now and returns how many sandboxes it destroyed.
+func (r *Reaper) Pass(ctx context.Context) (int, error) {
+	p := r.p
+	if p.cfg.IdleTimeout < 0 {
+		return 0, nil
+	}
+	cutoff := p.clock.Now().Add(-p.cfg.IdleTimeout)
+	var reaped atomic.Int64
+	for _, index := range []string{p.store.Keys().Active(), p.store.Keys().Warm()} {
+		// Ids skipped (locked, in flight here) stay in the index, so read past them.
+		var offset int64
+		for {
+			ids, err := p.store.Expired(ctx, index, cutoff, offset+reapBatch)
+			if err != nil {
+				return int(reaped.Load()), err
+			}
+			batch := ids[min(int(offset), len(ids)):]
+			var kept atomic.Int64
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(reapConcurrency)
+			for _, sid := range batch {
+				g.Go(func() error {
+					done, err := r.reap(gctx, sid, index, cutoff)
+					if done {
+						reaped.Add(1)
+					} else {
+						kept.Add(1)
+					}
+					return err
+				})
+			}
+			if err := g.Wait(); err != nil {
+				return int(reaped.Load()), err
+			}
+			if int64(len(batch)) < reapBatch {
+				break
+			}
+			offset += kept.Load()
+		}
+	}
+	return int(reaped.Load()), nil
+}
+
+// reap destroys sid if it is still expired in index; false if it was left.
+func (r *Reaper) reap(ctx context.Context, sid, index string, cutoff time.Time) (bool, error) {
+	p := r.p
+	// A request in flight on this replica: the next touch flush renews it.
+	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+		return false, nil
+	}
+	held, err := p.locker.Obtain(ctx, sid, 0)
+	if errors.Is(err, lease.ErrLocked) {
+		return false, nil // being created, reclaimed or reaped elsewhere
+	}
+	if err != nil {
+		return false, err
+	}
+	defer p.unlock(held)
+	rec, ok, err := p.store.ClaimExpired(ctx, sid, index, cutoff)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := p.destroyClaimed(ctx, rec, "idle"); err != nil {
+		p.log.Warn("reap", "sandbox_id", sid, "thread", rec.Thread, "err", err)
+		return false, nil
+	}
+	return true, nil
+}

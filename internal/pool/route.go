@@ -1,0 +1,62 @@
+package pool
+
+import (
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Route is a replica's cached handle on one sandbox incarnation: where to send
+// requests, with which connection pool, and whether it was used since the
+// last touch flush. The request hot path only does atomic operations on it.
+type Route struct {
+	SandboxID   string
+	User        string
+	Thread      string
+	Incarnation string
+	Backend     string
+	CreatedAt   time.Time
+	url         *url.URL
+	transport   http.RoundTripper
+
+	expires  atomic.Int64 // unix nanos after which Redis is consulted again
+	touched  atomic.Bool
+	inflight atomic.Int32
+	gone     atomic.Bool
+	closeOne sync.Once
+}
+
+// BaseURL is the sandbox's scheme://host[:port].
+func (r *Route) BaseURL() *url.URL { return r.url }
+
+// RoundTripper is the connection pool of this incarnation only, so a
+// replacement sandbox never receives a connection meant for the old one.
+func (r *Route) RoundTripper() http.RoundTripper { return r.transport }
+
+// Begin marks a request in flight: the sandbox keeps being touched until End,
+// so a 20-minute command is never reaped as idle.
+func (r *Route) Begin() {
+	r.inflight.Add(1)
+	r.touched.Store(true)
+}
+
+// End undoes Begin.
+func (r *Route) End() {
+	r.inflight.Add(-1)
+	r.touched.Store(true)
+}
+
+// InFlight is the number of requests currently proxied to this route.
+func (r *Route) InFlight() int32 { return r.inflight.Load() }
+
+// retire drops the route's idle connections; requests in flight finish.
+func (r *Route) retire() {
+	r.gone.Store(true)
+	r.closeOne.Do(func() {
+		if c, ok := r.transport.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	})
+}

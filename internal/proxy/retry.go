@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+)
+
+// dispatch sends each request through its upstream's own connection pool and
+// retries dial-class failures against a re-resolved upstream. A dial failure
+// means no byte reached the sandbox, so a retry is safe for any method.
+type dispatch struct{ p *Proxy }
+
+// retryBackoff is the pause before each retry (the resolver may also take a
+// while: it can recreate the sandbox).
+var retryBackoff = []time.Duration{25 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+
+// ResolveError wraps a Resolver failure during a retry, so the error handler
+// answers with the resolver's status (e.g. 503 while provisioning) rather than 502.
+type ResolveError struct{ Err error }
+
+func (e *ResolveError) Error() string { return fmt.Sprintf("re-resolve sandbox: %v", e.Err) }
+func (e *ResolveError) Unwrap() error { return e.Err }
+
+// UnreachableError is a dial failure that survived every retry.
+type UnreachableError struct{ Err error }
+
+func (e *UnreachableError) Error() string { return fmt.Sprintf("sandbox unreachable: %v", e.Err) }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
+	st := stateOf(req.Context())
+	var body *guardedBody
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &guardedBody{rc: req.Body}
+		req.Body = body
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := st.up.RoundTripper().RoundTrip(req)
+		if err == nil {
+			return resp, nil
+		}
+		if !isDial(err) || body.used() {
+			return nil, err
+		}
+		if attempt >= d.p.cfg.MaxRetries {
+			return nil, &UnreachableError{Err: err}
+		}
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(retryBackoff[min(attempt, len(retryBackoff)-1)]):
+		}
+		up, rerr := d.p.resolver.Retry(req.Context(), st.up)
+		if rerr != nil {
+			return nil, &ResolveError{Err: rerr}
+		}
+		up.Begin()
+		st.up.End()
+		st.up = up
+		req = retarget(req, up.BaseURL())
+	}
+}
+
+// retarget returns a shallow copy of req aimed at base (RoundTrippers must
+// not modify the request they were given).
+func retarget(req *http.Request, base *url.URL) *http.Request {
+	r := *req
+	u := *req.URL
+	u.Scheme, u.Host = base.Scheme, base.Host
+	r.URL = &u
+	return &r
+}
+
+// isDial reports a failure to connect at all (refused, unreachable, dial
+// timeout): nothing was sent.
+func isDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// guardedBody lets a request body survive a failed attempt: the Transport
+// closes the body on error, but after a dial failure nothing was read and the
+// same body can be sent again. The server closes the real body at the end.
+type guardedBody struct {
+	rc   io.ReadCloser
+	read atomic.Bool
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 || err == io.EOF {
+		b.read.Store(true)
+	}
+	return n, err
+}
+
+func (b *guardedBody) Close() error { return nil }
+
+func (b *guardedBody) used() bool { return b != nil && b.read.Load() }

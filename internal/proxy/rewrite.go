@@ -1,0 +1,31 @@
+package proxy
+
+import "net/http/httputil"
+
+// Headers a client may not send to a sandbox: the gateway's own credential,
+// and the all-in-one sandbox's internal port-forward selector.
+var strippedRequestHeaders = []string{"Authorization", "X-Aio-Proxy-Port", "X-Api-Key", SandboxAPIKeyHeader}
+
+// rewrite points the outbound request at the sandbox. ReverseProxy has
+// already removed hop-by-hop headers and inbound X-Forwarded-* at this point.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	st := stateOf(pr.In.Context())
+	base := st.up.BaseURL()
+	out := pr.Out
+	out.URL.Scheme = base.Scheme
+	out.URL.Host = base.Host
+	out.URL.Path = st.path
+	out.URL.RawPath = st.rawPath
+	out.Host = ""
+	for _, h := range strippedRequestHeaders {
+		out.Header.Del(h)
+	}
+	// Keep the chain from a load balancer in front: append, don't replace.
+	if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
+		out.Header["X-Forwarded-For"] = prior
+	}
+	pr.SetXForwarded()
+	if p.cfg.SandboxAPIKey != "" {
+		out.Header.Set(SandboxAPIKeyHeader, p.cfg.SandboxAPIKey)
+	}
+}

@@ -1,0 +1,98 @@
+package router
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+)
+
+var errNotYours = pool.ErrNotFound
+
+// sandboxView is the control plane's JSON for one sandbox.
+type sandboxView struct {
+	SandboxID string    `json:"sandbox_id"`
+	Thread    string    `json:"thread"`
+	User      string    `json:"user"`
+	Backend   string    `json:"backend"`
+	State     string    `json:"state"`
+	Outcome   string    `json:"outcome,omitempty"`
+	URL       string    `json:"url"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// acquireThread is PUT /threads/{thread}/sandbox: provision now.
+func (rt *Router) acquireThread(c echo.Context) error {
+	thread := c.Param("thread")
+	if err := lease.ValidThread(thread); err != nil {
+		return err
+	}
+	route, outcome, err := rt.pool.Acquire(c.Request().Context(), userOf(c), thread)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, sandboxView{
+		SandboxID: route.SandboxID, Thread: route.Thread, User: route.User, Backend: route.Backend,
+		State: string(lease.StateActive), Outcome: string(outcome),
+		URL: rt.sandboxURL(c, route.SandboxID), CreatedAt: route.CreatedAt.UTC(),
+	})
+}
+
+// getThread is GET /threads/{thread}/sandbox: the record, or 404.
+func (rt *Router) getThread(c echo.Context) error {
+	thread := c.Param("thread")
+	if err := lease.ValidThread(thread); err != nil {
+		return err
+	}
+	rec, ok, err := rt.pool.Record(c.Request().Context(), lease.SandboxID(userOf(c), thread))
+	if err != nil {
+		return err
+	}
+	if !ok || rec.State == lease.StateDestroying {
+		return pool.ErrNotFound
+	}
+	return c.JSON(http.StatusOK, rt.view(c, rec))
+}
+
+// releaseThread is DELETE /threads/{thread}/sandbox: park it warm, or with
+// ?destroy=true destroy it now.
+func (rt *Router) releaseThread(c echo.Context) error {
+	thread := c.Param("thread")
+	if err := lease.ValidThread(thread); err != nil {
+		return err
+	}
+	ctx, user := c.Request().Context(), userOf(c)
+	var err error
+	switch c.QueryParam("destroy") {
+	case "", "false", "0":
+		err = rt.pool.Release(ctx, user, thread)
+	case "true", "1":
+		err = rt.pool.Destroy(ctx, lease.SandboxID(user, thread), "destroyed by client")
+	default:
+		return echo.NewHTTPError(http.StatusBadRequest)
+	}
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (rt *Router) view(c echo.Context, rec lease.Record) sandboxView {
+	return sandboxView{
+		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
+		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), CreatedAt: rec.CreatedAt.UTC(),
+	}
+}
+
+// sandboxURL is the gateway's own URL of a sandbox: clients never see the
+// sandbox's real address.
+func (rt *Router) sandboxURL(c echo.Context, sid string) string {
+	base := rt.public
+	if base == "" {
+		base = c.Scheme() + "://" + c.Request().Host
+	}
+	return base + "/sandboxes/" + sid
+}

@@ -1,0 +1,74 @@
+package router
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+var errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters")
+
+// userOf is the authenticated principal; "default" without authentication.
+func userOf(c echo.Context) string {
+	if u, ok := c.Get(userKey).(string); ok && u != "" {
+		return u
+	}
+	return defaultUser
+}
+
+const (
+	userKey     = "sandgate.user"
+	defaultUser = "default"
+)
+
+// threadProxy serves ANY /threads/{thread}/v1/...: get or provision the
+// thread's sandbox, then stream the request to {sandbox}/v1/....
+func (rt *Router) threadProxy(c echo.Context) error {
+	thread := c.Param("thread")
+	if err := lease.ValidThread(thread); err != nil {
+		return err
+	}
+	r := c.Request()
+	route, _, err := rt.pool.Acquire(r.Context(), userOf(c), thread)
+	if err != nil {
+		return err
+	}
+	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/threads/")+len(thread))
+	rt.proxy.Serve(c.Response(), r, route, path, raw)
+	return nil
+}
+
+// sandboxProxy serves ANY /sandboxes/{id}/v1/...: an existing sandbox by
+// id; it never provisions.
+func (rt *Router) sandboxProxy(c echo.Context) error {
+	sid := c.Param("id")
+	if !lease.ValidSandboxID(sid) {
+		return errBadSandboxID
+	}
+	r := c.Request()
+	route, _, err := rt.pool.Route(r.Context(), sid)
+	if err != nil {
+		return err
+	}
+	if route.User != userOf(c) {
+		// Someone else's sandbox is as unknown as a missing one.
+		return errNotYours
+	}
+	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/sandboxes/")+len(sid))
+	rt.proxy.Serve(c.Response(), r, route, path, raw)
+	return nil
+}
+
+// upstreamPath cuts the gateway prefix (whose length is n and which has no
+// escapes: thread ids and sandbox ids are validated) off the request path,
+// leaving /v1/...; no allocation.
+func upstreamPath(path, rawPath string, n int) (string, string) {
+	p := path[n:]
+	if rawPath != "" && len(rawPath) >= n && strings.HasPrefix(rawPath[n:], "/") {
+		return p, rawPath[n:]
+	}
+	return p, ""
+}

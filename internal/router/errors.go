@@ -1,0 +1,109 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/proxy"
+)
+
+// apiError is one row of the error table: what the client is told. Internal
+// error text never reaches the client; it is logged.
+type apiError struct {
+	status     int
+	code       string
+	message    string
+	retryAfter int // seconds; 0 = no header
+}
+
+// statusOf is the one place errors become statuses.
+func statusOf(err error) apiError {
+	var he *echo.HTTPError
+	var tooLarge *http.MaxBytesError
+	var unreachable *proxy.UnreachableError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID):
+		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
+	case errors.Is(err, pool.ErrNotFound):
+		return apiError{http.StatusNotFound, "not_found", "no such sandbox", 0}
+	case errors.Is(err, pool.ErrProvisioning):
+		return apiError{http.StatusServiceUnavailable, "provisioning", "the sandbox is being provisioned; retry shortly", 2}
+	case errors.Is(err, pool.ErrCapacity):
+		return apiError{http.StatusServiceUnavailable, "capacity", "the sandbox pool is full; retry later", 5}
+	case errors.Is(err, pool.ErrState):
+		return apiError{http.StatusServiceUnavailable, "state_unavailable", "the gateway cannot reach its state store (Redis); retry shortly", 2}
+	case errors.Is(err, backend.ErrUnavailable):
+		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
+	case errors.Is(err, pool.ErrCreate):
+		return apiError{http.StatusBadGateway, "sandbox_start_failed", "the sandbox failed to start", 0}
+	case errors.As(err, &unreachable):
+		return apiError{http.StatusBadGateway, "sandbox_unreachable", "the sandbox did not answer", 0}
+	case errors.As(err, &tooLarge):
+		return apiError{http.StatusRequestEntityTooLarge, "too_large", "request body too large", 0}
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return apiError{http.StatusGatewayTimeout, "timeout", "the sandbox did not answer in time", 0}
+	case errors.As(err, &he):
+		return apiError{he.Code, codeOf(he.Code), http.StatusText(he.Code), 0}
+	default:
+		return apiError{http.StatusInternalServerError, "internal", "internal error", 0}
+	}
+}
+
+func codeOf(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	}
+	if status < 500 {
+		return "bad_request"
+	}
+	return "internal"
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError answers err as JSON, logging what the client is not told.
+func writeError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	e := statusOf(err)
+	level := slog.LevelDebug
+	if e.status >= 500 {
+		level = slog.LevelWarn
+	}
+	log.Log(r.Context(), level, "request failed", "status", e.status, "code", e.code,
+		"method", r.Method, "path", r.URL.Path, "err", err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	w.WriteHeader(e.status)
+	_ = jsonEncode(w, errorBody{errorDetail{e.code, e.message}})
+}

@@ -1,0 +1,35 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+type healthBody struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// healthz: the process is alive.
+func (rt *Router) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+}
+
+// readyz: Redis and the backend answer, and the gateway is not draining.
+func (rt *Router) readyz(c echo.Context) error {
+	if rt.draining.Load() {
+		return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "draining"})
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	for _, p := range rt.ready {
+		if err := p.Ping(ctx); err != nil {
+			rt.log.Warn("not ready", "err", err)
+			return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Reason: "dependency unreachable"})
+		}
+	}
+	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+}

@@ -1,0 +1,140 @@
+// Package router is the gateway's HTTP surface on echo: the data plane
+// (/threads/{thread}/v1/..., /sandboxes/{id}/v1/...), the control plane
+// (/threads/{thread}/sandbox, DeerFlow's provisioner API), health, and the
+// error table every failure goes through.
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/proxy"
+)
+
+// Pool is what the router needs of the sandbox pool.
+type Pool interface {
+	Acquire(ctx context.Context, user, thread string) (*pool.Route, pool.Outcome, error)
+	Reacquire(ctx context.Context, failed *pool.Route) (*pool.Route, pool.Outcome, error)
+	Route(ctx context.Context, sid string) (*pool.Route, pool.Outcome, error)
+	Record(ctx context.Context, sid string) (lease.Record, bool, error)
+	Release(ctx context.Context, user, thread string) error
+	Destroy(ctx context.Context, sid, reason string) error
+}
+
+// Pinger checks a dependency for /readyz.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Deps are the router's collaborators.
+type Deps struct {
+	Pool  Pool
+	Ready []Pinger
+	Proxy proxy.Config
+	// PublicURL is how clients reach the gateway; "" = from each request.
+	PublicURL string
+	Log       *slog.Logger
+}
+
+// Router serves the gateway's HTTP API.
+type Router struct {
+	echo     *echo.Echo
+	pool     Pool
+	proxy    *proxy.Proxy
+	ready    []Pinger
+	public   string
+	log      *slog.Logger
+	draining atomic.Bool
+}
+
+// New builds the router.
+func New(d Deps) *Router {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	rt := &Router{pool: d.Pool, ready: d.Ready, public: d.PublicURL, log: d.Log}
+	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool}, rt.writeError, d.Log)
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		rt.writeError(c.Response(), c.Request(), err)
+	}
+	e.Use(recoverJSON(d.Log))
+
+	e.GET("/healthz", rt.healthz)
+	e.GET("/readyz", rt.readyz)
+
+	e.Any("/threads/:thread/v1/*", rt.threadProxy)
+	e.Any("/sandboxes/:id/v1/*", rt.sandboxProxy)
+
+	e.PUT("/threads/:thread/sandbox", rt.acquireThread)
+	e.GET("/threads/:thread/sandbox", rt.getThread)
+	e.DELETE("/threads/:thread/sandbox", rt.releaseThread)
+	rt.echo = e
+	return rt
+}
+
+// ServeHTTP makes the router an http.Handler.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.echo.ServeHTTP(w, r) }
+
+// Drain makes /readyz fail so load balancers stop sending new requests.
+func (rt *Router) Drain() { rt.draining.Store(true) }
+
+// CloseUpgraded closes every proxied WebSocket (on shutdown).
+func (rt *Router) CloseUpgraded() int { return rt.proxy.CloseUpgraded() }
+
+func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(rt.log, w, r, err)
+}
+
+// resolver adapts the pool to the proxy's Resolver.
+type resolver struct{ pool Pool }
+
+func (r resolver) Retry(ctx context.Context, failed proxy.Upstream) (proxy.Upstream, error) {
+	route, ok := failed.(*pool.Route)
+	if !ok {
+		return nil, fmt.Errorf("unexpected upstream %T", failed)
+	}
+	next, _, err := r.pool.Reacquire(ctx, route)
+	if err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// recoverJSON turns a handler panic into a JSON 500 (never a stack trace to
+// the client). http.ErrAbortHandler is re-raised: it is how a proxied
+// stream aborts on purpose.
+func recoverJSON(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					log.Error("handler panic", "panic", v, "path", c.Request().URL.Path)
+					err = errors.New("panic")
+				}
+			}()
+			return next(c)
+		}
+	}
+}
+
+func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
