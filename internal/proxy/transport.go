@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -11,34 +16,226 @@ import (
 // The zero value is the documented default.
 type TransportConfig struct {
 	DialTimeout     time.Duration // 0 = 2s: a sandbox is local or in-cluster
-	MaxIdlePerHost  int           // 0 = 256 (Go's default of 2 reconnects under load)
+	MaxIdle         int           // 0 = 256 (Go's default of 2 per host reconnects under load)
 	IdleConnTimeout time.Duration // 0 = 90s
 }
 
-// NewTransport returns the pool for one sandbox incarnation: HTTP/1.1 only,
-// no proxy from the environment, no compression (bodies pass through as the
-// sandbox wrote them), and no response-header timeout, because an exec may
-// legitimately answer after many minutes.
-func NewTransport(cfg TransportConfig) *http.Transport {
+// Transport is the HTTP/1.1 connection pool of one sandbox incarnation.
+//
+// It writes the request and reads the response on the calling goroutine,
+// keeping idle connections on a stack; http.Transport spends two goroutines
+// and several channel hand-offs per connection, which is where a Go proxy
+// loses to nginx on small requests. Before an idle connection is reused it is
+// checked for a close from the sandbox (a killed sandbox closes them all), so
+// a dead sandbox shows up as a dial failure — the one failure that is safe to
+// retry for any method. Upgrade requests (WebSocket) go through a standard
+// http.Transport, which handles the switch to a raw stream.
+//
+// No response-header timeout: an exec may answer after many minutes. The
+// request's context bounds every call: cancelling it closes the connection.
+type Transport struct {
+	cfg    TransportConfig
+	dialer net.Dialer
+
+	mu     sync.Mutex
+	idle   []*conn
+	closed bool
+
+	stdOnce sync.Once
+	std     *http.Transport
+}
+
+// NewTransport returns a pool for one sandbox incarnation.
+func NewTransport(cfg TransportConfig) *Transport {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 2 * time.Second
 	}
-	if cfg.MaxIdlePerHost == 0 {
-		cfg.MaxIdlePerHost = 256
+	if cfg.MaxIdle == 0 {
+		cfg.MaxIdle = 256
 	}
 	if cfg.IdleConnTimeout == 0 {
 		cfg.IdleConnTimeout = 90 * time.Second
 	}
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
-		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
-		MaxIdleConnsPerHost:   cfg.MaxIdlePerHost,
-		IdleConnTimeout:       cfg.IdleConnTimeout,
-		ExpectContinueTimeout: time.Second,
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+	return &Transport{cfg: cfg, dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}}
+}
+
+type conn struct {
+	net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleSince time.Time
+}
+
+var errTransportClosed = errors.New("sandbox connection pool closed")
+
+// RoundTrip sends one request on a pooled connection.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" {
+		return t.upgrader().RoundTrip(req)
 	}
+	ctx := req.Context()
+	c, err := t.get(ctx, req.URL.Host)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	// Cancelling the request unblocks any read or write on the connection.
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	if err := req.Write(c.bw); err != nil {
+		stop()
+		c.Close()
+		return nil, err
+	}
+	if err := c.bw.Flush(); err != nil {
+		stop()
+		c.Close()
+		return nil, err
+	}
+	resp, err := readResponse(c.br, req)
+	if err != nil {
+		stop()
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	reusable := !resp.Close && !req.Close
+	if resp.Body == http.NoBody {
+		t.release(c, stop, reusable)
+		return resp, nil
+	}
+	resp.Body = &body{rc: resp.Body, t: t, c: c, stop: stop, reusable: reusable}
+	return resp, nil
+}
+
+// readResponse reads the final response, skipping informational ones other
+// than 101 (100 Continue, 103 Early Hints).
+func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// get pops a live idle connection or dials a new one.
+func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
+	now := time.Now()
+	for {
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, errTransportClosed
+		}
+		n := len(t.idle)
+		if n == 0 {
+			t.mu.Unlock()
+			break
+		}
+		c := t.idle[n-1]
+		t.idle[n-1] = nil
+		t.idle = t.idle[:n-1]
+		t.mu.Unlock()
+		if now.Sub(c.idleSince) < t.cfg.IdleConnTimeout && peerOpen(c.Conn) {
+			return c, nil
+		}
+		c.Close()
+	}
+	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 32<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, nil
+}
+
+// release returns c to the pool, or closes it.
+func (t *Transport) release(c *conn, stop func() bool, reusable bool) {
+	// stop() is false when the context already fired and poisoned the deadline.
+	if !stop() || !reusable || c.br.Buffered() > 0 {
+		c.Close()
+		return
+	}
+	c.idleSince = time.Now()
+	t.mu.Lock()
+	if t.closed || len(t.idle) >= t.cfg.MaxIdle {
+		t.mu.Unlock()
+		c.Close()
+		return
+	}
+	t.idle = append(t.idle, c)
+	t.mu.Unlock()
+}
+
+// CloseIdleConnections closes the pool for good: the incarnation is gone.
+// Requests in flight finish; their connections are closed afterwards.
+func (t *Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	t.closed = true
+	idle := t.idle
+	t.idle = nil
+	t.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+	if t.std != nil {
+		t.std.CloseIdleConnections()
+	}
+}
+
+// upgrader is the standard transport used for protocol upgrades only.
+func (t *Transport) upgrader() *http.Transport {
+	t.stdOnce.Do(func() {
+		t.std = &http.Transport{
+			Proxy:               nil,
+			DialContext:         t.dialer.DialContext,
+			DisableCompression:  true,
+			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
+			MaxIdleConnsPerHost: 4,
+			IdleConnTimeout:     t.cfg.IdleConnTimeout,
+		}
+	})
+	return t.std
+}
+
+// body hands the connection back to the pool when the response has been
+// read to the end, and closes it when the reader gives up early.
+type body struct {
+	rc       io.ReadCloser
+	t        *Transport
+	c        *conn
+	stop     func() bool
+	reusable bool
+	done     bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.done = true
+		b.t.release(b.c, b.stop, b.reusable)
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	b.stop()
+	return b.c.Close()
 }

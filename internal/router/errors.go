@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,12 +47,16 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
 	case errors.Is(err, pool.ErrCreate):
 		return apiError{http.StatusBadGateway, "sandbox_start_failed", "the sandbox failed to start", 0}
-	case errors.As(err, &unreachable):
-		return apiError{http.StatusBadGateway, "sandbox_unreachable", "the sandbox did not answer", 0}
 	case errors.As(err, &tooLarge):
 		return apiError{http.StatusRequestEntityTooLarge, "too_large", "request body too large", 0}
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return apiError{http.StatusGatewayTimeout, "timeout", "the sandbox did not answer in time", 0}
+	case errors.As(err, &unreachable):
+		return apiError{http.StatusBadGateway, "sandbox_unreachable", "the sandbox did not answer", 0}
+	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		// The connection broke mid-request (sandbox killed or crashed): not
+		// retried, since the sandbox may have acted on the request.
+		return apiError{http.StatusBadGateway, "sandbox_connection_lost", "the sandbox closed the connection before answering", 0}
 	case errors.As(err, &he):
 		return apiError{he.Code, codeOf(he.Code), http.StatusText(he.Code), 0}
 	default:

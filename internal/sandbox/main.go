@@ -5,67 +5,131 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
 
-// Mapping maps a virtual path seen by the agent to a host directory.
-type Mapping struct {
-	Virtual  string
-	Host     string
-	ReadOnly bool
-}
-
-// Config of the sandbox server. The zero value serves on 127.0.0.1:8080 in
-// container mode (no path mapping).
-type Config struct {
-	Listen   string // default 127.0.0.1:8080; containers pass 0.0.0.0:8080
-	ListenFD int    // >0: serve on this inherited listening socket instead
-	Mappings []Mapping
-	Home     string // virtual home/workspace dir reported and used as default cwd
-}
-
 // Main parses the `gateway sandbox` arguments and serves until ctx ends.
-// TEMPORARY STUB: only GET /v1/sandbox; the full server replaces it.
+//
+//	--listen ADDR          listen address (default 127.0.0.1:8080)
+//	--listen-fd N          serve on an inherited listening socket (fd N) instead
+//	--map VIRTUAL=HOST     read-write path mapping (repeatable); none = container mode
+//	--map-ro VIRTUAL=HOST  read-only path mapping (repeatable)
+//	--home DIR             virtual home/workspace dir and default cwd
+//	--max-output BYTES     cap on returned command output (default 1 MiB)
+//
+// On shutdown every running command's process group is killed.
 func Main(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	var cfg Config
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
-	fs.IntVar(&cfg.ListenFD, "listen-fd", 0, "inherited listening socket fd")
-	fs.StringVar(&cfg.Home, "home", "", "home dir")
 	var maps, mapsRO multiFlag
-	fs.Var(&maps, "map", "VIRTUAL=HOST read-write mapping")
-	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only mapping")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
+	fs.IntVar(&cfg.ListenFD, "listen-fd", 0, "serve on this inherited listening socket fd")
+	fs.StringVar(&cfg.Home, "home", "", "virtual home dir (default: /mnt/user-data/workspace if mapped, else $HOME)")
+	fs.Int64Var(&cfg.MaxOutput, "max-output", DefaultMaxOutput, "cap on returned command output in bytes")
+	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
+	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
-	var ln net.Listener
-	var err error
-	if cfg.ListenFD > 0 {
-		ln, err = net.FileListener(os.NewFile(uintptr(cfg.ListenFD), "listener"))
-	} else {
-		ln, err = net.Listen("tcp", cfg.Listen)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	for _, set := range []struct {
+		specs []string
+		ro    bool
+	}{{maps, false}, {mapsRO, true}} {
+		for _, spec := range set.specs {
+			m, err := parseMapping(spec, set.ro)
+			if err != nil {
+				return err
+			}
+			cfg.Mappings = append(cfg.Mappings, m)
+		}
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "sandbox")
+	cfg.Logger = log
+	srv, err := New(cfg)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/sandbox", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"success":true,"message":"","data":{"home_dir":%q}}`, cfg.Home)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	defer srv.Close()
+	ln, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, srv, ln, log)
+}
+
+func parseMapping(spec string, ro bool) (Mapping, error) {
+	v, h, ok := strings.Cut(spec, "=")
+	if !ok || v == "" || h == "" {
+		return Mapping{}, fmt.Errorf("mapping %q: want VIRTUAL=HOST", spec)
+	}
+	abs, err := filepath.Abs(h)
+	if err != nil {
+		return Mapping{}, fmt.Errorf("mapping %q: %w", spec, err)
+	}
+	return Mapping{Virtual: v, Host: abs, ReadOnly: ro}, nil
+}
+
+func listen(cfg Config) (net.Listener, error) {
+	if cfg.ListenFD > 0 {
+		f := os.NewFile(uintptr(cfg.ListenFD), "listener")
+		if f == nil {
+			return nil, fmt.Errorf("listen-fd %d: invalid descriptor", cfg.ListenFD)
+		}
+		defer f.Close() // FileListener holds its own dup
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("listen-fd %d: %w", cfg.ListenFD, err)
+		}
+		return ln, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return ln, nil
+}
+
+// serve runs the HTTP server until ctx ends, then kills running commands
+// (so their requests complete) and drains.
+func serve(ctx context.Context, srv *Server, ln net.Listener, log *slog.Logger) error {
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute, // above the gateway's idle pool timeout
+	}
+	mode := "container"
+	if srv.pm.Enabled() {
+		mode = "host"
+	}
+	log.Info("sandbox server listening", "addr", ln.Addr().String(), "mode", mode)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("sandbox server shutting down")
+	srv.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
 }

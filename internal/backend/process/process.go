@@ -1,0 +1,399 @@
+// Package process is the default backend: every sandbox is a child process
+// running this binary as `gateway sandbox`, on a loopback port, with the
+// thread's host directories mapped to the virtual paths. A state file per
+// sandbox ({StateDir}/{sid}.json) makes sandboxes discoverable by other
+// gateway processes and after a restart; a pid plus its start time is the
+// incarnation, so a recycled pid is never taken for a sandbox.
+package process
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+)
+
+// Name is the backend's name in Info.Backend and logs.
+const Name = "process"
+
+const (
+	defaultReadyTimeout = 30 * time.Second
+	// discoverReadyTimeout bounds Discover's readiness check: the sandbox
+	// was ready once, so it answers at once unless it is hung or very busy.
+	discoverReadyTimeout = 2 * time.Second
+)
+
+// Config of the process backend. The zero value, plus StateDir, is usable.
+type Config struct {
+	// Binary is the sandbox server binary, run as `Binary sandbox ...`;
+	// "" is the running gateway itself (os.Executable).
+	Binary string
+	// StateDir holds one state file and one log per sandbox (the gateway
+	// passes {data_dir}/sandboxes/process). Required.
+	StateDir string
+	// ReadyTimeout bounds Create's wait for the first 200 on /v1/sandbox;
+	// 0 means 30s.
+	ReadyTimeout time.Duration
+	// Instance is the gateway instance id recorded in the labels (optional).
+	Instance string
+}
+
+// Validate reports configuration errors.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("process backend: state dir is required"))
+	}
+	if c.ReadyTimeout < 0 {
+		errs = append(errs, fmt.Errorf("process backend: ready timeout %v is negative", c.ReadyTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Process implements backend.Backend with local child processes.
+type Process struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	children map[int]*child // by pid: sandboxes this Process started and reaps
+}
+
+var _ backend.Backend = (*Process)(nil)
+
+// New checks cfg, fills in defaults and creates the state dir.
+func New(cfg Config, log *slog.Logger) (*Process, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = defaultReadyTimeout
+	}
+	if cfg.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("process backend: find own binary: %w", err)
+		}
+		cfg.Binary = exe
+	}
+	var err error
+	if cfg.Binary, err = filepath.Abs(cfg.Binary); err != nil {
+		return nil, fmt.Errorf("process backend: resolve binary: %w", err)
+	}
+	if fi, err := os.Stat(cfg.Binary); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("process backend: sandbox binary %s is not an executable file", cfg.Binary)
+	}
+	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("process backend: resolve state dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("process backend: create state dir: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Process{cfg: cfg, log: log.With("backend", Name), children: map[int]*child{}}, nil
+}
+
+// Create starts the sandbox, or returns the live one already running under
+// that id (idempotent), once it answers GET /v1/sandbox.
+func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
+	if err := validateSpec(spec); err != nil {
+		return backend.Info{}, err
+	}
+	sid := spec.SandboxID
+	log := p.log.With("sandbox_id", sid, "thread", spec.Thread)
+	l, err := p.lock(ctx, sid)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	keepLock := false // the lock file goes with the id's last sandbox
+	defer func() { l.unlock(!keepLock) }()
+
+	if info, ok, err := p.adoptExisting(ctx, sid, log); err != nil || ok {
+		keepLock = ok
+		return info, err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
+	}
+
+	began := time.Now()
+	c, url, err := p.start(ctx, spec)
+	if err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
+	}
+	st, err := p.record(ctx, spec, c, url)
+	if err == nil {
+		err = p.waitReady(ctx, c, url)
+	}
+	if err != nil {
+		p.abandon(c, st, sid)
+		return backend.Info{}, fmt.Errorf("create sandbox %s (log %s): %w", sid, p.logPath(sid), err)
+	}
+	keepLock = true
+	log.Info("sandbox created", "pid", c.pid, "url", url, "duration", time.Since(began))
+	return st.info(), nil
+}
+
+// adoptExisting handles a state file left for sid: a live, answering
+// sandbox is returned; a dead one's state is dropped. A live one gets the
+// full ReadyTimeout to answer before it is replaced as hung: a busy sandbox
+// that is merely slow must not lose its running commands.
+// The caller holds the id's lock.
+func (p *Process) adoptExisting(ctx context.Context, sid string, log *slog.Logger) (backend.Info, bool, error) {
+	st, err := p.readState(sid)
+	if err != nil || st == nil {
+		return backend.Info{}, false, err
+	}
+	ok, err := live(ctx, st.PID, st.StartTime)
+	if err != nil {
+		return backend.Info{}, false, err
+	}
+	if ok {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+		err := backend.WaitReady(rctx, st.URL)
+		cancel()
+		if err == nil {
+			log.Info("sandbox already running", "pid", st.PID)
+			return st.info(), true, nil
+		}
+		if ctx.Err() != nil {
+			return backend.Info{}, false, fmt.Errorf("create sandbox %s: %w", sid, ctx.Err())
+		}
+		log.Warn("replacing unresponsive sandbox", "pid", st.PID, "err", err)
+		if err := terminate(ctx, st.PID, st.StartTime); err != nil {
+			return backend.Info{}, false, fmt.Errorf("stop unresponsive sandbox %s: %w", sid, err)
+		}
+	}
+	return backend.Info{}, false, p.removeState(sid)
+}
+
+// record writes the state file of a just-started child.
+func (p *Process) record(ctx context.Context, spec backend.Spec, c *child, url string) (*state, error) {
+	pr, found, err := readProc(ctx, c.pid)
+	if err == nil && (!found || pr.Dead) {
+		err = errors.New("sandbox server exited at once")
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &state{
+		SandboxID:   spec.SandboxID,
+		User:        spec.User,
+		Thread:      spec.Thread,
+		URL:         url,
+		PID:         c.pid,
+		StartTime:   pr.Start,
+		Incarnation: incarnation(c.pid, pr.Start),
+		CreatedAt:   time.Now().UTC(),
+		Labels:      backend.IdentityLabels(spec, p.cfg.Instance, spec.Labels),
+	}
+	return st, p.writeState(st)
+}
+
+// waitReady waits for the first 200, giving up early if the child exits.
+func (p *Process) waitReady(ctx context.Context, c *child, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := backend.WaitReady(ctx, url)
+	select {
+	case <-c.done:
+		return errors.New("sandbox server exited before it was ready")
+	default:
+		return err
+	}
+}
+
+// abandon kills a child whose creation failed and removes its state.
+func (p *Process) abandon(c *child, st *state, sid string) {
+	// A fresh context: the caller's may be what ended the creation.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*termGrace)
+	defer cancel()
+	select {
+	case <-c.done: // already exited and reaped: its pid is no longer ours to signal
+	default:
+		if st == nil {
+			signalGroup(c.pid, syscall.SIGKILL)
+		} else if ok, _ := live(ctx, c.pid, st.StartTime); ok {
+			_ = terminate(ctx, c.pid, st.StartTime)
+		}
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+	}
+	_ = p.removeState(sid)
+}
+
+// Destroy stops the sandbox incarnation in info (or, with no incarnation,
+// whatever runs under its id) and removes its state. A newer incarnation of
+// the same id is left alone; an unknown sandbox is nil.
+func (p *Process) Destroy(ctx context.Context, info backend.Info) error {
+	sid := info.SandboxID
+	if err := validSandboxID(sid); err != nil {
+		return err
+	}
+	l, err := p.lock(ctx, sid)
+	if err != nil {
+		return err
+	}
+	st, err := p.readState(sid)
+	if err != nil {
+		l.unlock(false)
+		return err
+	}
+	target, thread := info.Incarnation, info.Thread
+	if st != nil {
+		target, thread = cmp.Or(target, st.Incarnation), cmp.Or(thread, st.Thread)
+	}
+	current := st != nil && st.Incarnation == target
+	if err := p.stop(ctx, sid, target); err != nil {
+		l.unlock(false)
+		return fmt.Errorf("destroy sandbox %s: %w", sid, err)
+	}
+	if current {
+		err = p.removeState(sid)
+		p.removeLogs(sid)
+	}
+	l.unlock(st == nil || current)
+	if err == nil && target != "" {
+		p.log.Info("sandbox destroyed", "sandbox_id", sid, "thread", thread, "incarnation", target)
+	}
+	return err
+}
+
+// stop kills the incarnation if it still runs, and waits for the reaper
+// when this Process is its parent, so the pid is gone when Destroy returns.
+func (p *Process) stop(ctx context.Context, sid, inc string) error {
+	if inc == "" {
+		return nil
+	}
+	pid, start, err := parseIncarnation(inc)
+	if err != nil {
+		return err
+	}
+	ok, err := live(ctx, pid, start)
+	if err != nil || !ok {
+		return err
+	}
+	if err := terminate(ctx, pid, start); err != nil {
+		return err
+	}
+	if c := p.ownChild(pid); c != nil {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return fmt.Errorf("reap sandbox %s: %w", sid, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Alive reports whether the incarnation's process runs: no HTTP, one read
+// of /proc.
+func (p *Process) Alive(ctx context.Context, info backend.Info) (bool, error) {
+	pid, start, err := parseIncarnation(info.Incarnation)
+	if err != nil {
+		return false, err
+	}
+	return live(ctx, pid, start)
+}
+
+// Discover finds a live, answering sandbox by id from its state file; a
+// dead one's state is removed. A live one that does not answer within
+// discoverReadyTimeout is reported not found (Create then gives it the full
+// ReadyTimeout before replacing it).
+func (p *Process) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
+	if err := validSandboxID(sid); err != nil {
+		return backend.Info{}, false, err
+	}
+	st, err := p.liveState(ctx, sid)
+	if err != nil || st == nil {
+		return backend.Info{}, false, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
+	defer cancel()
+	if err := backend.WaitReady(rctx, st.URL); err != nil {
+		if ctx.Err() != nil {
+			return backend.Info{}, false, fmt.Errorf("discover sandbox %s: %w", sid, ctx.Err())
+		}
+		p.log.Warn("sandbox alive but not answering", "sandbox_id", sid, "thread", st.Thread, "pid", st.PID, "err", err)
+		return backend.Info{}, false, nil
+	}
+	return st.info(), true, nil
+}
+
+// List returns every sandbox in the state dir whose process is alive,
+// dropping stale state files on the way.
+func (p *Process) List(ctx context.Context) ([]backend.Info, error) {
+	entries, err := os.ReadDir(p.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var out []backend.Info
+	for _, e := range entries {
+		sid, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || validSandboxID(sid) != nil {
+			continue
+		}
+		st, err := p.liveState(ctx, sid)
+		if err != nil { // one bad file must not hide every other sandbox
+			p.log.Warn("skip sandbox state", "sandbox_id", sid, "err", err)
+			continue
+		}
+		if st != nil {
+			out = append(out, st.info())
+		}
+	}
+	return out, nil
+}
+
+// liveState reads sid's state and returns it when its process is alive. A
+// dead one's state is removed, unless someone holds the id's lock (they are
+// creating or destroying it right now and will settle the state).
+func (p *Process) liveState(ctx context.Context, sid string) (*state, error) {
+	st, err := p.readState(sid)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	ok, err := live(ctx, st.PID, st.StartTime)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return st, nil
+	}
+	l, err := p.tryLock(sid)
+	if err != nil || l == nil {
+		return nil, err
+	}
+	// Re-read under the lock: a new incarnation may have replaced the dead one.
+	now, err := p.readState(sid)
+	if err == nil && now != nil && now.Incarnation == st.Incarnation {
+		err = p.removeState(sid)
+		p.log.Info("removed state of dead sandbox", "sandbox_id", sid, "thread", st.Thread, "pid", st.PID)
+	}
+	replaced := now != nil && now.Incarnation != st.Incarnation
+	l.unlock(err == nil && !replaced)
+	if err == nil && replaced {
+		return p.liveState(ctx, sid)
+	}
+	return nil, err
+}

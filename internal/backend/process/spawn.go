@@ -1,0 +1,149 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandbox"
+)
+
+// child is a sandbox server this Process started and still waits for.
+type child struct {
+	pid  int
+	done chan struct{} // closed once the process has exited and been reaped
+}
+
+// validateSpec rejects what cannot be passed to the child unambiguously.
+func validateSpec(spec backend.Spec) error {
+	if err := validSandboxID(spec.SandboxID); err != nil {
+		return err
+	}
+	for _, m := range spec.Mounts {
+		if !path.IsAbs(m.ContainerPath) || path.Clean(m.ContainerPath) != m.ContainerPath || strings.Contains(m.ContainerPath, "=") {
+			return fmt.Errorf("invalid mount path %q: want a clean absolute path without '='", m.ContainerPath)
+		}
+		if m.HostPath == "" {
+			return fmt.Errorf("mount %s: empty host path", m.ContainerPath)
+		}
+	}
+	for name, value := range spec.Env {
+		if name == "" || strings.ContainsAny(name, "=\x00") || strings.ContainsRune(value, 0) {
+			return fmt.Errorf("invalid sandbox environment variable %q", name)
+		}
+	}
+	return nil
+}
+
+// serverArgs is the sandbox server's command line (the contract of
+// `gateway sandbox`): the listening socket is fd 3, each mount a mapping.
+func serverArgs(mounts []backend.Mount) ([]string, error) {
+	args := []string{"sandbox", "--listen-fd", "3", "--home", backend.VirtualWorkspace}
+	for _, m := range mounts {
+		host, err := filepath.Abs(m.HostPath)
+		if err != nil {
+			return nil, fmt.Errorf("resolve mount %s: %w", m.ContainerPath, err)
+		}
+		flag := "--map"
+		if m.ReadOnly {
+			flag = "--map-ro"
+		}
+		args = append(args, flag, m.ContainerPath+"="+host)
+	}
+	return args, nil
+}
+
+// childEnv is the gateway's environment minus secret-looking variables and
+// the gateway's own SANDGATE_* settings (a Redis URL may carry a password),
+// plus the configured env, which the server is told to keep.
+func childEnv(parent []string, configured map[string]string) []string {
+	env := make([]string, 0, len(parent)+len(configured)+1)
+	for _, kv := range sandbox.StripSecrets(parent, nil) {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, set := configured[name]; set || strings.HasPrefix(name, "SANDGATE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	names := make([]string, 0, len(configured))
+	for name := range configured {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		env = append(env, name+"="+configured[name])
+	}
+	return append(env, sandbox.KeepEnvVar+"="+strings.Join(names, ","))
+}
+
+// start launches the sandbox server in its own process group (so terminal
+// signals to the gateway do not reach it, it outlives the gateway, and the
+// whole group can be killed) on a loopback socket bound here: the kernel
+// picks the port, and connections queue in the backlog until the child
+// serves, so there is neither a port race nor a startup gap to poll across.
+func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string, error) {
+	args, err := serverArgs(spec.Mounts)
+	if err != nil {
+		return nil, "", err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("bind sandbox port: %w", err)
+	}
+	defer ln.Close()
+	sock, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, "", fmt.Errorf("pass sandbox socket: %w", err)
+	}
+	defer sock.Close()
+	logf, err := p.openLog(spec.SandboxID)
+	if err != nil {
+		return nil, "", err
+	}
+	defer logf.Close()
+
+	cmd := exec.Command(p.cfg.Binary, args...)
+	cmd.Env = childEnv(os.Environ(), spec.Env)
+	cmd.Stdout, cmd.Stderr = logf, logf // the file itself, no pipe: the child outlives us
+	cmd.ExtraFiles = []*os.File{sock}   // fd 3
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("start sandbox server: %w", err)
+	}
+	c := &child{pid: cmd.Process.Pid, done: make(chan struct{})}
+	p.mu.Lock()
+	p.children[c.pid] = c
+	p.mu.Unlock()
+	log := p.log.With("sandbox_id", spec.SandboxID, "thread", spec.Thread, "pid", c.pid)
+	go func() { // reap: no zombies while this gateway lives
+		err := cmd.Wait()
+		p.mu.Lock()
+		delete(p.children, c.pid)
+		p.mu.Unlock()
+		close(c.done)
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			log.Warn("wait for sandbox process", "err", err)
+			return
+		}
+		log.Info("sandbox process exited", "status", cmd.ProcessState.String())
+	}()
+	return c, "http://" + ln.Addr().String(), nil
+}
+
+// ownChild returns the child with that pid if this Process started it.
+func (p *Process) ownChild(pid int) *child {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.children[pid]
+}

@@ -1,0 +1,136 @@
+package process
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+)
+
+// maxLogSize is where a sandbox log is rotated (one old generation kept) when
+// the sandbox is created again.
+const maxLogSize = 1 << 20
+
+// state is the on-disk record of one sandbox, {StateDir}/{sid}.json. It is
+// what makes sandboxes discoverable by another gateway process or after a
+// restart: nothing about them lives only in memory.
+type state struct {
+	SandboxID   string            `json:"sandbox_id"`
+	User        string            `json:"user"`
+	Thread      string            `json:"thread"`
+	URL         string            `json:"url"`
+	PID         int               `json:"pid"`
+	StartTime   string            `json:"start_time"`
+	Incarnation string            `json:"incarnation"`
+	CreatedAt   time.Time         `json:"created_at"`
+	Labels      map[string]string `json:"labels"`
+}
+
+func (s *state) info() backend.Info {
+	return backend.Info{
+		SandboxID:   s.SandboxID,
+		User:        s.User,
+		Thread:      s.Thread,
+		URL:         s.URL,
+		Incarnation: s.Incarnation,
+		Backend:     Name,
+		Labels:      s.Labels,
+		CreatedAt:   s.CreatedAt,
+	}
+}
+
+// validSandboxID accepts exactly what the gateway derives from
+// hex(sha256(user:thread))[:16]; it also makes every file name built from an
+// id path-safe.
+func validSandboxID(sid string) error {
+	if len(sid) != 16 {
+		return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
+	}
+	for _, c := range []byte(sid) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
+		}
+	}
+	return nil
+}
+
+func (p *Process) statePath(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".json") }
+func (p *Process) logPath(sid string) string   { return filepath.Join(p.cfg.StateDir, sid+".log") }
+
+// readState returns nil, nil when there is no state file.
+func (p *Process) readState(sid string) (*state, error) {
+	data, err := os.ReadFile(p.statePath(sid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("decode sandbox state %s: %w", p.statePath(sid), err)
+	}
+	if st.SandboxID != sid {
+		return nil, fmt.Errorf("sandbox state %s names sandbox %q", p.statePath(sid), st.SandboxID)
+	}
+	return &st, nil
+}
+
+// writeState replaces the state file atomically (temp file, fsync, rename),
+// so a reader never sees half a record.
+func (p *Process) writeState(st *state) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode sandbox state: %w", err)
+	}
+	tmp, err := os.CreateTemp(p.cfg.StateDir, "."+st.SandboxID+".json.tmp-*")
+	if err != nil {
+		return fmt.Errorf("write sandbox state: %w", err)
+	}
+	_, err = tmp.Write(append(data, '\n'))
+	err = errors.Join(err, tmp.Sync(), tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), p.statePath(st.SandboxID))
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write sandbox state: %w", err)
+	}
+	return nil
+}
+
+func (p *Process) removeState(sid string) error {
+	if err := os.Remove(p.statePath(sid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove sandbox state: %w", err)
+	}
+	return nil
+}
+
+// removeLogs deletes a destroyed sandbox's logs. A crashed sandbox keeps its
+// log for the post-mortem until its id is created again.
+func (p *Process) removeLogs(sid string) {
+	_ = os.Remove(p.logPath(sid))
+	_ = os.Remove(p.logPath(sid) + ".1")
+}
+
+// openLog opens the sandbox's log for appending, rotating it first when it
+// has grown past maxLogSize, and marks where this incarnation begins.
+func (p *Process) openLog(sid string) (*os.File, error) {
+	path := p.logPath(sid)
+	if fi, err := os.Stat(path); err == nil && fi.Size() > maxLogSize {
+		if err := os.Rename(path, path+".1"); err != nil {
+			return nil, fmt.Errorf("rotate sandbox log: %w", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox log: %w", err)
+	}
+	_, _ = fmt.Fprintf(f, "--- sandgate: starting sandbox %s at %s ---\n", sid, time.Now().UTC().Format(time.RFC3339Nano))
+	return f, nil
+}

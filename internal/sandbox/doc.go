@@ -1,0 +1,23 @@
+// Package sandbox is the server that runs inside every sandbox
+// (`gateway sandbox`): an AIO-compatible subset of the all-in-one sandbox
+// API (agent-infra/sandbox), so DeerFlow's AioSandbox and the generated
+// agent-sandbox SDKs work against it. Every JSON response is the envelope
+// {"success", "message", "data"}; a 422 also carries FastAPI-style
+// "detail" naming the field.
+//
+// Modes. Without --map flags it runs in container mode: paths are real. With
+// mappings (host mode, used by the process backend) every path in a request
+// is mapped virtual -> host through a PathMap, host paths in every response
+// are mapped back, and file calls outside the mappings or writes to
+// read-only ones are refused with 403. Host mode isolates file calls, not
+// shell commands: those run in a real shell on the host.
+//
+// Choices, documented where they are implemented:
+//   - Shell sessions fork rather than serialize concurrent calls (session.go).
+//   - Each command is a fresh `shell -c` in its own process group; its cwd and
+//     exported env come back through a state file (process.go).
+//   - Output over --max-output keeps head and tail around
+//     "\n...[output truncated: N bytes omitted]...\n" (outbuf.go).
+//   - Binary file reads return base64 with "encoding": "base64" (file_api.go).
+//   - SSE events are start, output, result (sse.go).
+package sandbox

@@ -1,0 +1,259 @@
+// Package e2e drives real gateway processes over real HTTP, with a real
+// redis-server and real sandbox processes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// gateway is one gateway replica process.
+type gateway struct {
+	t    *testing.T
+	URL  string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fleet is what replicas of one test share: Redis and the data dir.
+type fleet struct {
+	t        *testing.T
+	redis    *testutil.Redis
+	dataDir  string
+	bin      string
+	extra    []string
+	replicas []*gateway
+}
+
+// newFleet starts a redis-server and prepares a data dir; replicas are
+// started with start(). At cleanup every sandbox the fleet made is destroyed.
+func newFleet(t *testing.T, extra ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, redis: testutil.StartRedis(t), dataDir: t.TempDir(), bin: testutil.GatewayBinary(t), extra: extra}
+	t.Cleanup(f.cleanup)
+	return f
+}
+
+func (f *fleet) start(extra ...string) *gateway {
+	f.t.Helper()
+	port := testutil.FreePort(f.t)
+	args := append([]string{
+		"--listen", "127.0.0.1:" + strconv.Itoa(port),
+		"--redis-url", f.redis.URL(),
+		"--data-dir", f.dataDir,
+		"--log-format", "json",
+		"--log-level", "debug",
+	}, f.extra...)
+	args = append(args, extra...)
+	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &syncBuffer{}, done: make(chan struct{})}
+	g.cmd = exec.Command(f.bin, args...)
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	if err := g.cmd.Start(); err != nil {
+		f.t.Fatalf("start gateway: %v", err)
+	}
+	go func() { _ = g.cmd.Wait(); close(g.done) }()
+	f.replicas = append(f.replicas, g)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(g.URL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return g
+			}
+		}
+		select {
+		case <-g.done:
+			f.t.Fatalf("gateway exited at start:\n%s", g.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("gateway did not become healthy:\n%s", g.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (g *gateway) kill() {
+	_ = g.cmd.Process.Signal(syscall.SIGKILL)
+	<-g.done
+}
+
+func (g *gateway) stop() {
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(40 * time.Second):
+		g.t.Errorf("gateway did not stop on SIGTERM")
+		g.kill()
+	}
+}
+
+func (f *fleet) cleanup() {
+	for _, g := range f.replicas {
+		select {
+		case <-g.done:
+		default:
+			g.kill()
+		}
+		if f.t.Failed() {
+			f.t.Logf("gateway %s logs:\n%s", g.URL, tail(g.logs.String(), 60))
+		}
+	}
+	for _, info := range f.sandboxes() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = f.backend().Destroy(ctx, info)
+		cancel()
+	}
+}
+
+// backend is a process backend over the fleet's state dir: it sees every
+// sandbox any replica made.
+func (f *fleet) backend() *process.Process {
+	p, err := process.New(process.Config{Binary: f.bin, StateDir: filepath.Join(f.dataDir, "sandboxes", "process")}, nil)
+	if err != nil {
+		f.t.Fatalf("process backend: %v", err)
+	}
+	return p
+}
+
+// sandboxes lists the live sandbox processes of the fleet.
+func (f *fleet) sandboxes() []backend.Info {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := f.backend().List(ctx)
+	if err != nil {
+		f.t.Fatalf("list sandboxes: %v", err)
+	}
+	return list
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// envelope is the sandbox API's response shape.
+type envelope struct {
+	Success bool            `json:"success"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+type execData struct {
+	SessionID string `json:"session_id"`
+	Status    string `json:"status"`
+	Output    string `json:"output"`
+	ExitCode  *int   `json:"exit_code"`
+}
+
+func call(t *testing.T, method, url string, body any, hdr ...string) (int, []byte, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// shell runs command in thread's sandbox through gateway base and returns the
+// output; it fails the test on anything but a completed command.
+func shell(t *testing.T, base, thread, command string) execData {
+	t.Helper()
+	code, body, _ := call(t, "POST", base+"/threads/"+thread+"/v1/shell/exec", map[string]any{"command": command})
+	if code != 200 {
+		t.Fatalf("exec %q: status %d: %s", command, code, body)
+	}
+	var env envelope
+	var d execData
+	if err := json.Unmarshal(body, &env); err != nil || json.Unmarshal(env.Data, &d) != nil {
+		t.Fatalf("exec %q: bad body %s", command, body)
+	}
+	return d
+}
+
+type sandboxView struct {
+	SandboxID string `json:"sandbox_id"`
+	State     string `json:"state"`
+	Outcome   string `json:"outcome"`
+	URL       string `json:"url"`
+}
+
+func sandboxOf(t *testing.T, base, thread string) sandboxView {
+	t.Helper()
+	code, body, _ := call(t, "GET", base+"/threads/"+thread+"/sandbox", nil)
+	if code != 200 {
+		t.Fatalf("GET sandbox of %s: %d %s", thread, code, body)
+	}
+	var v sandboxView
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func errorCode(t *testing.T, body []byte) string {
+	t.Helper()
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" {
+		t.Fatalf("not a JSON error: %s", body)
+	}
+	return e.Error.Code
+}
+

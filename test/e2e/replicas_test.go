@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// 300 concurrent first requests for 30 new threads, spread over three
+// replicas on one Redis: exactly one sandbox per thread, no error.
+func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--max-sandboxes", "0")
+	replicas := []*gateway{f.start(), f.start(), f.start()}
+	const threads, requests = 30, 300
+	var wg sync.WaitGroup
+	errs := make(chan string, requests)
+	start := make(chan struct{})
+	for i := range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := replicas[i%len(replicas)]
+			thread := fmt.Sprintf("burst-%02d", (i/len(replicas))%threads)
+			<-start
+			code, body, _ := call(t, "POST", g.URL+"/threads/"+thread+"/v1/shell/exec", map[string]any{"command": "echo ok"})
+			if code != 200 || !strings.Contains(string(body), `"output":"ok\n"`) {
+				errs <- fmt.Sprintf("%s via %s: %d %s", thread, g.URL, code, body)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	live := f.sandboxes()
+	ids := map[string]int{}
+	for _, s := range live {
+		ids[s.SandboxID]++
+	}
+	if len(live) != threads || len(ids) != threads {
+		t.Fatalf("%d sandbox processes, %d distinct ids, want %d of each", len(live), len(ids), threads)
+	}
+	for i := range threads {
+		sid := lease.SandboxID("default", fmt.Sprintf("burst-%02d", i))
+		if ids[sid] != 1 {
+			t.Errorf("thread burst-%02d has %d sandboxes", i, ids[sid])
+		}
+	}
+}
+
+// A replica killed while it provisions leaves no duplicate and no orphan:
+// once its lock expires, another replica adopts the sandbox it started.
+func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--lock-ttl", "1s")
+	// A sandbox binary that takes a while to start, so the kill lands mid-create.
+	slow := filepath.Join(t.TempDir(), "slow-sandbox")
+	script := fmt.Sprintf("#!/bin/sh\nsleep 1\nexec %s \"$@\"\n", f.bin)
+	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := f.start("--process-binary", slow)
+	b := f.start("--process-binary", slow)
+
+	res := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("PUT", a.URL+"/threads/victim/sandbox", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		res <- err
+	}()
+	// Kill replica a once its create is under way (the child exists).
+	waitFor(t, func() bool { return strings.Contains(a.logs.String(), "sandbox process started") || len(f.sandboxes()) > 0 })
+	a.kill()
+	<-res // the client sees a broken connection; what matters is the fleet state
+
+	d := shell(t, b.URL, "victim", "echo alive")
+	if strings.TrimSpace(d.Output) != "alive" {
+		t.Fatalf("via replica b: %+v", d)
+	}
+	// Let any stray create finish, then count.
+	time.Sleep(1500 * time.Millisecond)
+	live := f.sandboxes()
+	if len(live) != 1 {
+		t.Fatalf("%d sandboxes for one thread after a replica died mid-create: %+v", len(live), live)
+	}
+	v := sandboxOf(t, b.URL, "victim")
+	if v.SandboxID != live[0].SandboxID || v.State != "active" {
+		t.Fatalf("record %+v does not match the live sandbox %+v (orphan)", v, live[0])
+	}
+	ids := []string{}
+	for _, s := range live {
+		ids = append(ids, s.Incarnation)
+	}
+	sort.Strings(ids)
+	t.Logf("surviving incarnation %v; replica b log:\n%s", ids, tail(b.logs.String(), 8))
+}
