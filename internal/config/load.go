@@ -27,7 +27,9 @@ type setting struct {
 	value flag.Value
 }
 
-func (s setting) envName() string  { return EnvPrefix + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_")) }
+func (s setting) envName() string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_"))
+}
 func (s setting) yamlName() string { return strings.ReplaceAll(s.name, "-", "_") }
 
 // settings binds every scalar setting of c to its names.

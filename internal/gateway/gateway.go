@@ -175,4 +175,3 @@ func (g *Gateway) closeRedis() {
 		g.embedded.Close()
 	}
 }
-

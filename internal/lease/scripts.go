@@ -70,9 +70,9 @@ return 1
 // scriptClaim marks a sandbox as being destroyed and takes it out of both
 // indexes, returning its record. It is the exactly-once gate for every
 // destroy: of the replicas racing on one sandbox, one gets the record, the
-// others nil. Optional conditions: the incarnation must match (ARGV[2] ~= ''),
+// others nil. Optional conditions: the incarnation must match (ARGV[2] ~= ”),
 // and the sandbox must sit in index KEYS[4] with a score <= ARGV[3] (expiry).
-// KEYS: sbx, active, warm, index-or-sbx. ARGV: sid, incarnation, cutoff ('' = none).
+// KEYS: sbx, active, warm, index-or-sbx. ARGV: sid, incarnation, cutoff (” = none).
 var scriptClaim = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation')
 if not st[1] then return nil end
@@ -88,7 +88,7 @@ return redis.call('HGETALL', KEYS[1])
 `)
 
 // scriptForget deletes a record (after its sandbox was destroyed or found
-// dead), only if it still names the given incarnation ('' = any).
+// dead), only if it still names the given incarnation (” = any).
 // KEYS: sbx, active, warm. ARGV: sid, incarnation. Returns 1 or 0.
 var scriptForget = redis.NewScript(`
 local inc = redis.call('HGET', KEYS[1], 'incarnation')

@@ -133,10 +133,10 @@ func TestReserve(t *testing.T) {
 			hard bool
 			want ReserveResult
 		}{
-			{"n1", 0, true, ReserveResult{Outcome: "ok"}},                 // no cap
-			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                 // 3 records + n1 + n2 = 5
+			{"n1", 0, true, ReserveResult{Outcome: "ok"}},                  // no cap
+			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                  // 3 records + n1 + n2 = 5
 			{"n3", 5, true, ReserveResult{Outcome: "evict", Victim: "w2"}}, // oldest released first
-			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                 // re-reserve is idempotent
+			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                  // re-reserve is idempotent
 		}
 		for _, st := range steps {
 			got, err := s.Reserve(ctx, st.sid, st.max, st.hard, now, dl)

@@ -256,4 +256,3 @@ func errorCode(t *testing.T, body []byte) string {
 	}
 	return e.Error.Code
 }
-

@@ -83,7 +83,9 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 		res <- err
 	}()
 	// Kill replica a once its create is under way (the child exists).
-	waitFor(t, func() bool { return strings.Contains(a.logs.String(), "sandbox process started") || len(f.sandboxes()) > 0 })
+	waitFor(t, func() bool {
+		return strings.Contains(a.logs.String(), "sandbox process started") || len(f.sandboxes()) > 0
+	})
 	a.kill()
 	<-res // the client sees a broken connection; what matters is the fleet state
 
