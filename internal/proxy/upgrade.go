@@ -22,13 +22,15 @@ func (u *upgrades) track(w http.ResponseWriter) http.ResponseWriter {
 
 func (u *upgrades) closeAll() int {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	n := len(u.conns)
+	conns := make([]net.Conn, 0, len(u.conns))
 	for c := range u.conns {
+		conns = append(conns, c)
+	}
+	u.mu.Unlock()
+	for _, c := range conns { // Close takes u.mu to untrack itself
 		_ = c.Close()
 	}
-	clear(u.conns)
-	return n
+	return len(conns)
 }
 
 func (u *upgrades) count() int {

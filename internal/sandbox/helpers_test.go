@@ -31,6 +31,12 @@ const (
 // the thread's user-data dirs read-write, skills read-only.
 func newHostServer(t *testing.T, env ...string) *testServer {
 	t.Helper()
+	return newHostServerWith(t, Config{Env: append(os.Environ(), env...)})
+}
+
+// newHostServerWith is newHostServer with cfg's other fields.
+func newHostServerWith(t *testing.T, cfg Config) *testServer {
+	t.Helper()
 	root := filepath.Join(t.TempDir(), "hostroot-7f3a")
 	data := filepath.Join(root, "users", "u1", "threads", "t1", "user-data")
 	var maps []Mapping
@@ -46,7 +52,8 @@ func newHostServer(t *testing.T, env ...string) *testServer {
 	if err := os.WriteFile(filepath.Join(root, "skills", "SKILL.md"), []byte("# skill\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ts := startServer(t, Config{Mappings: maps, Env: append(os.Environ(), env...)})
+	cfg.Mappings = maps
+	ts := startServer(t, cfg)
 	ts.root, ts.ws = root, filepath.Join(data, "workspace")
 	return ts
 }

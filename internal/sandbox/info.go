@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -82,21 +81,6 @@ func (s *Server) handleSandbox(w http.ResponseWriter, r *http.Request) error {
 		sandboxInfo
 	}{true, "ok", info, info})
 	return nil
-}
-
-func kernelRelease() string {
-	var u syscall.Utsname
-	if syscall.Uname(&u) != nil {
-		return ""
-	}
-	b := make([]byte, 0, len(u.Release))
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return string(b)
 }
 
 func userName() string {

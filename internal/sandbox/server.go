@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 )
@@ -40,6 +42,8 @@ type Config struct {
 	MaxOutput int64        // cap on returned command output; 0 = DefaultMaxOutput
 	Env       []string     // inherited environment before secret stripping; nil = os.Environ()
 	Logger    *slog.Logger // nil = discard
+
+	wsPing time.Duration // WebSocket keepalive interval; 0 = wsPingEvery (tests shorten it)
 }
 
 // Server is the sandbox HTTP API.
@@ -55,6 +59,9 @@ type Server struct {
 	sessions  sessionStore
 	groups    groups
 	closing   atomic.Bool
+	stop      context.Context // ends at shutdown, closing WebSocket terminals
+	stopNow   context.CancelFunc
+	wsPing    time.Duration
 	mux       *http.ServeMux
 
 	shellOnce sync.Once
@@ -68,9 +75,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{pm: pm, maxOutput: cfg.MaxOutput, log: cfg.Logger, version: version()}
+	s := &Server{pm: pm, maxOutput: cfg.MaxOutput, log: cfg.Logger, version: version(), wsPing: cfg.wsPing}
 	if s.maxOutput <= 0 {
 		s.maxOutput = DefaultMaxOutput
+	}
+	if s.wsPing <= 0 {
+		s.wsPing = wsPingEvery
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -88,7 +98,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
 	s.sessions.m = map[string]*session{}
+	s.sessions.defaultID = newID()
 	s.groups.m = map[int]*command{}
+	s.stop, s.stopNow = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
 }
@@ -143,9 +155,11 @@ func homeDir(home string, pm *PathMap, env []string) (string, error) {
 // Handler is the HTTP API.
 func (s *Server) Handler() http.Handler { return s.recoverer(s.mux) }
 
-// Shutdown refuses new commands and kills every command's process group.
+// Shutdown refuses new commands, closes WebSocket terminals and kills every
+// command's process group.
 func (s *Server) Shutdown() {
 	s.closing.Store(true)
+	s.stopNow()
 	s.groups.kill(func(*command) bool { return true })
 }
 
@@ -175,6 +189,7 @@ func (s *Server) routes() {
 	m.Handle("POST /v1/shell/kill", s.api(s.handleShellKill))
 	m.Handle("POST /v1/shell/sessions/create", s.api(s.handleSessionCreate))
 	m.Handle("DELETE /v1/shell/sessions/{id}", s.api(s.handleSessionDelete))
+	m.Handle("GET /v1/shell/ws", s.api(s.handleShellWS))
 	m.Handle("POST /v1/bash/exec", s.api(s.handleBashExec))
 	m.Handle("POST /v1/file/read", s.api(s.handleFileRead))
 	m.Handle("POST /v1/file/write", s.api(s.handleFileWrite))

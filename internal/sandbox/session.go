@@ -12,10 +12,10 @@ import (
 )
 
 // maxSessions bounds the sessions kept (each holds its last command's
-// output). Clients that send no session id get a new session per call
-// (DeerFlow does), so beyond the bound idle sessions are evicted: generated
-// ones first, then named ones, least recently used first. Sessions with a
-// running command are never evicted.
+// output). Beyond the bound idle sessions are evicted: generated ones
+// (created without a client-chosen id) first, then named ones, least
+// recently used first. Sessions with a running command and the default
+// session are never evicted.
 const maxSessions = 64
 
 // session is a shell session: a cwd and an exported environment carried from
@@ -47,6 +47,11 @@ type session struct {
 type sessionStore struct {
 	mu sync.Mutex
 	m  map[string]*session
+	// defaultID names the session shared by every call that gives no
+	// session id, as in the all-in-one sandbox: DeerFlow sends none and
+	// expects `cd` in one call to hold in the next. It is made on first use
+	// (again after a DELETE, which resets it) and never evicted.
+	defaultID string
 }
 
 func newID() string {
@@ -74,6 +79,16 @@ func (st *sessionStore) create(id, cwd string, env []string, noChange time.Durat
 	s := &session{id: id, generated: generated, cwd: cwd, env: env, noChange: noChange, running: map[*command]bool{}, lastUsed: time.Now()}
 	st.m[id] = s
 	return s, true
+}
+
+// byID returns the session with this id; an empty id means the default
+// session, made on demand from cwd and env.
+func (st *sessionStore) byID(id, cwd string, env []string) (*session, bool) {
+	if id == "" {
+		s, _ := st.create(st.defaultID, cwd, env, 0)
+		return s, true
+	}
+	return st.get(id)
 }
 
 func (st *sessionStore) get(id string) (*session, bool) {
@@ -117,7 +132,7 @@ func (st *sessionStore) evictLocked() {
 	var cands []idle
 	for id, s := range st.m {
 		s.mu.Lock()
-		if len(s.running) == 0 {
+		if len(s.running) == 0 && id != st.defaultID {
 			cands = append(cands, idle{id, s.generated, s.lastUsed})
 		}
 		s.mu.Unlock()

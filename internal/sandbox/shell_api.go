@@ -12,11 +12,14 @@ import (
 )
 
 // Shell API. Semantics worth knowing:
-//   - shell/exec `timeout` and `hard_timeout` (seconds) both kill the
-//     command's process group; the earlier one wins and the status is
-//     hard_timeout. bash/exec follows the AIO bash API instead: `timeout`
-//     only stops waiting (status running, the command continues) and
-//     `hard_timeout` kills (status timed_out).
+//   - A call without a session id (shell/exec `id`, bash/exec `session_id`)
+//     runs in the server's one default session, so state carries over
+//     between id-less calls; its id comes back in `session_id`.
+//   - `timeout` (seconds) only stops waiting, as in the all-in-one sandbox:
+//     the call returns status running with the output so far and the
+//     command continues (shell/view follows it). `hard_timeout` kills the
+//     command's process group (status hard_timeout; bash/exec, following
+//     the AIO bash API, calls it timed_out).
 //   - `no_change_timeout`: return with status no_change_timeout after that
 //     many seconds without new output; the command keeps running and
 //     shell/view or shell/kill can follow it.
@@ -111,8 +114,8 @@ type execReq struct {
 	separate                    bool
 }
 
-// startExec finds (or, without an id, creates) the session and starts the
-// command in it.
+// startExec finds the session (without an id, the default one) and starts
+// the command in it.
 func (s *Server) startExec(x execReq, idField string) (*session, *command, error) {
 	if s.closing.Load() {
 		return nil, nil, statusErr(http.StatusServiceUnavailable, "sandbox server is shutting down")
@@ -141,14 +144,9 @@ func (s *Server) startExec(x execReq, idField string) (*session, *command, error
 			rs.env[k] = v
 		}
 	}
-	var sess *session
-	if x.sessionID != "" {
-		var found bool
-		if sess, found = s.sessions.get(x.sessionID); !found {
-			return nil, nil, statusErr(http.StatusNotFound, "unknown session: %s (field %s)", x.sessionID, idField)
-		}
-	} else {
-		sess, _ = s.sessions.create("", s.homeHost, s.baseEnv, 0)
+	sess, found := s.sessions.byID(x.sessionID, s.homeHost, s.baseEnv)
+	if !found {
+		return nil, nil, statusErr(http.StatusNotFound, "unknown session: %s (field %s)", x.sessionID, idField)
 	}
 	c, err := sess.start(s, rs)
 	if err != nil {
@@ -275,16 +273,13 @@ func (s *Server) handleShellExec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	timeout, err := seconds("timeout", req.Timeout)
+	wait, err := seconds("timeout", req.Timeout)
 	if err != nil {
 		return err
 	}
 	hard, err := seconds("hard_timeout", req.HardTimeout)
 	if err != nil {
 		return err
-	}
-	if hard == 0 || timeout > 0 && timeout < hard {
-		hard = timeout
 	}
 	noChange, err := seconds("no_change_timeout", req.NoChangeTimeout)
 	if err != nil {
@@ -299,7 +294,7 @@ func (s *Server) handleShellExec(w http.ResponseWriter, r *http.Request) error {
 		noChange = sess.noChange
 		sess.mu.Unlock()
 	}
-	o := awaitOpts{async: req.AsyncMode, noChange: noChange}
+	o := awaitOpts{async: req.AsyncMode, wait: wait, noChange: noChange}
 	if wantsSSE(r) {
 		streamCommand(w, r, sess.id, c, o)
 		return nil

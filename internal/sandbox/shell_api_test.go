@@ -52,14 +52,15 @@ func TestShellExecResults(t *testing.T) {
 		{"signal exit", "kill -9 $$", "", 137},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := shellRun(t, ts, map[string]any{"command": tc.cmd})
+			sess := okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{})
+			res := shellRun(t, ts, map[string]any{"id": sess.SessionID, "command": tc.cmd})
 			if res.Status != statusCompleted || res.ExitCode == nil || *res.ExitCode != tc.code {
 				t.Fatalf("status %s exit %v, want completed %d: %+v", res.Status, res.ExitCode, tc.code, res)
 			}
 			if !strings.Contains(res.Output, tc.want) || tc.want == "" && res.Output != "" && tc.code != 2 {
 				t.Fatalf("output %q, want %q", res.Output, tc.want)
 			}
-			if res.SessionID == "" || res.Command != tc.cmd {
+			if res.SessionID != sess.SessionID || res.Command != tc.cmd {
 				t.Fatalf("session_id/command missing: %+v", res)
 			}
 		})
@@ -166,10 +167,17 @@ func bgPid(t *testing.T, output string) int {
 func TestHardTimeoutKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	ts := newHostServer(t)
-	for _, field := range []string{"hard_timeout", "timeout"} {
-		t.Run(field, func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+	}{
+		{"hard_timeout", map[string]any{"hard_timeout": 0.5}},
+		{"hard_timeout before timeout", map[string]any{"hard_timeout": 0.5, "timeout": 30}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.body["command"] = "sleep 300 & echo $!; sleep 300"
 			start := time.Now()
-			res := shellRun(t, ts, map[string]any{"command": "sleep 300 & echo $!; sleep 300", field: 0.5})
+			res := shellRun(t, ts, tc.body)
 			if res.Status != statusHardTimeout || res.ExitCode == nil || *res.ExitCode != 137 {
 				t.Fatalf("want hard_timeout/137: %+v", res)
 			}
@@ -179,6 +187,38 @@ func TestHardTimeoutKillsProcessGroup(t *testing.T) {
 			pid := bgPid(t, res.Output)
 			eventually(t, 5*time.Second, "background child to die", func() bool { return !alive(pid) })
 		})
+	}
+}
+
+// TestShellExecTimeoutOnlyStopsWaiting: as in the all-in-one sandbox,
+// shell/exec `timeout` returns status running and leaves the command be.
+func TestShellExecTimeoutOnlyStopsWaiting(t *testing.T) {
+	t.Parallel()
+	ts := newHostServer(t)
+	start := time.Now()
+	res := shellRun(t, ts, map[string]any{"command": "echo started; sleep 1; echo finished", "timeout": 0.3})
+	if res.Status != statusRunning || res.ExitCode != nil || res.Output != "started\n" || time.Since(start) > 900*time.Millisecond {
+		t.Fatalf("want running with partial output at the timeout: %+v after %s", res, time.Since(start))
+	}
+	eventually(t, 5*time.Second, "command to finish on its own", func() bool {
+		v := okData[shellResult](t, ts, "/v1/shell/view", map[string]any{"id": res.SessionID})
+		return v.Status == statusCompleted && v.Output == "started\nfinished\n" && v.ExitCode != nil && *v.ExitCode == 0
+	})
+
+	res = shellRun(t, ts, map[string]any{"command": "sleep 300 & echo $!; sleep 300", "timeout": 0.3})
+	if res.Status != statusRunning {
+		t.Fatalf("timeout killed the command: %+v", res)
+	}
+	pid := bgPid(t, res.Output)
+	time.Sleep(300 * time.Millisecond)
+	if !alive(pid) {
+		t.Fatal("process group killed after timeout")
+	}
+	okData[killResult](t, ts, "/v1/shell/kill", map[string]any{"id": res.SessionID})
+	eventually(t, 5*time.Second, "killed group to die", func() bool { return !alive(pid) })
+
+	if done := shellRun(t, ts, map[string]any{"command": "echo quick", "timeout": 30}); done.Status != statusCompleted || done.Output != "quick\n" {
+		t.Fatalf("command within timeout: %+v", done)
 	}
 }
 
@@ -399,10 +439,11 @@ func TestHostPathsNeverLeak(t *testing.T) {
 			t.Fatalf("%q: expected virtual paths in output, got %q", cmd, res.Output)
 		}
 	}
-	sess := okData[shellResult](t, ts, "/v1/shell/exec", map[string]any{"command": "cd .."})
+	sess := okData[shellResult](t, ts, "/v1/shell/exec", map[string]any{"command": "cd " + vWorkspace + "/.."})
 	okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{"id": sess.SessionID})
+	// bash/exec without session_id shares that default session
 	bash := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"command": "pwd; ls -d /mnt/user-data/uploads/nope"})
-	if bash.Stdout != vWorkspace+"\n" || !strings.Contains(bash.Stderr, "/mnt/user-data/uploads/nope") {
+	if bash.Stdout != "/mnt/user-data\n" || !strings.Contains(bash.Stderr, "/mnt/user-data/uploads/nope") {
 		t.Fatalf("bash output not reverse-mapped: %+v", bash)
 	}
 	ts.post(t, "/v1/file/read", map[string]any{"file": vWorkspace + "/missing"})

@@ -22,10 +22,37 @@ const sseHeartbeat = 15 * time.Second
 // UTF-8 character. If a reader falls behind by more than the output cap, the
 // skipped bytes arrive as the truncation marker inside an output event.
 type sseStream struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	out *cursor
+}
+
+// cursor follows a command's output streams from where its reader left off
+// (SSE and the WebSocket terminal).
+type cursor struct {
 	c    *command
 	offs []int64
+}
+
+func newCursor(c *command) *cursor { return &cursor{c: c, offs: make([]int64, len(c.streams))} }
+
+// next returns the output written since the last call, a chunk per stream
+// with new bytes. Unless final, an incomplete UTF-8 sequence at the end
+// waits for its remaining bytes.
+func (cu *cursor) next(final bool) [][]byte {
+	var out [][]byte
+	for i, b := range cu.c.streams {
+		chunk, next := b.readFrom(cu.offs[i])
+		if !final {
+			k := incompleteSuffix(chunk)
+			chunk, next = chunk[:len(chunk)-k], next-int64(k)
+		}
+		cu.offs[i] = next
+		if len(chunk) > 0 {
+			out = append(out, chunk)
+		}
+	}
+	return out
 }
 
 func (e *sseStream) event(name string, v any) {
@@ -39,19 +66,10 @@ func (e *sseStream) ping() {
 	_ = e.rc.Flush()
 }
 
-// pump sends the output written since the last pump. Unless final, an
-// incomplete UTF-8 sequence at the end waits for its remaining bytes.
+// pump sends the output written since the last pump.
 func (e *sseStream) pump(final bool) {
-	for i, b := range e.c.streams {
-		chunk, next := b.readFrom(e.offs[i])
-		if !final {
-			k := incompleteSuffix(chunk)
-			chunk, next = chunk[:len(chunk)-k], next-int64(k)
-		}
-		e.offs[i] = next
-		if len(chunk) > 0 {
-			e.event("output", map[string]string{"output": string(chunk)})
-		}
+	for _, chunk := range e.out.next(final) {
+		e.event("output", map[string]string{"output": string(chunk)})
 	}
 }
 
@@ -75,7 +93,7 @@ func streamCommand(w http.ResponseWriter, r *http.Request, sessID string, c *com
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	e := &sseStream{w: w, rc: http.NewResponseController(w), c: c, offs: make([]int64, len(c.streams))}
+	e := &sseStream{w: w, rc: http.NewResponseController(w), out: newCursor(c)}
 	e.event("start", map[string]string{"session_id": sessID, "command_id": c.id, "command": c.text})
 	st := await(r.Context(), c, o, e)
 	e.pump(st != statusRunning && st != statusNoChange)
