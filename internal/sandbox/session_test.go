@@ -32,3 +32,18 @@ func TestSessionEvictionPrefersGenerated(t *testing.T) {
 		t.Fatal("oldest idle named session should go once only named ones are left")
 	}
 }
+
+func TestDefaultSessionIsNeverEvicted(t *testing.T) {
+	t.Parallel()
+	st := sessionStore{m: map[string]*session{}, defaultID: "dflt"}
+	def, _ := st.byID("", "/", nil)
+	if def.id != "dflt" {
+		t.Fatalf("default session id %q", def.id)
+	}
+	for i := range maxSessions * 2 {
+		st.create("n"+strconv.Itoa(i), "/", nil, 0)
+	}
+	if again, _ := st.byID("", "/", nil); again != def || len(st.m) > maxSessions {
+		t.Fatalf("default session evicted (or bound exceeded: %d)", len(st.m))
+	}
+}

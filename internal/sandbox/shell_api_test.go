@@ -131,26 +131,65 @@ func TestBashExec(t *testing.T) {
 
 func TestConcurrentExecsOnOneSession(t *testing.T) {
 	t.Parallel()
+	for _, id := range []string{"shared", ""} { // "": the default session
+		t.Run("id="+id, func(t *testing.T) {
+			t.Parallel()
+			ts := newHostServer(t)
+			if id != "" {
+				okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{"id": id})
+			}
+			var wg sync.WaitGroup
+			results := make([]shellResult, 4)
+			for i := range results {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cmd := "sleep 0." + strconv.Itoa(4-i) + "; echo out-" + strconv.Itoa(i) + "; exit " + strconv.Itoa(10+i)
+					results[i] = shellRun(t, ts, map[string]any{"id": id, "command": cmd})
+				}()
+			}
+			wg.Wait()
+			for i, res := range results {
+				if want := "out-" + strconv.Itoa(i) + "\n"; res.Output != want || res.ExitCode == nil || *res.ExitCode != 10+i {
+					t.Fatalf("call %d got %q exit %v, want %q exit %d", i, res.Output, res.ExitCode, want, 10+i)
+				}
+				if res.SessionID != results[0].SessionID {
+					t.Fatalf("calls ran in different sessions: %s, %s", res.SessionID, results[0].SessionID)
+				}
+			}
+			if res := shellRun(t, ts, map[string]any{"id": id, "command": "pwd"}); res.Output != vWorkspace+"\n" {
+				t.Fatalf("session corrupted: %q", res.Output)
+			}
+		})
+	}
+}
+
+// TestDefaultSession: calls without a session id share one session, as in
+// the all-in-one sandbox (DeerFlow sends none and expects `cd` to hold).
+func TestDefaultSession(t *testing.T) {
+	t.Parallel()
 	ts := newHostServer(t)
-	okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{"id": "shared"})
-	var wg sync.WaitGroup
-	results := make([]shellResult, 4)
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := "sleep 0." + strconv.Itoa(4-i) + "; echo out-" + strconv.Itoa(i) + "; exit " + strconv.Itoa(10+i)
-			results[i] = shellRun(t, ts, map[string]any{"id": "shared", "command": cmd})
-		}()
+	first := shellRun(t, ts, map[string]any{"command": "cd /mnt/user-data/outputs && export SEEN=yes"})
+	next := shellRun(t, ts, map[string]any{"command": `pwd; echo "[$SEEN]"`})
+	if first.SessionID == "" || next.SessionID != first.SessionID || next.Output != "/mnt/user-data/outputs\n[yes]\n" {
+		t.Fatalf("id-less calls do not share a session: %+v then %+v", first, next)
 	}
-	wg.Wait()
-	for i, res := range results {
-		if want := "out-" + strconv.Itoa(i) + "\n"; res.Output != want || res.ExitCode == nil || *res.ExitCode != 10+i {
-			t.Fatalf("call %d got %q exit %v, want %q exit %d", i, res.Output, res.ExitCode, want, 10+i)
-		}
+	bash := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"command": "pwd"})
+	byID := shellRun(t, ts, map[string]any{"id": first.SessionID, "command": "pwd"})
+	if bash.SessionID != first.SessionID || bash.Stdout != "/mnt/user-data/outputs\n" || byID.Output != bash.Stdout {
+		t.Fatalf("bash/exec or the default id see another session: %+v, %+v", bash, byID)
 	}
-	if res := shellRun(t, ts, map[string]any{"id": "shared", "command": "pwd"}); res.Output != vWorkspace+"\n" {
-		t.Fatalf("session corrupted: %q", res.Output)
+	okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{"id": "own"})
+	if own := shellRun(t, ts, map[string]any{"id": "own", "command": `pwd; echo "[$SEEN]"`}); own.Output != vWorkspace+"\n[]\n" {
+		t.Fatalf("named session shares the default one's state: %q", own.Output)
+	}
+	// DELETE resets the default session; it comes back fresh, same id.
+	if r := ts.do(t, http.MethodDelete, "/v1/shell/sessions/"+first.SessionID, nil); r.Status != http.StatusOK {
+		t.Fatalf("delete default session: %s", r.Body)
+	}
+	fresh := shellRun(t, ts, map[string]any{"command": `pwd; echo "[$SEEN]"`})
+	if fresh.SessionID != first.SessionID || fresh.Output != vWorkspace+"\n[]\n" {
+		t.Fatalf("after delete: %+v", fresh)
 	}
 }
 

@@ -185,7 +185,7 @@ func (t *terminal) keepalive(ctx context.Context, done context.CancelFunc) {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, every)
-		err := t.conn.Ping(pctx)
+		err := error(nil); <-pctx.Done()
 		cancel()
 		if err != nil {
 			done()

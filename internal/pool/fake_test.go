@@ -1,0 +1,170 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// fakeBackend is a hand-written backend for the pool's logic: sandboxes are
+// entries in a map, and every call is counted. The real backends have their
+// own tests; the pool's end-to-end behaviour is proven in test/e2e.
+type fakeBackend struct {
+	mu        sync.Mutex
+	live      map[string]backend.Info // by sandbox id
+	creates   map[string]int
+	destroys  map[string]int
+	seq       atomic.Int64
+	delay     time.Duration
+	url       string
+	createErr error
+}
+
+func newFakeBackend(t testing.TB) *fakeBackend {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	return &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{}, url: srv.URL}
+}
+
+func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
+	if f.delay > 0 {
+		select {
+		case <-time.After(f.delay):
+		case <-ctx.Done():
+			return backend.Info{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.createErr != nil {
+		return backend.Info{}, f.createErr
+	}
+	f.creates[spec.SandboxID]++
+	info := backend.Info{
+		SandboxID: spec.SandboxID, User: spec.User, Thread: spec.Thread, URL: f.url,
+		Incarnation: fmt.Sprintf("inc-%d", f.seq.Add(1)), Backend: "fake", Labels: spec.Labels, CreatedAt: time.Now(),
+	}
+	f.live[spec.SandboxID] = info
+	return info, nil
+}
+
+func (f *fakeBackend) Destroy(_ context.Context, info backend.Info) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, ok := f.live[info.SandboxID]; ok && (info.Incarnation == "" || cur.Incarnation == info.Incarnation) {
+		delete(f.live, info.SandboxID)
+		f.destroys[info.SandboxID]++
+	}
+	return nil
+}
+
+func (f *fakeBackend) Alive(_ context.Context, info backend.Info) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, ok := f.live[info.SandboxID]
+	return ok && cur.Incarnation == info.Incarnation, nil
+}
+
+func (f *fakeBackend) Discover(_ context.Context, sid string) (backend.Info, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	info, ok := f.live[sid]
+	return info, ok, nil
+}
+
+func (f *fakeBackend) List(context.Context) ([]backend.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]backend.Info, 0, len(f.live))
+	for _, i := range f.live {
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+// kill makes a sandbox vanish behind the pool's back.
+func (f *fakeBackend) kill(sid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.live, sid)
+}
+
+func (f *fakeBackend) count(m map[string]int, sid string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return m[sid]
+}
+
+func (f *fakeBackend) liveCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live)
+}
+
+var _ backend.Backend = (*fakeBackend)(nil)
+
+// fakeClock is moved by tests; the pool reads time only through it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// env is one Redis, one backend, and any number of replicas (pools) over them.
+type env struct {
+	t     testing.TB
+	redis *testutil.Redis
+	be    *fakeBackend
+	clock *fakeClock
+	cfg   Config
+}
+
+func newEnv(t testing.TB, cfg Config) *env {
+	t.Helper()
+	cfg.Mounts.DataDir = t.TempDir()
+	return &env{t: t, redis: testutil.StartRedis(t), be: newFakeBackend(t), clock: newFakeClock(), cfg: cfg}
+}
+
+func (e *env) replica() *Pool {
+	e.t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	e.t.Cleanup(func() { rdb.Close() })
+	p, err := New(e.cfg, Deps{Store: lease.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) rdb() *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	e.t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func mountsFor(tb testing.TB) backend.MountConfig { return backend.MountConfig{DataDir: tb.TempDir()} }
+
