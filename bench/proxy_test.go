@@ -151,3 +151,24 @@ func TestGoalVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestCombineRounds(t *testing.T) {
+	t.Parallel()
+	rounds := []wrkResult{
+		{Requests: 1000, DurationUS: 1e6, Bytes: 10, P50US: 100, P99US: 900, P999US: 5000, Read: 1},
+		{Requests: 3000, DurationUS: 1e6, Bytes: 30, P50US: 300, P99US: 100_000, P999US: 200_000, Status: 2},
+		{Requests: 2000, DurationUS: 1e6, Bytes: 20, P50US: 200, P99US: 700, P999US: 3000},
+		{Requests: 2000, DurationUS: 1e6, Bytes: 20, P50US: 200, P99US: 800, P999US: 4000, Timeout: 3},
+	}
+	got := combineRounds(rounds)
+	want := wrkResult{Requests: 8000, DurationUS: 4e6, Bytes: 80, P50US: 200, P99US: 850, P999US: 4500, Read: 1, Status: 2, Timeout: 3}
+	if got != want || got.RPS() != 2000 || got.Errors() != 6 {
+		t.Errorf("combineRounds = %+v (RPS %v), want %+v", got, got.RPS(), want)
+	}
+	if one := combineRounds(rounds[1:2]); one != rounds[1] {
+		t.Errorf("combineRounds of one run = %+v, want it unchanged", one)
+	}
+	if got := median([]int64{5, 1, 3}); got != 3 {
+		t.Errorf("median odd = %d, want 3", got)
+	}
+}

@@ -52,6 +52,10 @@ type workload struct {
 	body    string
 	headers [][2]string
 	conns   []int
+	// rounds splits the measuring time into this many runs per target
+	// (whole seconds each, wrk's -d unit); a slow workload needs one long
+	// run, or its first answers would not arrive within a round.
+	rounds int
 	// check validates one response before anything is measured, so a
 	// misrouted target cannot pass for a fast one.
 	check func(resp *http.Response, body []byte) error
@@ -68,12 +72,12 @@ func proxyWorkloads() []workload {
 	writeBody, _ := json.Marshal(map[string]string{"file": "/mnt/user-data/workspace/bench.txt", "content": content})
 	jsonCT := [2]string{"Content-Type", "application/json"}
 	return []workload{
-		{name: "small GET /v1/sandbox", method: http.MethodGet, path: "/v1/sandbox", conns: proxyConns,
+		{name: "small GET /v1/sandbox", method: http.MethodGet, path: "/v1/sandbox", conns: proxyConns, rounds: 4,
 			check: wantSuccess},
 		{name: "4 KB POST /v1/file/write", method: http.MethodPost, path: "/v1/file/write", body: string(writeBody),
-			headers: [][2]string{jsonCT}, conns: proxyConns, check: wantSuccess},
+			headers: [][2]string{jsonCT}, conns: proxyConns, rounds: 4, check: wantSuccess},
 		{name: "1 MiB GET /v1/file/download", method: http.MethodGet,
-			path: "/v1/file/download?path=/mnt/user-data/workspace/big.bin", conns: proxyConns,
+			path: "/v1/file/download?path=/mnt/user-data/workspace/big.bin", conns: proxyConns, rounds: 4,
 			check: func(resp *http.Response, body []byte) error {
 				if resp.StatusCode != http.StatusOK || len(body) != bigFileSize {
 					return fmt.Errorf("status %d, %d bytes, want 200 and %d", resp.StatusCode, len(body), bigFileSize)
@@ -81,7 +85,7 @@ func proxyWorkloads() []workload {
 				return nil
 			}},
 		{name: "SSE POST /v1/shell/exec `echo x`", method: http.MethodPost, path: "/v1/shell/exec",
-			body: `{"command":"echo x"}`, headers: [][2]string{jsonCT, {"Accept", "text/event-stream"}}, conns: execConns,
+			body: `{"command":"echo x"}`, headers: [][2]string{jsonCT, {"Accept", "text/event-stream"}}, conns: execConns, rounds: 1,
 			check: func(resp *http.Response, body []byte) error {
 				ct := resp.Header.Get("Content-Type")
 				if resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/event-stream") ||
@@ -135,15 +139,9 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		for _, conns := range w.conns {
-			var cell [3]wrkResult // direct, nginx, gateway
-			for ti, t := range targets {
-				url := t.base + w.path
-				if _, err := (wrkRun{script: script, conns: conns, dur: proxyWarmup, timeout: proxyTimeout}).run(ctx, url); err != nil {
-					return Result{}, err
-				}
-				if cell[ti], err = (wrkRun{script: script, conns: conns, dur: proxyMeasure, timeout: proxyTimeout}).run(ctx, url); err != nil {
-					return Result{}, err
-				}
+			cell, err := measureCell(ctx, targets, w, script, conns)
+			if err != nil {
+				return Result{}, err
 			}
 			fmt.Fprintf(os.Stderr, "bench: %s c=%d: direct %.0f, nginx %.0f, gateway %.0f req/s\n",
 				w.name, conns, cell[0].RPS(), cell[1].RPS(), cell[2].RPS())
@@ -165,12 +163,14 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 		Rows: rows,
 		Notes: []string{
 			goalNote,
-			fmt.Sprintf("wrk -t1 (the machine's %d cores are shared by wrk, the proxy and the sandbox), -d%s after an "+
-				"unmeasured -d%s warm-up at the same connection count, --timeout %s; one Lua script per workload, "+
-				"identical for the three targets, whose done() prints wrk's own summary as JSON (nothing is scraped "+
-				"from wrk's text). Cells run in order, and within a cell the targets run back to back (direct, nginx, "+
-				"gateway), so drift in machine load hits all three alike. Compare ratios within a row, not runs.",
-				runtime.NumCPU(), secs(proxyMeasure), secs(proxyWarmup), secs(proxyTimeout)),
+			fmt.Sprintf("wrk -t1 (the machine's %d cores are shared by wrk, the proxy and the sandbox), --timeout %s, one Lua "+
+				"script per workload, identical for the three targets, whose done() prints wrk's own summary as JSON (nothing is "+
+				"scraped from wrk's text). Per cell: an unmeasured -d%s warm-up of each target, then %s of measuring per target, "+
+				"back to back with the others: for the three fast workloads as 4 rounds of 1 s in rotating order (direct nginx "+
+				"gateway, nginx gateway direct, ...), req/s pooled over the rounds and each latency percentile the median of the "+
+				"rounds'; the SSE exec as one %s run per target (its answers take longer than a round). So drift and bursts of "+
+				"machine load hit all three targets alike: compare ratios within a row, not across runs.",
+				runtime.NumCPU(), secs(proxyTimeout), secs(proxyWarmup), secs(proxyMeasure), secs(proxyMeasure)),
 			"Same sandbox, same request paths: direct `http://S/v1/...`, nginx and gateway `http://P/threads/bench/v1/...`. " +
 				"The gateway is `gateway --redis-url (a real redis-server) --max-sandboxes 0 --log-level warn` (process backend, " +
 				"built with CGO_ENABLED=0) with the thread provisioned beforehand by `PUT /threads/bench/sandbox`, i.e. a cached " +
@@ -315,6 +315,35 @@ func sanityCheck(ctx context.Context, t target, w workload) error {
 		return err
 	}
 	return w.check(resp, body)
+}
+
+// measureCell warms every target up, then measures in rounds whose target
+// order rotates (d n g, n g d, g d n, ...), so load that drifts or bursts
+// during the cell lands on all three alike; a target's rounds are combined.
+func measureCell(ctx context.Context, targets []target, w workload, script string, conns int) ([3]wrkResult, error) {
+	var cell [3]wrkResult // direct, nginx, gateway
+	warm := wrkRun{script: script, conns: conns, dur: proxyWarmup, timeout: proxyTimeout}
+	for _, t := range targets {
+		if _, err := warm.run(ctx, t.base+w.path); err != nil {
+			return cell, err
+		}
+	}
+	rounds := make([][]wrkResult, len(targets))
+	run := wrkRun{script: script, conns: conns, dur: proxyMeasure / time.Duration(w.rounds), timeout: proxyTimeout}
+	for r := range w.rounds {
+		for i := range targets {
+			ti := (r + i) % len(targets)
+			res, err := run.run(ctx, targets[ti].base+w.path)
+			if err != nil {
+				return cell, err
+			}
+			rounds[ti] = append(rounds[ti], res)
+		}
+	}
+	for ti := range cell {
+		cell[ti] = combineRounds(rounds[ti])
+	}
+	return cell, nil
 }
 
 // proxyRow is one cell of the table: the three targets side by side.

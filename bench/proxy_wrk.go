@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,41 @@ func (r wrkResult) RPS() float64 {
 
 // Errors is non-2xx responses (as wrk counts them) plus socket errors.
 func (r wrkResult) Errors() int64 { return r.Status + r.Connect + r.Read + r.Write + r.Timeout }
+
+// combineRounds pools several runs against one target: counts and time
+// add up (so RPS is over the whole time), each percentile is the median of
+// the runs' (a burst of load in one round does not set the cell's tail).
+func combineRounds(rs []wrkResult) wrkResult {
+	var c wrkResult
+	var p50, p99, p999 []int64
+	for _, r := range rs {
+		c.Requests += r.Requests
+		c.DurationUS += r.DurationUS
+		c.Bytes += r.Bytes
+		c.Connect += r.Connect
+		c.Read += r.Read
+		c.Write += r.Write
+		c.Status += r.Status
+		c.Timeout += r.Timeout
+		p50, p99, p999 = append(p50, r.P50US), append(p99, r.P99US), append(p999, r.P999US)
+	}
+	c.P50US, c.P99US, c.P999US = median(p50), median(p99), median(p999)
+	return c
+}
+
+// median of the values; the mean of the middle two for an even count.
+func median(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
 
 func usDur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 

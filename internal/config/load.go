@@ -253,8 +253,5 @@ func resolveEnv(in map[string]string, lookupEnv func(string) (string, bool)) map
 	return out
 }
 
-// ErrHelp is returned when -h was asked for.
-var ErrHelp = flag.ErrHelp
-
 // IsHelp reports whether err is a request for usage.
 func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }

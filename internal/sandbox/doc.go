@@ -12,6 +12,20 @@
 // read-only ones are refused with 403. Host mode isolates file calls, not
 // shell commands: those run in a real shell on the host.
 //
+// Shell calls follow the all-in-one sandbox where DeerFlow and the SDKs
+// depend on it (shell_api.go):
+//   - A call without a session id (shell/exec `id`, bash/exec `session_id`)
+//     runs in the server's one default session, so `cd /tmp` in one id-less
+//     call holds in the next; `session_id` in the result names it.
+//   - `timeout` is how long the call waits: past it the call returns status
+//     running with the output so far, and the command goes on (shell/view
+//     follows it, shell/kill stops it). Only `hard_timeout` kills the
+//     command's process group.
+//
+// GET /v1/shell/ws is a line-based terminal over WebSocket (ws.go): each
+// text message is a command line run in a session; output comes back as
+// text messages while it is produced, then {"type":"exit","exit_code":N}.
+//
 // Choices, documented where they are implemented:
 //   - Shell sessions fork rather than serialize concurrent calls (session.go).
 //   - Each command is a fresh `shell -c` in its own process group; its cwd and

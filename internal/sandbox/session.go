@@ -178,6 +178,16 @@ func (s *session) runningCommands() []*command {
 	return out
 }
 
+// chdir moves the session to dir (a host path) as if a `cd` started now had
+// finished: commands already running no longer commit their state.
+func (s *session) chdir(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	s.committed = s.seq
+	s.cwd = dir
+}
+
 // runSpec is one command to start in a session.
 type runSpec struct {
 	text, mapped string

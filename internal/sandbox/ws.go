@@ -23,7 +23,8 @@ import (
 // "exit_code":N}, or {"type":"error","message":"..."} if the line could not
 // be started. An output message never starts with "{" unless it is exactly
 // "{", so it cannot pass for those two. Lines sent while a command runs
-// wait their turn. exec_dir is where the socket's first command starts.
+// wait their turn. exec_dir moves the session there as the socket opens,
+// as a `cd` would.
 //
 // The server pings every 15 s and drops a peer that does not answer within
 // as long; when the socket closes, its running command's process group is
@@ -54,14 +55,15 @@ func (s *Server) handleShellWS(w http.ResponseWriter, r *http.Request) error {
 		return statusErr(http.StatusForbidden, "cross-origin WebSocket refused")
 	}
 	q := r.URL.Query()
-	t := &terminal{srv: s, sessionID: q.Get("id"), dir: q.Get("exec_dir")}
-	if t.sessionID != "" {
-		if _, found := s.sessions.get(t.sessionID); !found {
-			return statusErr(http.StatusNotFound, "unknown session: %s (query id)", t.sessionID)
-		}
+	t := &terminal{srv: s, sessionID: q.Get("id")}
+	sess, found := s.sessions.byID(t.sessionID, s.homeHost, s.baseEnv)
+	if !found {
+		return statusErr(http.StatusNotFound, "unknown session: %s (query id)", t.sessionID)
 	}
-	if t.dir != "" {
-		if _, err := s.hostDir("exec_dir", t.dir); err != nil {
+	dir := ""
+	if execDir := q.Get("exec_dir"); execDir != "" {
+		var err error
+		if dir, err = s.hostDir("exec_dir", execDir); err != nil {
 			return err
 		}
 	}
@@ -74,6 +76,9 @@ func (s *Server) handleShellWS(w http.ResponseWriter, r *http.Request) error {
 		return nil // Accept has answered the client
 	}
 	conn.SetReadLimit(wsMaxLine)
+	if dir != "" {
+		sess.chdir(dir)
+	}
 	t.conn = conn
 	t.serve(s.stop)
 	return nil
@@ -119,8 +124,7 @@ func originAllowed(r *http.Request) bool {
 type terminal struct {
 	srv       *Server
 	conn      *websocket.Conn
-	sessionID string
-	dir       string // exec_dir until a command completes, then ""
+	sessionID string // "" = the default session
 }
 
 // serve runs the socket's command lines one after another until the peer
@@ -185,7 +189,7 @@ func (t *terminal) keepalive(ctx context.Context, done context.CancelFunc) {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, every)
-		err := error(nil); <-pctx.Done()
+		err := t.conn.Ping(pctx)
 		cancel()
 		if err != nil {
 			done()
@@ -197,7 +201,7 @@ func (t *terminal) keepalive(ctx context.Context, done context.CancelFunc) {
 // run executes one line, streaming its output; if ctx ends first, the
 // command's process group is killed.
 func (t *terminal) run(ctx context.Context, line string) {
-	_, c, err := t.srv.startExec(execReq{sessionID: t.sessionID, command: line, execDir: t.dir}, "id")
+	_, c, err := t.srv.startExec(execReq{sessionID: t.sessionID, command: line}, "id")
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {
@@ -224,10 +228,7 @@ func (t *terminal) run(ctx context.Context, line string) {
 		break
 	}
 	t.output(ctx, out.next(true))
-	st, code := c.state()
-	if st == statusCompleted {
-		t.dir = "" // its end state, cwd included, is the session's now
-	}
+	_, code := c.state()
 	t.send(ctx, wsResult{Type: "exit", ExitCode: code})
 }
 

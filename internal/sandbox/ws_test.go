@@ -259,10 +259,10 @@ func TestShellWSCloseKillsCommand(t *testing.T) {
 
 func TestShellWSKeepalive(t *testing.T) {
 	t.Parallel()
-	ts := newHostServerWith(t, Config{wsPing: 100 * time.Millisecond})
+	ts := newHostServerWith(t, Config{wsPing: 300 * time.Millisecond})
 
 	live := mustDialWS(t, ts, "")
-	if out, code := live.exec("sleep 0.8; echo still-here"); out != "still-here\n" || code != 0 {
+	if out, code := live.exec("sleep 1.5; echo still-here"); out != "still-here\n" || code != 0 {
 		t.Fatalf("a client answering pings was dropped: %q %d", out, code)
 	}
 

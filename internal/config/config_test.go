@@ -1,0 +1,183 @@
+package config
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeYAML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sandgate.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c, warnings, err := Load(nil, envOf(nil), io.Discard)
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("%v %v", err, warnings)
+	}
+	if c.Listen != "127.0.0.1:8080" || c.RedisURL != "" || c.DataDir != "./.sandgate" || c.Backend != "process" ||
+		c.Pool.IdleTimeout != 10*time.Minute || c.Pool.MaxSandboxes != 3 || c.Pool.HardCap {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if c.Pool.Mounts.DataDir != c.DataDir {
+		t.Fatal("pool data dir not derived")
+	}
+}
+
+func TestPrecedenceFlagsOverEnvOverYAML(t *testing.T) {
+	t.Parallel()
+	path := writeYAML(t, "listen: 127.0.0.1:7000\nidle_timeout: 5m\nmax_sandboxes: 7\nbackend: process\n")
+	env := envOf(map[string]string{ConfigEnv: path, "SANDGATE_IDLE_TIMEOUT": "2m", "SANDGATE_LISTEN": "127.0.0.1:7001"})
+	c, _, err := Load([]string{"--listen", "127.0.0.1:7002"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:7002" || c.Pool.IdleTimeout != 2*time.Minute || c.Pool.MaxSandboxes != 7 {
+		t.Fatalf("listen=%s idle=%s max=%d", c.Listen, c.Pool.IdleTimeout, c.Pool.MaxSandboxes)
+	}
+	// The same setting under all three names, nested YAML included.
+	path = writeYAML(t, "pool:\n  x: 1\nredis:\n  url: redis://127.0.0.1:1/0\n")
+	c, warnings, err := Load([]string{"--config", path}, envOf(nil), io.Discard)
+	if err != nil || c.RedisURL != "redis://127.0.0.1:1/0" {
+		t.Fatalf("nested yaml: %v %q", err, c.RedisURL)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "pool_x") {
+		t.Fatalf("unknown key warning: %v", warnings)
+	}
+}
+
+func TestDeerFlowSandboxKeys(t *testing.T) {
+	t.Parallel()
+	path := writeYAML(t, `
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+  idle_timeout: 600
+  replicas: 5
+  base_port: 18080
+  mounts:
+    - host_path: /data/shared
+      container_path: /mnt/shared
+      read_only: true
+  environment:
+    API_KEY: $MY_API_KEY
+    NODE_ENV: production
+    MIXED: pre-${MY_API_KEY}-post
+`)
+	c, warnings, err := Load([]string{"--config", path}, envOf(map[string]string{"MY_API_KEY": "s3cret"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pool.IdleTimeout != 10*time.Minute || c.Pool.MaxSandboxes != 5 {
+		t.Fatalf("idle=%s max=%d", c.Pool.IdleTimeout, c.Pool.MaxSandboxes)
+	}
+	if len(c.Pool.Mounts.Extra) != 1 || c.Pool.Mounts.Extra[0].ContainerPath != "/mnt/shared" || !c.Pool.Mounts.Extra[0].ReadOnly {
+		t.Fatalf("mounts: %+v", c.Pool.Mounts.Extra)
+	}
+	if c.Pool.Env["API_KEY"] != "s3cret" || c.Pool.Env["NODE_ENV"] != "production" || c.Pool.Env["MIXED"] != "pre-s3cret-post" {
+		t.Fatalf("environment: %v", c.Pool.Env)
+	}
+	joined := strings.Join(warnings, "\n")
+	if !strings.Contains(joined, "sandbox.use") || !strings.Contains(joined, "sandbox.base_port") {
+		t.Fatalf("warnings: %v", warnings)
+	}
+	// DeerFlow's 0 means "never": idle expiry off, no cap.
+	path = writeYAML(t, "sandbox:\n  idle_timeout: 0\n  replicas: 0\n")
+	c, _, err = Load([]string{"--config", path}, envOf(nil), io.Discard)
+	if err != nil || c.Pool.IdleTimeout >= 0 || c.Pool.MaxSandboxes >= 0 {
+		t.Fatalf("zero values: idle=%s max=%d err=%v", c.Pool.IdleTimeout, c.Pool.MaxSandboxes, err)
+	}
+}
+
+func TestValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args  []string
+		env   map[string]string
+		yaml  string
+		field string
+	}{
+		{args: []string{"--listen", "nope"}, field: "listen"},
+		{args: []string{"--backend", "lxc"}, field: "backend"},
+		{args: []string{"--idle-timeout", "soon"}, field: "idle-timeout"},
+		{args: []string{"--cap-mode", "medium"}, field: "cap-mode"},
+		{args: []string{"--max-sandboxes", "-2"}, field: "max-sandboxes"},
+		{args: []string{"--data-dir", ""}, field: "data_dir"},
+		{args: []string{"--log-format", "xml"}, field: "log_format"},
+		{env: map[string]string{"SANDGATE_CREATE_TIMEOUT": "-5s"}, field: "SANDGATE_CREATE_TIMEOUT"},
+		{env: map[string]string{"SANDGATE_INSECURE": "maybe"}, field: "SANDGATE_INSECURE"},
+		{yaml: "touch_interval: 1m\nidle_timeout: 90s\n", field: "idle_timeout"},
+		{yaml: "mounts:\n  - host_path: /x\n    container_path: /mnt/user-data/evil\n", field: "mounts[0]"},
+		{yaml: "mounts:\n  - host_path: /x\n    container_path: relative\n", field: "mounts[0]"},
+		{yaml: "listen: [1, 2]\n", field: "listen"},
+		{yaml: "a: [unclosed", field: "config file"},
+	}
+	for _, c := range cases {
+		env := map[string]string{}
+		for k, v := range c.env {
+			env[k] = v
+		}
+		if c.yaml != "" {
+			env[ConfigEnv] = writeYAML(t, c.yaml)
+		}
+		_, _, err := Load(c.args, envOf(env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%v %v %q: error %v does not name %s", c.args, c.env, c.yaml, err, c.field)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	_, _, err := Load([]string{"-h"}, envOf(nil), &out)
+	if !IsHelp(err) || !strings.Contains(out.String(), "SANDGATE_IDLE_TIMEOUT") {
+		t.Fatalf("help: %v\n%s", err, out.String())
+	}
+}
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for listen, want := range map[string]bool{
+		"127.0.0.1:1": true, "[::1]:1": true, "localhost:1": true, "0.0.0.0:1": false, ":8080": false, "10.0.0.1:1": false,
+	} {
+		if got := (Config{Listen: listen}).Loopback(); got != want {
+			t.Errorf("%s: %v", listen, got)
+		}
+	}
+}
+
+func FuzzLoadYAML(f *testing.F) {
+	f.Add("sandbox:\n  idle_timeout: 600\n  replicas: 3\n")
+	f.Add("listen: 127.0.0.1:1\npool: {a: 1}\nmounts: [{host_path: /a, container_path: /b}]\n")
+	f.Add("environment: {A: $B}\nlabels: {x: y}\n")
+	f.Fuzz(func(t *testing.T, body string) {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, _, err := Load([]string{"--config", path}, envOf(nil), io.Discard)
+		if err == nil {
+			if verr := c.Validate(); verr != nil {
+				t.Fatalf("Load accepted a config Validate rejects: %v", verr)
+			}
+			if c.Pool.IdleTimeout == 0 || c.Pool.MaxSandboxes == 0 {
+				t.Fatalf("a zero that means default leaked out of the loader: %+v", c.Pool)
+			}
+		}
+	})
+}
+
