@@ -181,3 +181,18 @@ func FuzzLoadYAML(f *testing.F) {
 	})
 }
 
+
+// The README's configuration table must list every setting.
+func TestREADMEListsEverySetting(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Config
+	for _, s := range c.settings() {
+		if !strings.Contains(string(readme), "| `"+s.yamlName()+"` |") {
+			t.Errorf("README configuration table lacks %s", s.yamlName())
+		}
+	}
+}
