@@ -31,7 +31,9 @@ const (
 	// tail (256 concurrent shell forks), so a slow answer is a latency,
 	// not an error.
 	proxyTimeout = 10 * time.Second
-	bigFileSize  = 1 << 20
+	// proxyMaxDrain bounds the pause after a run of a draining workload.
+	proxyMaxDrain = 5 * time.Second
+	bigFileSize   = 1 << 20
 	// The goals for a cached thread, on the small GET at 64 connections.
 	goalConns       = 64
 	goalRatio       = 1.0 // gateway req/s ÷ nginx req/s
@@ -56,6 +58,10 @@ type workload struct {
 	// (whole seconds each, wrk's -d unit); a slow workload needs one long
 	// run, or its first answers would not arrive within a round.
 	rounds int
+	// drain waits out the sandbox's work still in flight when a run ends
+	// (an exec runs on after its client has gone), so that it does not
+	// slow the next target's run.
+	drain bool
 	// check validates one response before anything is measured, so a
 	// misrouted target cannot pass for a fast one.
 	check func(resp *http.Response, body []byte) error
@@ -85,7 +91,7 @@ func proxyWorkloads() []workload {
 				return nil
 			}},
 		{name: "SSE POST /v1/shell/exec `echo x`", method: http.MethodPost, path: "/v1/shell/exec",
-			body: `{"command":"echo x"}`, headers: [][2]string{jsonCT, {"Accept", "text/event-stream"}}, conns: execConns, rounds: 1,
+			body: `{"command":"echo x"}`, headers: [][2]string{jsonCT, {"Accept", "text/event-stream"}}, conns: execConns, rounds: 1, drain: true,
 			check: func(resp *http.Response, body []byte) error {
 				ct := resp.Header.Get("Content-Type")
 				if resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/event-stream") ||
@@ -168,9 +174,11 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 				"scraped from wrk's text). Per cell: an unmeasured -d%s warm-up of each target, then %s of measuring per target, "+
 				"back to back with the others: for the three fast workloads as 4 rounds of 1 s in rotating order (direct nginx "+
 				"gateway, nginx gateway direct, ...), req/s pooled over the rounds and each latency percentile the median of the "+
-				"rounds'; the SSE exec as one %s run per target (its answers take longer than a round). So drift and bursts of "+
+				"rounds'; the SSE exec as one %s run per target (its answers take longer than a round), each run followed by a "+
+				"pause of its p99.9 latency (at most %s) so commands still running in the sandbox after wrk stops do not slow the "+
+				"next target. So drift and bursts of "+
 				"machine load hit all three targets alike: compare ratios within a row, not across runs.",
-				runtime.NumCPU(), secs(proxyTimeout), secs(proxyWarmup), secs(proxyMeasure), secs(proxyMeasure)),
+				runtime.NumCPU(), secs(proxyTimeout), secs(proxyWarmup), secs(proxyMeasure), secs(proxyMeasure), secs(proxyMaxDrain)),
 			"Same sandbox, same request paths: direct `http://S/v1/...`, nginx and gateway `http://P/threads/bench/v1/...`. " +
 				"The gateway is `gateway --redis-url (a real redis-server) --max-sandboxes 0 --log-level warn` (process backend, " +
 				"built with CGO_ENABLED=0) with the thread provisioned beforehand by `PUT /threads/bench/sandbox`, i.e. a cached " +
@@ -322,9 +330,17 @@ func sanityCheck(ctx context.Context, t target, w workload) error {
 // during the cell lands on all three alike; a target's rounds are combined.
 func measureCell(ctx context.Context, targets []target, w workload, script string, conns int) ([3]wrkResult, error) {
 	var cell [3]wrkResult // direct, nginx, gateway
+	runOnce := func(run wrkRun, t target) (wrkResult, error) {
+		res, err := run.run(ctx, t.base+w.path)
+		if err == nil && w.drain {
+			// The requests cut off at the end started less than a tail latency ago.
+			err = sleepCtx(ctx, min(usDur(res.P999US), proxyMaxDrain))
+		}
+		return res, err
+	}
 	warm := wrkRun{script: script, conns: conns, dur: proxyWarmup, timeout: proxyTimeout}
 	for _, t := range targets {
-		if _, err := warm.run(ctx, t.base+w.path); err != nil {
+		if _, err := runOnce(warm, t); err != nil {
 			return cell, err
 		}
 	}
@@ -333,7 +349,7 @@ func measureCell(ctx context.Context, targets []target, w workload, script strin
 	for r := range w.rounds {
 		for i := range targets {
 			ti := (r + i) % len(targets)
-			res, err := run.run(ctx, targets[ti].base+w.path)
+			res, err := runOnce(run, targets[ti])
 			if err != nil {
 				return cell, err
 			}
@@ -344,6 +360,17 @@ func measureCell(ctx context.Context, targets []target, w workload, script strin
 		cell[ti] = combineRounds(rounds[ti])
 	}
 	return cell, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // proxyRow is one cell of the table: the three targets side by side.

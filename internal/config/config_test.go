@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 func envOf(m map[string]string) func(string) (string, bool) {
@@ -180,7 +179,6 @@ func FuzzLoadYAML(f *testing.F) {
 		}
 	})
 }
-
 
 // The README's configuration table must list every setting.
 func TestREADMEListsEverySetting(t *testing.T) {

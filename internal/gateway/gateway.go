@@ -73,7 +73,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
 	}
-	g.router = router.New(router.Deps{Pool: g.pool, Ready: ready, Proxy: cfg.Proxy, PublicURL: cfg.PublicURL, Log: log})
+	g.router = router.New(router.Deps{Pool: g.pool, Aliases: store, Ready: ready, Proxy: cfg.Proxy, PublicURL: cfg.PublicURL, Log: log})
 	g.server = &http.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -104,6 +104,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, run := range []func(context.Context){
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
+		pool.NewReconciler(g.pool).Run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); run(loops) }()

@@ -13,11 +13,13 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}warm        ZSET  sid -> released at (ms): LRU order of the warm pool
 //	{p}creating    ZSET  sid -> reservation deadline (ms): capacity held by creates in progress
 //	{p}lock:{sid}  STRING bsm/redislock token, held while creating or destroying
+//	{p}aliases     HASH  client-chosen sandbox id -> sid (DeerFlow's provisioner API)
 type Keys struct {
 	prefix   string
 	active   string
 	warm     string
 	creating string
+	aliases  string
 }
 
 // NewKeys returns the key set for prefix ("" = DefaultPrefix). A prefix
@@ -31,6 +33,7 @@ func NewKeys(prefix string) Keys {
 		active:   prefix + "active",
 		warm:     prefix + "warm",
 		creating: prefix + "creating",
+		aliases:  prefix + "aliases",
 	}
 }
 
@@ -48,6 +51,9 @@ func (k Keys) Warm() string { return k.warm }
 
 // Creating holds capacity reservations of creates in progress.
 func (k Keys) Creating() string { return k.creating }
+
+// Aliases maps ids chosen by provisioner-API clients to sandbox ids.
+func (k Keys) Aliases() string { return k.aliases }
 
 // Lock is the provisioning/destroy lock of one sandbox.
 func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -215,6 +216,37 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	return Counts{Active: a.Val(), Warm: w.Val(), Creating: c.Val()}, nil
 }
 
+// All returns every record, whatever its state, by scanning the record keys:
+// O(pool), for the reconciler and listings, never for a request.
+func (s *Store) All(ctx context.Context) ([]Record, error) {
+	var (
+		mu  sync.Mutex
+		ids []string
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, s.keys.Sandbox("*"), 512).Iterator()
+		for iter.Next(ctx) {
+			if sid := s.keys.SandboxIDFromKey(iter.Val()); sid != "" {
+				mu.Lock()
+				ids = append(ids, sid)
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		// SCAN is per node on a Cluster; the hash tag puts the keys on one, but which one moves.
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scan records: %w", err)
+	}
+	return s.records(ctx, ids)
+}
+
 // List returns every record in the active and warm indexes.
 func (s *Store) List(ctx context.Context) ([]Record, error) {
 	var ids []string
@@ -225,6 +257,10 @@ func (s *Store) List(ctx context.Context) ([]Record, error) {
 		}
 		ids = append(ids, part...)
 	}
+	return s.records(ctx, ids)
+}
+
+func (s *Store) records(ctx context.Context, ids []string) ([]Record, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	for i, sid := range ids {

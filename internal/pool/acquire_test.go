@@ -148,4 +148,3 @@ func TestCreateFailureGivesCapacityBack(t *testing.T) {
 		t.Fatalf("capacity leaked by the failed create: %v", err)
 	}
 }
-

@@ -29,12 +29,14 @@ type fakeBackend struct {
 	delay     time.Duration
 	url       string
 	createErr error
+	clock     Clock
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
-	return &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{}, url: srv.URL}
+	return &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{},
+		url: srv.URL, clock: realClock{}}
 }
 
 func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
@@ -53,7 +55,7 @@ func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.In
 	f.creates[spec.SandboxID]++
 	info := backend.Info{
 		SandboxID: spec.SandboxID, User: spec.User, Thread: spec.Thread, URL: f.url,
-		Incarnation: fmt.Sprintf("inc-%d", f.seq.Add(1)), Backend: "fake", Labels: spec.Labels, CreatedAt: time.Now(),
+		Incarnation: fmt.Sprintf("inc-%d", f.seq.Add(1)), Backend: "fake", Labels: spec.Labels, CreatedAt: f.clock.Now(),
 	}
 	f.live[spec.SandboxID] = info
 	return info, nil
@@ -146,7 +148,9 @@ type env struct {
 func newEnv(t testing.TB, cfg Config) *env {
 	t.Helper()
 	cfg.Mounts.DataDir = t.TempDir()
-	return &env{t: t, redis: testutil.StartRedis(t), be: newFakeBackend(t), clock: newFakeClock(), cfg: cfg}
+	e := &env{t: t, redis: testutil.StartRedis(t), be: newFakeBackend(t), clock: newFakeClock(), cfg: cfg}
+	e.be.clock = e.clock
+	return e
 }
 
 func (e *env) replica() *Pool {
@@ -167,4 +171,3 @@ func (e *env) rdb() *redis.Client {
 }
 
 func mountsFor(tb testing.TB) backend.MountConfig { return backend.MountConfig{DataDir: tb.TempDir()} }
-

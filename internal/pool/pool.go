@@ -255,3 +255,21 @@ func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
 	}
 	return p.cache.put(r, p.clock.Now().Add(p.cfg.CacheTTL)), nil
 }
+
+// Records lists the fleet's active and warm sandboxes.
+func (p *Pool) Records(ctx context.Context) ([]lease.Record, error) {
+	recs, err := p.store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return recs, nil
+}
+
+// Alive asks the backend whether rec's sandbox still runs.
+func (p *Pool) Alive(ctx context.Context, rec lease.Record) (bool, error) {
+	ok, err := p.backend.Alive(ctx, rec.Info())
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	return ok, nil
+}

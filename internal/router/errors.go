@@ -33,7 +33,7 @@ func statusOf(err error) apiError {
 	var unreachable *proxy.UnreachableError
 	var netErr net.Error
 	switch {
-	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID):
+	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID), errors.Is(err, errBadProvisionerID):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, pool.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such sandbox", 0}

@@ -29,6 +29,8 @@ type Pool interface {
 	Record(ctx context.Context, sid string) (lease.Record, bool, error)
 	Release(ctx context.Context, user, thread string) error
 	Destroy(ctx context.Context, sid, reason string) error
+	Records(ctx context.Context) ([]lease.Record, error)
+	Alive(ctx context.Context, rec lease.Record) (bool, error)
 }
 
 // Pinger checks a dependency for /readyz.
@@ -38,9 +40,10 @@ type Pinger interface {
 
 // Deps are the router's collaborators.
 type Deps struct {
-	Pool  Pool
-	Ready []Pinger
-	Proxy proxy.Config
+	Pool    Pool
+	Aliases Aliases
+	Ready   []Pinger
+	Proxy   proxy.Config
 	// PublicURL is how clients reach the gateway; "" = from each request.
 	PublicURL string
 	Log       *slog.Logger
@@ -50,6 +53,7 @@ type Deps struct {
 type Router struct {
 	echo     *echo.Echo
 	pool     Pool
+	aliases  Aliases
 	proxy    *proxy.Proxy
 	ready    []Pinger
 	public   string
@@ -62,7 +66,7 @@ func New(d Deps) *Router {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	rt := &Router{pool: d.Pool, ready: d.Ready, public: d.PublicURL, log: d.Log}
+	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool}, rt.writeError, d.Log)
 
 	e := echo.New()
@@ -85,6 +89,13 @@ func New(d Deps) *Router {
 	e.PUT("/threads/:thread/sandbox", rt.acquireThread)
 	e.GET("/threads/:thread/sandbox", rt.getThread)
 	e.DELETE("/threads/:thread/sandbox", rt.releaseThread)
+
+	e.GET("/health", rt.provisionerHealth)
+	e.GET("/api/capabilities", rt.provisionerCapabilities)
+	e.POST("/api/sandboxes", rt.provisionerCreate)
+	e.GET("/api/sandboxes", rt.provisionerList)
+	e.GET("/api/sandboxes/:id", rt.provisionerGet)
+	e.DELETE("/api/sandboxes/:id", rt.provisionerDelete)
 	rt.echo = e
 	return rt
 }

@@ -35,6 +35,8 @@ const (
 	wsPingEvery = 15 * time.Second
 	wsMaxLine   = 1 << 20 // bytes in one command line
 	wsQueue     = 64      // lines waiting behind a running command
+	// wsWriteTimeout drops a peer that takes no message for this long.
+	wsWriteTimeout = 30 * time.Second
 	// wsChunk bounds an output message, under the 32 KiB read limit common
 	// WebSocket clients (coder/websocket among them) default to.
 	wsChunk = 16 << 10
@@ -125,18 +127,22 @@ type terminal struct {
 	srv       *Server
 	conn      *websocket.Conn
 	sessionID string // "" = the default session
+	// ioCtx bounds socket I/O. It outlives the session's ctx on purpose: the
+	// library fails the socket when an I/O context ends, which would race
+	// the close frame that shutdown sends.
+	ioCtx context.Context
 }
 
 // serve runs the socket's command lines one after another until the peer
 // goes away or stop (server shutdown) ends.
 func (t *terminal) serve(stop context.Context) {
-	// ioCtx bounds reads for the socket's life; ctx ends the session early.
-	ioCtx, ioCancel := context.WithCancel(context.Background())
-	defer ioCancel()
+	ioCtx, ioDone := context.WithCancel(context.Background())
+	defer ioDone()
+	t.ioCtx = ioCtx
 	ctx, cancel := context.WithCancel(stop)
 	defer cancel()
 	lines := make(chan string, wsQueue)
-	go t.read(ioCtx, cancel, lines)
+	go t.read(cancel, lines)
 	go t.keepalive(ctx, cancel)
 	for ctx.Err() == nil {
 		select {
@@ -156,10 +162,10 @@ func (t *terminal) serve(stop context.Context) {
 
 // read queues the peer's command lines; it ends the session when the peer
 // closes or breaks the protocol.
-func (t *terminal) read(ctx context.Context, done context.CancelFunc, lines chan<- string) {
+func (t *terminal) read(done context.CancelFunc, lines chan<- string) {
 	defer done()
 	for {
-		typ, data, err := t.conn.Read(ctx)
+		typ, data, err := t.conn.Read(t.ioCtx)
 		if err != nil {
 			return // the library has answered a close or failed the socket
 		}
@@ -188,7 +194,7 @@ func (t *terminal) keepalive(ctx context.Context, done context.CancelFunc) {
 			return
 		case <-tick.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, every)
+		pctx, cancel := context.WithTimeout(t.ioCtx, every)
 		err := t.conn.Ping(pctx)
 		cancel()
 		if err != nil {
@@ -210,13 +216,13 @@ func (t *terminal) run(ctx context.Context, line string) {
 		if ae.err != nil {
 			t.srv.log.Error("shell websocket: command not started", "error", ae.err)
 		}
-		t.send(ctx, wsResult{Type: "error", Message: ae.msg})
+		t.send(wsResult{Type: "error", Message: ae.msg})
 		return
 	}
 	out := newCursor(c)
 	for {
 		changed := c.changed.wait()
-		t.output(ctx, out.next(false))
+		t.output(out.next(false))
 		select {
 		case <-changed:
 			continue
@@ -227,22 +233,30 @@ func (t *terminal) run(ctx context.Context, line string) {
 		}
 		break
 	}
-	t.output(ctx, out.next(true))
+	t.output(out.next(true))
 	_, code := c.state()
-	t.send(ctx, wsResult{Type: "exit", ExitCode: code})
+	t.send(wsResult{Type: "exit", ExitCode: code})
 }
 
-func (t *terminal) output(ctx context.Context, chunks [][]byte) {
+func (t *terminal) output(chunks [][]byte) {
 	for _, chunk := range chunks {
 		for _, m := range outputMessages(chunk) {
-			_ = t.conn.Write(ctx, websocket.MessageText, []byte(m))
+			t.write([]byte(m))
 		}
 	}
 }
 
-func (t *terminal) send(ctx context.Context, res wsResult) {
+func (t *terminal) send(res wsResult) {
 	data, _ := json.Marshal(res)
-	_ = t.conn.Write(ctx, websocket.MessageText, data)
+	t.write(data)
+}
+
+// write sends a text message. A failed write has failed the socket, which
+// the reader notices and ends the session.
+func (t *terminal) write(msg []byte) {
+	ctx, cancel := context.WithTimeout(t.ioCtx, wsWriteTimeout)
+	defer cancel()
+	_ = t.conn.Write(ctx, websocket.MessageText, msg)
 }
 
 // outputMessages splits output into text messages: valid UTF-8 (invalid

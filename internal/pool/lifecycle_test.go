@@ -1,0 +1,279 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+func TestWarmReclaimAndDeadWarmNeverReturned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	p := e.replica()
+	r1, _, _ := p.Acquire(ctx, "u", "w")
+	if err := p.Release(ctx, "u", "w"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, _ := p.Record(ctx, r1.SandboxID); rec.State != lease.StateWarm {
+		t.Fatalf("state after release: %s", rec.State)
+	}
+	r2, o, err := p.Acquire(ctx, "u", "w")
+	if err != nil || o != OutcomeWarm || r2.Incarnation != r1.Incarnation {
+		t.Fatalf("reclaim: %v %v same=%v", o, err, r2.Incarnation == r1.Incarnation)
+	}
+	if rec, _, _ := p.Record(ctx, r1.SandboxID); rec.State != lease.StateActive {
+		t.Fatalf("state after reclaim: %s", rec.State)
+	}
+	// A warm sandbox that died while parked is dropped and replaced, never handed out.
+	_ = p.Release(ctx, "u", "w")
+	e.be.kill(r1.SandboxID)
+	r3, o, err := p.Acquire(ctx, "u", "w")
+	if err != nil || o != OutcomeCold || r3.Incarnation == r1.Incarnation {
+		t.Fatalf("dead warm: %v %v", o, err)
+	}
+	if err := p.Release(ctx, "u", "never-acquired"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("release unknown: %v", err)
+	}
+}
+
+func TestIdleExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: 10 * time.Minute})
+	p := e.replica()
+	active, _, _ := p.Acquire(ctx, "u", "active")
+	warm, _, _ := p.Acquire(ctx, "u", "warm")
+	e.clock.Advance(5 * time.Minute)
+	_ = p.Release(ctx, "u", "warm") // warm expiry counts from release
+	reaper := NewReaper(p)
+
+	e.clock.Advance(5*time.Minute + time.Second) // active: 10m01s idle; warm: 5m01s since release
+	if n, err := reaper.Pass(ctx); err != nil || n != 1 {
+		t.Fatalf("first pass reaped %d, %v; want the active one", n, err)
+	}
+	if e.be.count(e.be.destroys, active.SandboxID) != 1 || e.be.count(e.be.destroys, warm.SandboxID) != 0 {
+		t.Fatal("wrong sandbox reaped")
+	}
+	if _, ok, _ := p.Record(ctx, active.SandboxID); ok {
+		t.Fatal("record of the reaped sandbox remains")
+	}
+	e.clock.Advance(5 * time.Minute)
+	if n, _ := reaper.Pass(ctx); n != 1 || e.be.count(e.be.destroys, warm.SandboxID) != 1 {
+		t.Fatalf("warm sandbox not reaped %s after release", 10*time.Minute)
+	}
+	// The thread comes back: a fresh sandbox.
+	if _, o, err := p.Acquire(ctx, "u", "active"); err != nil || o != OutcomeCold {
+		t.Fatalf("after reaping: %v %v", o, err)
+	}
+}
+
+func TestInFlightIsNeverReaped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: time.Minute})
+	serving, other := e.replica(), e.replica()
+	r, _, _ := serving.Acquire(ctx, "u", "long")
+	r.Begin() // a 20-minute command
+	for range 20 {
+		e.clock.Advance(time.Minute)
+		_ = NewToucher(serving).Flush(ctx) // the serving replica's loop
+		for _, p := range []*Pool{other, serving} {
+			if n, err := NewReaper(p).Pass(ctx); err != nil || n != 0 {
+				t.Fatalf("reaped a sandbox with a request in flight: %d %v", n, err)
+			}
+		}
+	}
+	r.End()
+	e.clock.Advance(2 * time.Minute)
+	if n, _ := NewReaper(other).Pass(ctx); n != 1 {
+		t.Fatalf("idle after the request ended, yet not reaped (%d)", n)
+	}
+}
+
+func TestIdleTimeoutDisabled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: -1})
+	p := e.replica()
+	_, _, _ = p.Acquire(ctx, "u", "forever")
+	e.clock.Advance(1000 * time.Hour)
+	if n, _ := NewReaper(p).Pass(ctx); n != 0 {
+		t.Fatalf("reaped with idle_timeout 0: %d", n)
+	}
+}
+
+func TestSoftCapEvictsLeastRecentlyReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxSandboxes: 3})
+	p := e.replica()
+	ids := map[string]string{}
+	for _, th := range []string{"a", "b", "c"} {
+		r, _, _ := p.Acquire(ctx, "u", th)
+		ids[th] = r.SandboxID
+	}
+	_ = p.Release(ctx, "u", "b")
+	e.clock.Advance(time.Second)
+	_ = p.Release(ctx, "u", "a")
+	if _, _, err := p.Acquire(ctx, "u", "d"); err != nil {
+		t.Fatal(err)
+	}
+	if e.be.count(e.be.destroys, ids["b"]) != 1 || e.be.count(e.be.destroys, ids["a"]) != 0 {
+		t.Fatalf("eviction order: b destroyed %d, a destroyed %d", e.be.count(e.be.destroys, ids["b"]), e.be.count(e.be.destroys, ids["a"]))
+	}
+	if _, _, err := p.Acquire(ctx, "u", "e"); err != nil {
+		t.Fatal(err)
+	}
+	if e.be.count(e.be.destroys, ids["a"]) != 1 {
+		t.Fatal("second eviction did not take a")
+	}
+	// Nothing warm: soft mode creates beyond the cap (active sandboxes are never killed).
+	if _, o, err := p.Acquire(ctx, "u", "f"); err != nil || o != OutcomeCold {
+		t.Fatalf("soft cap with nothing warm: %v %v", o, err)
+	}
+	if n := e.be.liveCount(); n != 4 {
+		t.Fatalf("%d live, want c, d, e, f", n)
+	}
+}
+
+func TestHardCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxSandboxes: 2, HardCap: true})
+	p := e.replica()
+	_, _, _ = p.Acquire(ctx, "u", "a")
+	_, _, _ = p.Acquire(ctx, "u", "b")
+	if _, _, err := p.Acquire(ctx, "u", "c"); !errors.Is(err, ErrCapacity) {
+		t.Fatalf("hard cap: %v", err)
+	}
+	if e.be.liveCount() != 2 {
+		t.Fatal("created beyond a hard cap")
+	}
+	// Room appears (a release makes a warm sandbox to evict): it goes through.
+	_ = p.Release(ctx, "u", "a")
+	if _, _, err := p.Acquire(ctx, "u", "c"); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func TestThreeReapersDestroyEachExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: time.Minute, MaxSandboxes: -1})
+	seed := e.replica()
+	const n = 200
+	sids := make([]string, n)
+	for i := range n {
+		r, _, err := seed.Acquire(ctx, "u", fmt.Sprintf("t%03d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sids[i] = r.SandboxID
+		if i%2 == 0 {
+			_ = seed.Release(ctx, "u", fmt.Sprintf("t%03d", i))
+		}
+	}
+	e.clock.Advance(2 * time.Minute)
+	replicas := []*Pool{e.replica(), e.replica(), e.replica()}
+	var wg sync.WaitGroup
+	total := make([]int, len(replicas))
+	for i, p := range replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 { // passes overlap
+				k, err := NewReaper(p).Pass(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				total[i] += k
+			}
+		}()
+	}
+	wg.Wait()
+	if sum := total[0] + total[1] + total[2]; sum != n {
+		t.Fatalf("replicas reaped %v = %d, want %d", total, sum, n)
+	}
+	for _, sid := range sids {
+		if d := e.be.count(e.be.destroys, sid); d != 1 {
+			t.Fatalf("sandbox %s destroyed %d times", sid, d)
+		}
+	}
+	if c, _ := seed.store.Count(ctx); c != (lease.Counts{}) {
+		t.Fatalf("indexes not empty after reaping: %+v", c)
+	}
+}
+
+func TestRedisFlushLosesNoSandbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxSandboxes: -1})
+	p := e.replica()
+	incs := map[string]string{}
+	for i := range 5 {
+		th := fmt.Sprintf("f%d", i)
+		r, _, _ := p.Acquire(ctx, "u", th)
+		incs[th] = r.Incarnation
+	}
+	if err := e.rdb().FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := e.replica() // a replica with no cache: every acquire goes to Redis
+	for th, inc := range incs {
+		r, o, err := fresh.Acquire(ctx, "u", th)
+		if err != nil || r.Incarnation != inc || o != OutcomeAdopted {
+			t.Fatalf("%s after FLUSHALL: %v %v inc %s want %s", th, o, err, r.Incarnation, inc)
+		}
+	}
+	for th := range incs {
+		if c := e.be.count(e.be.creates, lease.SandboxID("u", th)); c != 1 {
+			t.Fatalf("%s created %d times", th, c)
+		}
+	}
+}
+
+func TestReconcilerAdoptsAndDrops(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxSandboxes: -1, ReconcileGrace: time.Minute})
+	p := e.replica()
+	kept, _, _ := p.Acquire(ctx, "u", "kept")
+	gone, _, _ := p.Acquire(ctx, "u", "gone")
+	if err := e.rdb().Del(ctx, lease.NewKeys("").Sandbox(kept.SandboxID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.be.kill(gone.SandboxID)
+	rc := NewReconciler(p)
+
+	// Within the grace period a sandbox without a record is left alone (a
+	// create may be writing it); the vanished one's record is dropped at once.
+	rep, err := rc.Pass(ctx)
+	if err != nil || rep.Adopted != 0 || rep.Dropped != 1 {
+		t.Fatalf("first pass: %+v %v", rep, err)
+	}
+	if _, ok, _ := p.Record(ctx, gone.SandboxID); ok {
+		t.Fatal("record of a vanished sandbox kept")
+	}
+	// Dry run: says what it would do, does nothing.
+	e.clock.Advance(2 * time.Minute)
+	dry := e.cfg
+	dry.ReconcileDryRun = true
+	q, _ := New(dry, Deps{Store: p.store, Backend: e.be, Clock: e.clock})
+	if rep, _ := NewReconciler(q).Pass(ctx); rep.Adopted != 1 {
+		t.Fatalf("dry run report: %+v", rep)
+	}
+	if _, ok, _ := p.Record(ctx, kept.SandboxID); ok {
+		t.Fatal("dry run wrote a record")
+	}
+	rep, err = rc.Pass(ctx)
+	if err != nil || rep.Adopted != 1 {
+		t.Fatalf("adopt pass: %+v %v", rep, err)
+	}
+	rec, ok, _ := p.Record(ctx, kept.SandboxID)
+	if !ok || rec.State != lease.StateWarm || rec.Incarnation != kept.Incarnation || rec.Thread != "kept" {
+		t.Fatalf("adopted record: %+v", rec)
+	}
+	r, o, err := e.replica().Acquire(ctx, "u", "kept")
+	if err != nil || o != OutcomeWarm || r.Incarnation != kept.Incarnation {
+		t.Fatalf("acquire after adoption: %v %v", o, err)
+	}
+	if c := e.be.count(e.be.creates, kept.SandboxID); c != 1 {
+		t.Fatalf("duplicate create: %d", c)
+	}
+}

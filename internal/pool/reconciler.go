@@ -1,0 +1,177 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// Reconciler makes Redis and the backend agree. A live managed sandbox with
+// no record, older than ReconcileGrace, is adopted into the warm pool under
+// its labelled identity (so a Redis flush or restart loses no sandbox and a
+// later acquire makes no duplicate); a record whose sandbox is gone is
+// dropped; a destroy interrupted by a crashed replica is finished.
+type Reconciler struct{ p *Pool }
+
+// NewReconciler returns the reconciler of p.
+func NewReconciler(p *Pool) *Reconciler { return &Reconciler{p: p} }
+
+// ReconcileReport counts what one pass did (or would do, in dry-run mode).
+type ReconcileReport struct {
+	Adopted, Dropped, Finished, Skipped int
+}
+
+// Run reconciles every ReconcileInterval until ctx ends (negative: never).
+func (r *Reconciler) Run(ctx context.Context) {
+	if r.p.cfg.ReconcileInterval < 0 {
+		return
+	}
+	every(ctx, r.p.log, "reconciler", r.p.cfg.ReconcileInterval, func(ctx context.Context) error {
+		_, err := r.Pass(ctx)
+		return err
+	})
+}
+
+// Pass runs one reconciliation.
+func (r *Reconciler) Pass(ctx context.Context) (ReconcileReport, error) {
+	p := r.p
+	var rep ReconcileReport
+	live, err := p.backend.List(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
+	}
+	records, err := p.store.All(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	known := make(map[string]lease.Record, len(records))
+	for _, rec := range records {
+		known[rec.SandboxID] = rec
+	}
+	running := make(map[string]bool, len(live))
+	now := p.clock.Now()
+	for _, info := range live {
+		running[info.SandboxID] = true
+		if _, ok := known[info.SandboxID]; ok {
+			continue
+		}
+		if age := now.Sub(info.CreatedAt); age < p.cfg.ReconcileGrace {
+			rep.Skipped++ // a create may be about to write its record
+			continue
+		}
+		switch err := r.adopt(ctx, info); {
+		case err == nil:
+			rep.Adopted++
+		case errors.Is(err, errSkip):
+			rep.Skipped++
+		default:
+			return rep, err
+		}
+	}
+	for _, rec := range records {
+		if running[rec.SandboxID] && rec.State != lease.StateDestroying {
+			continue
+		}
+		switch err := r.settle(ctx, rec); {
+		case err == nil && rec.State == lease.StateDestroying:
+			rep.Finished++
+		case err == nil:
+			rep.Dropped++
+		case errors.Is(err, errSkip):
+			rep.Skipped++
+		default:
+			return rep, err
+		}
+	}
+	if rep != (ReconcileReport{}) {
+		p.log.Info("reconciled", "dry_run", p.cfg.ReconcileDryRun, "adopted", rep.Adopted,
+			"dropped", rep.Dropped, "finished", rep.Finished, "skipped", rep.Skipped)
+	}
+	return rep, nil
+}
+
+// errSkip: left for the next pass (locked, or not ours to judge).
+var errSkip = errors.New("skipped")
+
+// adopt records a running sandbox without a record as warm.
+func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
+	p := r.p
+	user, thread := info.User, info.Thread
+	if user == "" {
+		user, thread = info.Labels[backend.LabelUser], info.Labels[backend.LabelThread]
+	}
+	// The identity must reproduce the id, or this is not a sandbox we made.
+	if lease.ValidUser(user) != nil || lease.ValidThread(thread) != nil || lease.SandboxID(user, thread) != info.SandboxID {
+		p.log.Warn("reconciler: managed sandbox with an inconsistent identity; left alone",
+			"sandbox_id", info.SandboxID, "thread", thread)
+		return errSkip
+	}
+	if p.cfg.ReconcileDryRun {
+		p.log.Info("reconciler (dry run): would adopt into the warm pool", "sandbox_id", info.SandboxID, "thread", thread)
+		return nil
+	}
+	held, err := p.locker.Obtain(ctx, info.SandboxID, 0)
+	if errors.Is(err, lease.ErrLocked) {
+		return errSkip
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	defer p.unlock(held)
+	info.User, info.Thread = user, thread
+	if info.Backend == "" {
+		info.Backend = p.name
+	}
+	wrote, err := p.store.PutWarm(ctx, lease.RecordFromInfo(info, lease.StateWarm), p.clock.Now())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !wrote {
+		return errSkip // recorded meanwhile
+	}
+	p.log.Info("reconciler: adopted a sandbox without a record into the warm pool",
+		"sandbox_id", info.SandboxID, "thread", thread)
+	return nil
+}
+
+// settle drops a record whose sandbox is gone, or finishes an interrupted
+// destroy. Liveness is confirmed through Alive first: a List that missed a
+// sandbox must not cost it its record.
+func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
+	p := r.p
+	held, err := p.locker.Obtain(ctx, rec.SandboxID, 0)
+	if errors.Is(err, lease.ErrLocked) {
+		return errSkip // being created or destroyed right now
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	defer p.unlock(held)
+	if rec.State == lease.StateDestroying {
+		if p.cfg.ReconcileDryRun {
+			p.log.Info("reconciler (dry run): would finish an interrupted destroy", "sandbox_id", rec.SandboxID)
+			return nil
+		}
+		return p.destroyClaimed(ctx, rec, "reconciler: interrupted destroy")
+	}
+	alive, err := p.backend.Alive(ctx, rec.Info())
+	if err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	if alive {
+		return errSkip
+	}
+	if p.cfg.ReconcileDryRun {
+		p.log.Info("reconciler (dry run): would drop the record of a vanished sandbox", "sandbox_id", rec.SandboxID)
+		return nil
+	}
+	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	p.cache.drop(rec.SandboxID, nil)
+	p.log.Info("reconciler: dropped the record of a vanished sandbox", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
+	return nil
+}

@@ -1,0 +1,213 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+)
+
+// DeerFlow's provisioner API, field for field, so its RemoteSandboxBackend
+// works unchanged with provisioner_url pointed at the gateway. The
+// sandbox_url handed out is the gateway's own /sandboxes/{id} URL: clients
+// never learn where a sandbox really runs.
+
+// mountContractVersion 2: user data is mounted per user and thread
+// ({data_dir}/users/{user}/threads/{thread}/user-data), which is what
+// DeerFlow requires before it creates sandboxes for authenticated users.
+const mountContractVersion = 2
+
+// Aliases stores the sandbox ids provisioner clients choose.
+type Aliases interface {
+	SetAlias(ctx context.Context, alias, sid string) error
+	Alias(ctx context.Context, alias string) (string, bool, error)
+	DeleteAlias(ctx context.Context, alias string) error
+	AliasesBySandbox(ctx context.Context) (map[string]string, error)
+}
+
+type provisionerCreate struct {
+	SandboxID       string `json:"sandbox_id"`
+	ThreadID        string `json:"thread_id"`
+	UserID          string `json:"user_id"`
+	RequiredVersion *int   `json:"required_mount_contract_version"`
+}
+
+type provisionerSandbox struct {
+	SandboxID            string `json:"sandbox_id"`
+	SandboxURL           string `json:"sandbox_url"`
+	Status               string `json:"status"`
+	UserID               string `json:"user_id"`
+	ThreadID             string `json:"thread_id"`
+	MountContractVersion int    `json:"mount_contract_version"`
+}
+
+type provisionerDetail struct {
+	Detail any `json:"detail"`
+}
+
+// Pod phases DeerFlow reads.
+const (
+	phaseRunning = "Running"
+	phaseFailed  = "Failed"
+)
+
+var errBadProvisionerID = errors.New("sandbox_id must be 1-128 characters of [A-Za-z0-9._:-]")
+
+func (rt *Router) provisionerHealth(c echo.Context) error {
+	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+}
+
+func (rt *Router) provisionerCapabilities(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]int{"mount_contract_version": mountContractVersion})
+}
+
+// provisionerCreate is POST /api/sandboxes: idempotent; the sandbox is
+// usable when it answers (status Running).
+func (rt *Router) provisionerCreate(c echo.Context) error {
+	var req provisionerCreate
+	if err := c.Bind(&req); err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest)
+	}
+	if lease.ValidThread(req.SandboxID) != nil {
+		return errBadProvisionerID
+	}
+	thread := req.ThreadID
+	if thread == "" {
+		thread = req.SandboxID // DeerFlow: effective thread id = thread_id or sandbox_id
+	}
+	if err := lease.ValidThread(thread); err != nil {
+		return err
+	}
+	user := req.UserID
+	if user == "" {
+		user = userOf(c)
+	}
+	if err := lease.ValidUser(user); err != nil {
+		return err
+	}
+	if req.RequiredVersion != nil && *req.RequiredVersion != mountContractVersion {
+		return c.JSON(http.StatusConflict, provisionerDetail{Detail: map[string]any{
+			"code": "mount_contract_changed", "expected": *req.RequiredVersion, "actual": mountContractVersion,
+		}})
+	}
+	ctx := c.Request().Context()
+	route, _, err := rt.pool.Acquire(ctx, user, thread)
+	if err != nil {
+		return err
+	}
+	if req.SandboxID != route.SandboxID {
+		if err := rt.aliases.SetAlias(ctx, req.SandboxID, route.SandboxID); err != nil {
+			return errors.Join(pool.ErrState, err)
+		}
+	}
+	return c.JSON(http.StatusOK, provisionerSandbox{
+		SandboxID: req.SandboxID, SandboxURL: rt.sandboxURL(c, route.SandboxID), Status: phaseRunning,
+		UserID: user, ThreadID: thread, MountContractVersion: mountContractVersion,
+	})
+}
+
+// provisionerGet is GET /api/sandboxes/{id}: 404 unknown; Running only when
+// the sandbox is alive.
+func (rt *Router) provisionerGet(c echo.Context) error {
+	id := c.Param("id")
+	ctx := c.Request().Context()
+	rec, ok, err := rt.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return c.JSON(http.StatusNotFound, provisionerDetail{Detail: "Sandbox '" + id + "' not found"})
+	}
+	alive, err := rt.pool.Alive(ctx, rec)
+	if err != nil {
+		return err
+	}
+	status := phaseFailed
+	if alive {
+		status = phaseRunning
+	}
+	return c.JSON(http.StatusOK, rt.provisionerView(c, id, rec, status))
+}
+
+// provisionerDelete is DELETE /api/sandboxes/{id}: destroy now; unknown ids
+// succeed too (DeerFlow treats delete as best effort).
+func (rt *Router) provisionerDelete(c echo.Context) error {
+	id := c.Param("id")
+	ctx := c.Request().Context()
+	rec, ok, err := rt.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := rt.pool.Destroy(ctx, rec.SandboxID, "destroyed through the provisioner API"); err != nil && !errors.Is(err, pool.ErrNotFound) {
+			return err
+		}
+	}
+	if id != rec.SandboxID {
+		if err := rt.aliases.DeleteAlias(ctx, id); err != nil {
+			return errors.Join(pool.ErrState, err)
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"ok": true, "sandbox_id": id})
+}
+
+// provisionerList is GET /api/sandboxes.
+func (rt *Router) provisionerList(c echo.Context) error {
+	ctx := c.Request().Context()
+	recs, err := rt.pool.Records(ctx)
+	if err != nil {
+		return err
+	}
+	aliases, err := rt.aliases.AliasesBySandbox(ctx)
+	if err != nil {
+		return errors.Join(pool.ErrState, err)
+	}
+	out := make([]provisionerSandbox, 0, len(recs))
+	for _, rec := range recs {
+		if rec.User != userOf(c) && !isAdmin(c) {
+			continue
+		}
+		id := rec.SandboxID
+		if a, ok := aliases[id]; ok {
+			id = a
+		}
+		out = append(out, rt.provisionerView(c, id, rec, phaseRunning))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out, "count": len(out)})
+}
+
+// lookup resolves a client id (an alias or a sandbox id) to its record.
+func (rt *Router) lookup(ctx context.Context, id string) (lease.Record, bool, error) {
+	if lease.ValidThread(id) != nil {
+		return lease.Record{}, false, errBadProvisionerID
+	}
+	sid := id
+	if alias, ok, err := rt.aliases.Alias(ctx, id); err != nil {
+		return lease.Record{}, false, errors.Join(pool.ErrState, err)
+	} else if ok {
+		sid = alias
+	}
+	if !lease.ValidSandboxID(sid) {
+		return lease.Record{SandboxID: sid}, false, nil
+	}
+	rec, ok, err := rt.pool.Record(ctx, sid)
+	if err != nil || !ok || rec.State == lease.StateDestroying {
+		return lease.Record{SandboxID: sid}, false, err
+	}
+	return rec, true, nil
+}
+
+func (rt *Router) provisionerView(c echo.Context, id string, rec lease.Record, status string) provisionerSandbox {
+	return provisionerSandbox{
+		SandboxID: id, SandboxURL: rt.sandboxURL(c, rec.SandboxID), Status: status,
+		UserID: rec.User, ThreadID: rec.Thread, MountContractVersion: mountContractVersion,
+	}
+}
+
+// isAdmin reports an admin principal (authentication lands with its own
+// change; without it every caller is the default user).
+func isAdmin(echo.Context) bool { return false }
