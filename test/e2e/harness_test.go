@@ -111,12 +111,19 @@ func (f *fleet) start(extra ...string) *gateway {
 func (g *gateway) kill() {
 	_ = g.cmd.Process.Signal(syscall.SIGKILL)
 	<-g.done
+	forgetConnections()
 }
+
+// forgetConnections drops the shared client's idle connections: a later
+// test's gateway may listen on the same port, and a stale keep-alive
+// connection to a dead gateway would fail its first POST.
+func forgetConnections() { http.DefaultClient.CloseIdleConnections() }
 
 func (g *gateway) stop() {
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-g.done:
+		forgetConnections()
 	case <-time.After(40 * time.Second):
 		g.t.Errorf("gateway did not stop on SIGTERM")
 		g.kill()
@@ -127,6 +134,7 @@ func (f *fleet) cleanup() {
 	for _, g := range f.replicas {
 		select {
 		case <-g.done:
+			forgetConnections()
 		default:
 			g.kill()
 		}
