@@ -136,14 +136,18 @@ func TestGoalVerdict(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name string
-		cell [3]wrkResult
-		want []string
+		name      string
+		at64, at1 [3]wrkResult
+		want      []string
 	}{
-		{"both met", cell(1000, 10000, 11000, 1500), []string{"nginx's: met (1.10×", "direct < 1ms: met (0.50 ms)"}},
-		{"both missed", cell(1000, 10000, 8000, 3500), []string{"MISSED by 20% (0.80×", "MISSED by 1.50 ms (2.50 ms added)"}},
+		{"both met", cell(1000, 10000, 11000, 1500), cell(100, 0, 0, 400),
+			[]string{"nginx's: met (1.10×", "direct < 1ms: met (0.50 ms added)", "1 connection: met (0.30 ms added)"}},
+		{"both missed", cell(1000, 10000, 8000, 3500), cell(100, 0, 0, 1300),
+			[]string{"MISSED by 20% (0.80×", "direct < 1ms: MISSED by 1.50 ms (2.50 ms added)", "1 connection: MISSED by 0.20 ms (1.20 ms added)"}},
+		{"negative is noise", cell(5000, 10000, 10000, 2000), cell(100, 0, 0, 100),
+			[]string{"nginx's: met (1.00×", "met, but by noise (-3.00 ms", "1 connection: met (0.00 ms added)"}},
 	} {
-		got := goalVerdict(tc.cell)
+		got := goalVerdict(tc.at64, tc.at1)
 		for _, w := range tc.want {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: goalVerdict = %q, lacks %q", tc.name, got, w)

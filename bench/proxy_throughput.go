@@ -138,7 +138,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 	}
 
 	var rows [][]string
-	var goalNote string
+	smallGET := map[int][3]wrkResult{} // by connections
 	for i, w := range workloads {
 		script, err := writeScript(tmp, fmt.Sprintf("workload-%d", i), wrkScript(w.method, w.body, w.headers))
 		if err != nil {
@@ -152,8 +152,8 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			fmt.Fprintf(os.Stderr, "bench: %s c=%d: direct %.0f, nginx %.0f, gateway %.0f req/s\n",
 				w.name, conns, cell[0].RPS(), cell[1].RPS(), cell[2].RPS())
 			rows = append(rows, proxyRow(w.name, conns, cell))
-			if i == 0 && conns == goalConns {
-				goalNote = goalVerdict(cell)
+			if i == 0 {
+				smallGET[conns] = cell
 			}
 		}
 	}
@@ -168,7 +168,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"gateway p50 / p99 / p99.9 ms", "gateway p99 − direct ms", "nginx p99 − direct ms", "errors d / n / g"},
 		Rows: rows,
 		Notes: []string{
-			goalNote,
+			goalVerdict(smallGET[goalConns], smallGET[1]),
 			fmt.Sprintf("wrk -t1 (the machine's %d cores are shared by wrk, the proxy and the sandbox), --timeout %s, one Lua "+
 				"script per workload, identical for the three targets, whose done() prints wrk's own summary as JSON (nothing is "+
 				"scraped from wrk's text). Per cell: an unmeasured -d%s warm-up of each target, then %s of measuring per target, "+
@@ -393,22 +393,32 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f", a/b)
 }
 
-// goalVerdict states the cached-thread goals against the small-GET cell.
-func goalVerdict(c [3]wrkResult) string {
-	direct, nginx, gw := c[0], c[1], c[2]
+// goalVerdict states the cached-thread goals against the small GET: req/s
+// and p99 at goalConns, and p99 at one connection too, where nothing queues
+// and the difference is the proxy's own (at 64 the tails of a busy 2-core
+// machine move by more than the goal between runs).
+func goalVerdict(at64, at1 [3]wrkResult) string {
+	nginx, gw := at64[1], at64[2]
 	r := gw.RPS() / max(nginx.RPS(), 1)
 	rpsPart := fmt.Sprintf("gateway req/s ≥ nginx's: met (%.2f×, %.0f vs %.0f)", r, gw.RPS(), nginx.RPS())
 	if r < goalRatio {
 		rpsPart = fmt.Sprintf("gateway req/s ≥ nginx's: MISSED by %.0f%% (%.2f×, %.0f vs %.0f)",
 			(1-r)*100, r, gw.RPS(), nginx.RPS())
 	}
-	added := usDur(gw.P99US - direct.P99US)
-	p99Part := fmt.Sprintf("p99 added over direct < %v: met (%s ms)", goalP99AddedMax, ms(added))
-	if added >= goalP99AddedMax {
-		p99Part = fmt.Sprintf("p99 added over direct < %v: MISSED by %s ms (%s ms added)", goalP99AddedMax,
-			ms(added-goalP99AddedMax), ms(added))
+	return fmt.Sprintf("Goal for a cached thread, small GET at %d connections — %s; p99 added over direct < %v: %s; "+
+		"the same at 1 connection: %s.", goalConns, rpsPart, goalP99AddedMax, p99Verdict(at64), p99Verdict(at1))
+}
+
+func p99Verdict(c [3]wrkResult) string {
+	added := usDur(c[2].P99US - c[0].P99US)
+	switch {
+	case added >= goalP99AddedMax:
+		return fmt.Sprintf("MISSED by %s ms (%s ms added)", ms(added-goalP99AddedMax), ms(added))
+	case added < 0:
+		return fmt.Sprintf("met, but by noise (%s ms: the gateway's p99 below direct's)", ms(added))
+	default:
+		return fmt.Sprintf("met (%s ms added)", ms(added))
 	}
-	return fmt.Sprintf("Goal for a cached thread, small GET at %d connections — %s; %s.", goalConns, rpsPart, p99Part)
 }
 
 // cleanupStack runs pushed functions in reverse order, once, with a

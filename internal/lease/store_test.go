@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,4 +241,24 @@ func TestIdentity(t *testing.T) {
 			t.Errorf("ValidThread(%q) = %v, want %v", c.thread, got, c.ok)
 		}
 	}
+}
+
+func FuzzThreadID(f *testing.F) {
+	for _, s := range []string{"a", "..", ".", "a/b", "x:y-z_1.2", "ü", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ok := ValidThread(s) == nil
+		safe := len(s) >= 1 && len(s) <= MaxThreadLen && s != "." && s != ".." &&
+			strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") == ""
+		if ok != safe {
+			t.Fatalf("ValidThread(%q) = %v, want %v", s, ok, safe)
+		}
+		if ok && (strings.Contains(s, "/") || strings.Contains(s, "%")) {
+			t.Fatalf("path-unsafe id accepted: %q", s)
+		}
+		if id := SandboxID("u", s); !ValidSandboxID(id) || id != SandboxID("u", s) {
+			t.Fatalf("sandbox id %q", id)
+		}
+	})
 }

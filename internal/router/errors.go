@@ -35,6 +35,8 @@ func statusOf(err error) apiError {
 	switch {
 	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID), errors.Is(err, errBadProvisionerID):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
+	case errors.Is(err, errCrossSite):
+		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
 	case errors.Is(err, pool.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such sandbox", 0}
 	case errors.Is(err, pool.ErrProvisioning):

@@ -78,7 +78,7 @@ func New(d Deps) *Router {
 		}
 		rt.writeError(c.Response(), c.Request(), err)
 	}
-	e.Use(recoverJSON(d.Log))
+	e.Use(recoverJSON(d.Log), sameOrigin)
 
 	e.GET("/healthz", rt.healthz)
 	e.GET("/readyz", rt.readyz)
