@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -243,5 +244,51 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSandboxKilledMidRequestIs502ThenRecreated(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	g := f.start()
+	shell(t, g.URL, "crash", "echo safe > /mnt/user-data/workspace/s.txt")
+	res := make(chan []byte, 1)
+	codes := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", g.URL+"/threads/crash/v1/shell/exec",
+			strings.NewReader(`{"command":"sleep 30"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			codes <- 0
+			res <- []byte(err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		codes <- resp.StatusCode
+		res <- b
+	}()
+	var pid int
+	waitFor(t, func() bool {
+		s := f.sandboxes()
+		if len(s) != 1 {
+			return false
+		}
+		pid, _ = strconv.Atoi(strings.SplitN(s[0].Incarnation, "-", 2)[0])
+		// the sleep is running inside the sandbox
+		out, _ := exec.Command("pgrep", "-f", "sleep 30").Output()
+		return len(out) > 0
+	})
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, body := <-codes, <-res
+	if code != 502 || errorCode(t, body) != "sandbox_connection_lost" {
+		t.Fatalf("killed mid-request: %d %s", code, body)
+	}
+	waitFor(t, func() bool { return len(f.sandboxes()) == 0 })
+	if d := shell(t, g.URL, "crash", "cat /mnt/user-data/workspace/s.txt"); strings.TrimSpace(d.Output) != "safe" {
+		t.Fatalf("next call: %+v", d)
 	}
 }

@@ -3,11 +3,16 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/lease"
 )
 
 func incarnations(f *fleet) []string {
@@ -76,4 +81,111 @@ func TestRedisFlushThenTrafficKeepsEverySandbox(t *testing.T) {
 	if after := incarnations(f); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Fatalf("sandboxes changed across FLUSHALL: %v -> %v", before, after)
 	}
+}
+
+func TestProvisioningPastItsBudgetAnswers503ThenServes(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	g := f.start("--process-binary", slowSandbox(t, f, "2"), "--provision-wait", "300ms")
+	code, body, hdr := call(t, "POST", g.URL+"/threads/slowpoke/v1/shell/exec", map[string]any{"command": "echo hi"})
+	if code != 503 || errorCode(t, body) != "provisioning" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("within the create: %d %s retry-after=%q", code, body, hdr.Get("Retry-After"))
+	}
+	// The create went on without the client: a retry finds the sandbox.
+	waitFor(t, func() bool {
+		code, _, _ := call(t, "GET", g.URL+"/threads/slowpoke/sandbox", nil)
+		return code == 200
+	})
+	if d := shell(t, g.URL, "slowpoke", "echo hi"); strings.TrimSpace(d.Output) != "hi" {
+		t.Fatalf("after the create: %+v", d)
+	}
+	if n := len(f.sandboxes()); n != 1 {
+		t.Fatalf("%d sandboxes", n)
+	}
+}
+
+func TestHardCapAnswers503(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--max-sandboxes", "1", "--cap-mode", "hard")
+	g := f.start()
+	shell(t, g.URL, "first", "true")
+	code, body, hdr := call(t, "POST", g.URL+"/threads/second/v1/shell/exec", map[string]any{"command": "true"})
+	if code != 503 || errorCode(t, body) != "capacity" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("at the hard cap: %d %s", code, body)
+	}
+	// Releasing the first makes it evictable: the second thread gets room.
+	call(t, "DELETE", g.URL+"/threads/first/sandbox", nil)
+	shell(t, g.URL, "second", "true")
+	if n := len(f.sandboxes()); n != 1 {
+		t.Fatalf("%d sandboxes under a cap of 1", n)
+	}
+}
+
+func TestIdleSandboxesAreReapedButNotBusyOnes(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--idle-timeout", "3s", "--reap-interval", "200ms")
+	g := f.start()
+	shell(t, g.URL, "idle", "true")
+	shell(t, g.URL, "busy", "true")
+	gate := filepath.Join(f.dataDir, "users", "default", "threads", "busy", "user-data", "workspace", "go")
+	res := make(chan execData, 1)
+	go func() {
+		res <- shell(t, g.URL, "busy", "while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.05; done; echo survived")
+	}()
+	idleID := lease.SandboxID("default", "idle")
+	waitFor(t, func() bool {
+		for _, s := range f.sandboxes() {
+			if s.SandboxID == idleID {
+				return false
+			}
+		}
+		return true
+	})
+	// The busy thread's command has now run longer than idle_timeout.
+	time.Sleep(4 * time.Second)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-res; strings.TrimSpace(d.Output) != "survived" {
+		t.Fatalf("long command: %+v", d)
+	}
+}
+
+func TestReconcilerRestoresRecordsAfterRedisLoss(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--reconcile-interval", "200ms", "--reconcile-grace", "1ms", "--max-sandboxes", "0")
+	g := f.start()
+	shell(t, g.URL, "orphan-1", "true")
+	shell(t, g.URL, "orphan-2", "true")
+	before := incarnations(f)
+	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
+	defer rdb.Close()
+	_ = rdb.FlushAll(context.Background())
+	// No traffic: the reconciler alone puts them back, into the warm pool.
+	waitFor(t, func() bool {
+		for _, th := range []string{"orphan-1", "orphan-2"} {
+			code, body, _ := call(t, "GET", g.URL+"/threads/"+th+"/sandbox", nil)
+			if code != 200 || !strings.Contains(string(body), `"state":"warm"`) {
+				return false
+			}
+		}
+		return true
+	})
+	if after := incarnations(f); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Fatalf("sandboxes changed: %v -> %v", before, after)
+	}
+	if !strings.Contains(g.logs.String(), "adopted a sandbox without a record") {
+		t.Fatal("no adoption logged")
+	}
+}
+
+// slowSandbox is a sandbox binary that sleeps before it starts.
+func slowSandbox(t *testing.T, f *fleet, seconds string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "slow-sandbox")
+	script := "#!/bin/sh\nsleep " + seconds + "\nexec " + f.bin + " \"$@\"\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

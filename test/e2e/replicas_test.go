@@ -3,8 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -65,11 +63,7 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, "--lock-ttl", "1s")
 	// A sandbox binary that takes a while to start, so the kill lands mid-create.
-	slow := filepath.Join(t.TempDir(), "slow-sandbox")
-	script := fmt.Sprintf("#!/bin/sh\nsleep 1\nexec %s \"$@\"\n", f.bin)
-	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	slow := slowSandbox(t, f, "1")
 	a := f.start("--process-binary", slow)
 	b := f.start("--process-binary", slow)
 
