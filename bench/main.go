@@ -241,7 +241,12 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 }
 
 // ms formats a duration in milliseconds with two decimals.
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+func ms(d time.Duration) string {
+	if d > 0 && d < 100*time.Microsecond { // sub-0.1 ms figures keep their digits
+		return fmt.Sprintf("%.4f", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond))
+}
 
 // statsRow is a table row: label, n, then p50/p90/p99/max in ms.
 func statsRow(label string, s Stats) []string {
