@@ -10,8 +10,6 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 )
 
-var errNotYours = pool.ErrNotFound
-
 // sandboxView is the control plane's JSON for one sandbox.
 type sandboxView struct {
 	SandboxID string    `json:"sandbox_id"`

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
 )
 
 var errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters")
@@ -55,7 +56,7 @@ func (rt *Router) sandboxProxy(c echo.Context) error {
 	}
 	if route.User != userOf(c) {
 		// Someone else's sandbox is as unknown as a missing one.
-		return errNotYours
+		return pool.ErrNotFound
 	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/sandboxes/")+len(sid))
 	rt.proxy.Serve(c.Response(), r, route, path, raw)

@@ -66,6 +66,9 @@ func TestBinaryListenFD(t *testing.T) {
 	call := func(method, path, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v (server stderr: %s)", method, path, err, stderr.String())

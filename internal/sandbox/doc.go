@@ -22,6 +22,20 @@
 //     follows it, shell/kill stops it). Only `hard_timeout` kills the
 //     command's process group.
 //
+// Browsers (guard.go). The API runs commands and often listens on loopback,
+// where any page in the user's browser can reach it, so:
+//   - A request a browser sends on behalf of another site is refused with
+//     403, on every endpoint, WebSocket included: `Sec-Fetch-Site:
+//     cross-site`, or an Origin whose host is neither the request's Host nor
+//     one listed in X-Forwarded-Host (the gateway proxies with Host = the
+//     sandbox and X-Forwarded-Host = itself). Non-browser clients send
+//     neither header and pass.
+//   - Every JSON POST requires `Content-Type: application/json` (parameters
+//     such as charset allowed) and answers anything else, or none, with 415;
+//     file/upload requires multipart/form-data. A page cannot send
+//     application/json cross-origin without a CORS preflight, which the
+//     server never approves.
+//
 // GET /v1/shell/ws is a line-based terminal over WebSocket (ws.go): each
 // text message is a command line run in a session; output comes back as
 // text messages while it is produced, then {"type":"exit","exit_code":N}.

@@ -83,7 +83,8 @@ type apiResp struct {
 	Body    string
 }
 
-// do sends a request; body is JSON-encoded unless it is a string (sent raw).
+// do sends a request; body is JSON-encoded unless it is a string (sent raw),
+// labelled application/json either way.
 func (ts *testServer) do(t *testing.T, method, path string, body any) apiResp {
 	t.Helper()
 	var rd io.Reader
@@ -98,11 +99,17 @@ func (ts *testServer) do(t *testing.T, method, path string, body any) apiResp {
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, ts.URL+path, rd)
+	return ts.send(t, method, path, http.Header{"Content-Type": {"application/json"}}, rd)
+}
+
+// send sends a request with exactly header and requires a JSON response.
+func (ts *testServer) send(t *testing.T, method, path string, header http.Header, body io.Reader) apiResp {
+	t.Helper()
+	req, err := http.NewRequest(method, ts.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header = header
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

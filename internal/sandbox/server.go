@@ -153,7 +153,7 @@ func homeDir(home string, pm *PathMap, env []string) (string, error) {
 }
 
 // Handler is the HTTP API.
-func (s *Server) Handler() http.Handler { return s.recoverer(s.mux) }
+func (s *Server) Handler() http.Handler { return s.recoverer(s.sameSite(s.mux)) }
 
 // Shutdown refuses new commands, closes WebSocket terminals and kills every
 // command's process group.
@@ -184,21 +184,21 @@ func (s *Server) shell() (shellInfo, error) {
 func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.Handle("GET /v1/sandbox", s.api(s.handleSandbox))
-	m.Handle("POST /v1/shell/exec", s.api(s.handleShellExec))
-	m.Handle("POST /v1/shell/view", s.api(s.handleShellView))
-	m.Handle("POST /v1/shell/kill", s.api(s.handleShellKill))
-	m.Handle("POST /v1/shell/sessions/create", s.api(s.handleSessionCreate))
+	m.Handle("POST /v1/shell/exec", s.api(bodyType(jsonBody, s.handleShellExec)))
+	m.Handle("POST /v1/shell/view", s.api(bodyType(jsonBody, s.handleShellView)))
+	m.Handle("POST /v1/shell/kill", s.api(bodyType(jsonBody, s.handleShellKill)))
+	m.Handle("POST /v1/shell/sessions/create", s.api(bodyType(jsonBody, s.handleSessionCreate)))
 	m.Handle("DELETE /v1/shell/sessions/{id}", s.api(s.handleSessionDelete))
 	m.Handle("GET /v1/shell/ws", s.api(s.handleShellWS))
-	m.Handle("POST /v1/bash/exec", s.api(s.handleBashExec))
-	m.Handle("POST /v1/file/read", s.api(s.handleFileRead))
-	m.Handle("POST /v1/file/write", s.api(s.handleFileWrite))
-	m.Handle("POST /v1/file/replace", s.api(s.handleFileReplace))
-	m.Handle("POST /v1/file/find", s.api(s.handleFileFind))
-	m.Handle("POST /v1/file/glob", s.api(s.handleFileGlob))
-	m.Handle("POST /v1/file/list", s.api(s.handleFileList))
-	m.Handle("POST /v1/file/grep", s.api(s.handleFileGrep))
-	m.Handle("POST /v1/file/upload", s.api(s.handleFileUpload))
+	m.Handle("POST /v1/bash/exec", s.api(bodyType(jsonBody, s.handleBashExec)))
+	m.Handle("POST /v1/file/read", s.api(bodyType(jsonBody, s.handleFileRead)))
+	m.Handle("POST /v1/file/write", s.api(bodyType(jsonBody, s.handleFileWrite)))
+	m.Handle("POST /v1/file/replace", s.api(bodyType(jsonBody, s.handleFileReplace)))
+	m.Handle("POST /v1/file/find", s.api(bodyType(jsonBody, s.handleFileFind)))
+	m.Handle("POST /v1/file/glob", s.api(bodyType(jsonBody, s.handleFileGlob)))
+	m.Handle("POST /v1/file/list", s.api(bodyType(jsonBody, s.handleFileList)))
+	m.Handle("POST /v1/file/grep", s.api(bodyType(jsonBody, s.handleFileGrep)))
+	m.Handle("POST /v1/file/upload", s.api(bodyType(multipartBody, s.handleFileUpload)))
 	m.Handle("GET /v1/file/download", s.api(s.handleFileDownload))
 	m.Handle("/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path}

@@ -362,6 +362,7 @@ type sseEvent struct {
 func readSSE(t *testing.T, url, body string) []sseEvent {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
