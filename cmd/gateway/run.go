@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"runtime/debug"
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/gateway"
@@ -31,6 +32,11 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	log := telemetry.NewLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// A proxy's heap is small and short-lived; collecting less often buys
+		// throughput for little memory (measured in docs/BENCHMARKS.md).
+		debug.SetGCPercent(400)
+	}
 	for _, w := range warnings {
 		log.Warn("config: " + w)
 	}

@@ -67,7 +67,12 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		Transport:     &dispatch{p: p},
-		FlushInterval: -1, // stream: SSE events and exec output arrive as written
+		// 0, not -1: ReverseProxy already flushes every write of a streaming
+		// response (text/event-stream, or no Content-Length: exec output,
+		// chunked bodies), so SSE events arrive as written; a response of
+		// known length goes out in as few writes as the buffer allows instead
+		// of one flush (one syscall) per copy.
+		FlushInterval: 0,
 		BufferPool:    bufferPool{},
 		ErrorHandler:  p.handleError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
