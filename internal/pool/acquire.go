@@ -17,7 +17,8 @@ func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if ok {
+	// A paused warm sandbox is thawed under the lock, in provision.
+	if ok && !(rec.State == lease.StateWarm && p.pauser() != nil) {
 		r, outcome, err := p.reuse(ctx, rec, verify)
 		if r != nil || err != nil {
 			return r, outcome, err
@@ -50,6 +51,13 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 			return nil, "", nil
 		}
 	}
+	if rec.State == lease.StateWarm {
+		if pz := p.pauser(); pz != nil {
+			if err := pz.Resume(ctx, rec.Info()); err != nil {
+				return nil, "", fmt.Errorf("%w: resume warm sandbox: %w", backend.ErrUnavailable, err)
+			}
+		}
+	}
 	ok, err := p.store.Activate(ctx, rec.SandboxID, rec.Incarnation, p.clock.Now())
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
@@ -73,11 +81,8 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 // knows, or reserve capacity and create one.
 func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route, Outcome, error) {
 	held, err := p.locker.Obtain(ctx, sid, p.cfg.ProvisionWait)
-	if errors.Is(err, lease.ErrLocked) {
-		return nil, "", fmt.Errorf("%w: %w", ErrProvisioning, err)
-	}
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+		return nil, "", lockErr(err)
 	}
 	defer p.unlock(held)
 	// A lost lock means another replica may start the same sandbox; stop.

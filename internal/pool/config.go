@@ -47,6 +47,9 @@ type Config struct {
 	ReconcileGrace time.Duration
 	// ReconcileDryRun logs what the reconciler would do and does nothing.
 	ReconcileDryRun bool
+	// PauseWarm freezes warm sandboxes (backends that implement
+	// backend.Pauser) and thaws them on reclaim.
+	PauseWarm bool
 
 	// Instance names this replica in labels and logs.
 	Instance string

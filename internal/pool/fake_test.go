@@ -30,13 +30,14 @@ type fakeBackend struct {
 	url       string
 	createErr error
 	clock     Clock
+	paused    map[string]bool
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
 	return &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{},
-		url: srv.URL, clock: realClock{}}
+		url: srv.URL, clock: realClock{}, paused: map[string]bool{}}
 }
 
 func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
@@ -114,7 +115,30 @@ func (f *fakeBackend) liveCount() int {
 	return len(f.live)
 }
 
-var _ backend.Backend = (*fakeBackend)(nil)
+func (f *fakeBackend) Pause(_ context.Context, info backend.Info) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paused[info.SandboxID] = true
+	return nil
+}
+
+func (f *fakeBackend) Resume(_ context.Context, info backend.Info) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.paused, info.SandboxID)
+	return nil
+}
+
+func (f *fakeBackend) isPaused(sid string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.paused[sid]
+}
+
+var (
+	_ backend.Backend = (*fakeBackend)(nil)
+	_ backend.Pauser  = (*fakeBackend)(nil)
+)
 
 // fakeClock is moved by tests; the pool reads time only through it.
 type fakeClock struct {

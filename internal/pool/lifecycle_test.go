@@ -277,3 +277,20 @@ func TestReconcilerAdoptsAndDrops(t *testing.T) {
 		t.Fatalf("duplicate create: %d", c)
 	}
 }
+
+func TestPauseWarm(t *testing.T) {
+	t.Parallel()
+	for _, pause := range []bool{false, true} {
+		e := newEnv(t, Config{PauseWarm: pause})
+		p := e.replica()
+		r, _, _ := p.Acquire(ctx, "u", "z")
+		_ = p.Release(ctx, "u", "z")
+		if got := e.be.isPaused(r.SandboxID); got != pause {
+			t.Fatalf("pause_warm=%v: paused after release = %v", pause, got)
+		}
+		r2, o, err := e.replica().Acquire(ctx, "u", "z")
+		if err != nil || o != OutcomeWarm || r2.Incarnation != r.Incarnation || e.be.isPaused(r.SandboxID) {
+			t.Fatalf("pause_warm=%v: reclaim %v %v paused=%v", pause, o, err, e.be.isPaused(r.SandboxID))
+		}
+	}
+}

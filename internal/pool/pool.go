@@ -178,9 +178,19 @@ func (p *Pool) Record(ctx context.Context, sid string) (lease.Record, bool, erro
 	return rec, ok, nil
 }
 
-// Release parks the thread's sandbox in the warm pool.
+// Release parks the thread's sandbox in the warm pool (paused, with
+// PauseWarm and a backend that can).
 func (p *Pool) Release(ctx context.Context, user, thread string) error {
 	sid := lease.SandboxID(user, thread)
+	pauser := p.pauser()
+	if pauser != nil {
+		// Pause and a concurrent reclaim's resume must not interleave.
+		held, err := p.locker.Obtain(ctx, sid, p.cfg.LockTTL)
+		if err != nil {
+			return lockErr(err)
+		}
+		defer p.unlock(held)
+	}
 	ok, err := p.store.Release(ctx, sid, p.clock.Now())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
@@ -189,18 +199,40 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 	if !ok {
 		return ErrNotFound
 	}
+	if pauser != nil {
+		if rec, found, err := p.store.Get(ctx, sid); err == nil && found {
+			if err := pauser.Pause(ctx, rec.Info()); err != nil {
+				p.log.Warn("pause warm sandbox", "sandbox_id", sid, "thread", thread, "err", err)
+			}
+		}
+	}
 	p.log.Info("sandbox released to warm pool", "sandbox_id", sid, "thread", thread)
 	return nil
+}
+
+// pauser is the backend's Pauser when warm sandboxes are to be paused.
+func (p *Pool) pauser() backend.Pauser {
+	if !p.cfg.PauseWarm {
+		return nil
+	}
+	pz, _ := p.backend.(backend.Pauser)
+	return pz
+}
+
+// lockErr maps a lock failure: held elsewhere is "provisioning", anything
+// else is Redis.
+func lockErr(err error) error {
+	if errors.Is(err, lease.ErrLocked) {
+		return fmt.Errorf("%w: %w", ErrProvisioning, err)
+	}
+	return fmt.Errorf("%w: %w", ErrState, err)
 }
 
 // Destroy destroys sid now, whatever its state. ErrNotFound if unknown.
 func (p *Pool) Destroy(ctx context.Context, sid, reason string) error {
 	held, err := p.locker.Obtain(ctx, sid, p.cfg.LockTTL)
-	if errors.Is(err, lease.ErrLocked) {
-		return fmt.Errorf("%w: %w", ErrProvisioning, err)
-	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
+		return lockErr(err)
 	}
 	defer p.unlock(held)
 	rec, ok, err := p.store.Claim(ctx, sid, "")

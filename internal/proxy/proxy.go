@@ -65,8 +65,8 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 	}
 	p := &Proxy{cfg: cfg, resolver: resolver, writeErr: writeErr, upgrades: newUpgrades(), log: log}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:       p.rewrite,
-		Transport:     &dispatch{p: p},
+		Rewrite:   p.rewrite,
+		Transport: &dispatch{p: p},
 		// 0, not -1: ReverseProxy already flushes every write of a streaming
 		// response (text/event-stream, or no Content-Length: exec output,
 		// chunked bodies), so SSE events arrive as written; a response of
