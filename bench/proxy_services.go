@@ -26,12 +26,20 @@ type service struct {
 
 // startService runs argv with stdout and stderr appended to logPath.
 func startService(name, logPath string, argv ...string) (*service, error) {
+	return startServiceEnv(name, logPath, nil, argv...)
+}
+
+// startServiceEnv is startService with env (KEY=VALUE) added to ours.
+func startServiceEnv(name, logPath string, env []string, argv ...string) (*service, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s log: %w", name, err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -246,12 +254,20 @@ func lookNginx() (string, error) {
 
 // startGateway runs the built gateway against Redis with its data in dir.
 func startGateway(ctx context.Context, bin, redisAddr, dataDir, logPath string) (*service, string, error) {
+	return startGatewayEnv(ctx, bin, redisAddr, dataDir, logPath, nil)
+}
+
+// startGatewayEnv is startGateway with env added to the gateway's
+// environment (OTEL_* for tracing) and args after the defaults (a later
+// flag wins).
+func startGatewayEnv(ctx context.Context, bin, redisAddr, dataDir, logPath string, env []string, args ...string) (*service, string, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, "", err
 	}
-	s, err := startService("gateway", logPath, bin, "--listen", addr, "--redis-url", "redis://"+redisAddr+"/0",
-		"--data-dir", dataDir, "--max-sandboxes", "0", "--log-level", "warn")
+	argv := append([]string{bin, "--listen", addr, "--redis-url", "redis://" + redisAddr + "/0",
+		"--data-dir", dataDir, "--max-sandboxes", "0", "--log-level", "warn"}, args...)
+	s, err := startServiceEnv("gateway", logPath, env, argv...)
 	if err != nil {
 		return nil, "", err
 	}

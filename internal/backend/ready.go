@@ -7,6 +7,11 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Readiness polling starts fast because a local sandbox is usually up within
@@ -29,10 +34,22 @@ var readyClient = &http.Client{
 }
 
 // WaitReady polls GET {baseURL}/v1/sandbox until it answers 200 or ctx ends.
-func WaitReady(ctx context.Context, baseURL string) error {
+// Inside a sampled trace the wait is a span, and each probe carries its
+// trace context, so the sandbox server's first span joins the trace.
+func WaitReady(ctx context.Context, baseURL string) (err error) {
+	ctx, span := telemetry.Child(ctx, "sandgate.sandbox.wait_ready")
+	probes := 0
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("probes", probes))
+		}
+		telemetry.Fail(span, err)
+		span.End()
+	}()
 	interval := readyFirstInterval
 	var lastErr error
 	for {
+		probes++
 		ok, err := probe(ctx, baseURL+"/v1/sandbox")
 		if ok {
 			return nil
@@ -54,6 +71,7 @@ func probe(ctx context.Context, url string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("build probe: %w", err)
 	}
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := readyClient.Do(req)
 	if err != nil {
 		return false, err

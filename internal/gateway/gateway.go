@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Gateway is one replica.
@@ -34,6 +35,8 @@ type Gateway struct {
 	router   *router.Router
 	server   *http.Server
 	listener net.Listener
+	tracing  *telemetry.Tracing
+	metrics  *telemetry.Metrics
 }
 
 // ErrInsecure refuses a non-loopback listener without authentication.
@@ -48,32 +51,46 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		host, _ := os.Hostname()
 		cfg.Pool.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	g := &Gateway{cfg: cfg, log: log}
+	g := &Gateway{cfg: cfg, log: log, metrics: telemetry.NewMetrics()}
+	tracing, err := telemetry.SetupTracing(ctx, telemetry.Resource{Service: "sandgate", Instance: cfg.Pool.Instance}, log)
+	if err != nil {
+		log.Warn("tracing off: bad OTEL_* configuration", "err", err)
+	}
+	g.tracing = tracing
 	if err := g.connectRedis(ctx); err != nil {
+		g.close()
 		return nil, err
 	}
+	lease.OnError(g.rdb, g.metrics.RedisError)
 	be, name, err := newBackend(ctx, cfg, log)
 	if err != nil {
-		g.closeRedis()
+		g.close()
 		return nil, err
 	}
 	store := lease.NewStore(g.rdb, cfg.RedisPrefix)
+	g.metrics.WatchPool(func(ctx context.Context) (telemetry.PoolCounts, error) {
+		n, err := store.Count(ctx)
+		return telemetry.PoolCounts(n), err
+	})
 	g.pool, err = pool.New(cfg.Pool, pool.Deps{
 		Store:        store,
 		Backend:      be,
 		BackendName:  name,
 		NewTransport: func() http.RoundTripper { return proxy.NewTransport(proxy.TransportConfig{}) },
 		Log:          log,
+		Tracer:       g.tracing.Tracer(),
+		Metrics:      g.metrics,
 	})
 	if err != nil {
-		g.closeRedis()
+		g.close()
 		return nil, err
 	}
 	ready := []router.Pinger{store}
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
 	}
-	g.router = router.New(router.Deps{Pool: g.pool, Aliases: store, Ready: ready, Proxy: cfg.Proxy, PublicURL: cfg.PublicURL, Log: log})
+	g.router = router.New(router.Deps{Pool: g.pool, Aliases: store, Ready: ready, Proxy: cfg.Proxy,
+		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics})
 	g.server = &http.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -85,7 +102,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	}
 	g.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		g.closeRedis()
+		g.close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	return g, nil
@@ -98,7 +115,7 @@ func (g *Gateway) Addr() net.Addr { return g.listener.Addr() }
 // requests finish (up to shutdown_timeout), upgraded connections close.
 // Sandboxes keep running: the pool belongs to the fleet, not to a replica.
 func (g *Gateway) Run(ctx context.Context) error {
-	defer g.closeRedis()
+	defer g.close()
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context){
@@ -168,7 +185,13 @@ func (g *Gateway) connectRedis(ctx context.Context) error {
 	return nil
 }
 
-func (g *Gateway) closeRedis() {
+// close flushes the spans still buffered and closes Redis.
+func (g *Gateway) close() {
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.tracing.Shutdown(fctx); err != nil {
+		g.log.Warn("flush traces", "err", err)
+	}
 	if g.rdb != nil {
 		_ = g.rdb.Close()
 	}

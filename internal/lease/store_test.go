@@ -185,22 +185,31 @@ func TestLockExclusiveAndRefreshed(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		var got atomic.Int32
+		// Contenders that arrive together: never two holders at once.
+		var holding, most atomic.Int32
 		var wg sync.WaitGroup
+		start := make(chan struct{})
 		for range 8 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if h, err := l.Obtain(ctx, "y", 0); err == nil {
-					got.Add(1)
-					defer h.Release(ctx)
-					time.Sleep(50 * time.Millisecond)
+				<-start
+				h, err := l.Obtain(ctx, "y", 2*time.Second)
+				if err != nil {
+					return
 				}
+				n := holding.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(20 * time.Millisecond)
+				holding.Add(-1)
+				_ = h.Release(ctx)
 			}()
 		}
+		close(start)
 		wg.Wait()
-		if got.Load() != 1 {
-			t.Fatalf("%d holders of one lock", got.Load())
+		if most.Load() != 1 {
+			t.Fatalf("%d holders of one lock at once", most.Load())
 		}
 	})
 }

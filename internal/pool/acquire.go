@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
 )
@@ -38,12 +40,12 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 	// A warm sandbox is checked before it is handed out: it may have died
 	// while parked. An active one only when a dial to it just failed.
 	if rec.State == lease.StateWarm || verify {
-		alive, err := p.backend.Alive(ctx, rec.Info())
+		alive, err := p.alive(ctx, rec)
 		if err != nil {
 			return nil, "", fmt.Errorf("%w: check sandbox: %w", backend.ErrUnavailable, err)
 		}
 		if !alive {
-			p.log.Warn("sandbox record points to a dead sandbox; dropping it",
+			p.log.WarnContext(ctx, "sandbox record points to a dead sandbox; dropping it",
 				"sandbox_id", rec.SandboxID, "thread", rec.Thread, "state", rec.State)
 			if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
 				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
@@ -53,7 +55,10 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 	}
 	if rec.State == lease.StateWarm {
 		if pz := p.pauser(); pz != nil {
-			if err := pz.Resume(ctx, rec.Info()); err != nil {
+			sctx, span := p.span(ctx, spanResume, rec.SandboxID, rec.Thread)
+			err := pz.Resume(sctx, rec.Info())
+			end(span, err)
+			if err != nil {
 				return nil, "", fmt.Errorf("%w: resume warm sandbox: %w", backend.ErrUnavailable, err)
 			}
 		}
@@ -70,7 +75,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 		return nil, "", err
 	}
 	if rec.State == lease.StateWarm {
-		p.log.Info("sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
+		p.log.InfoContext(ctx, "sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
 		return r, OutcomeWarm, nil
 	}
 	return r, OutcomeHit, nil
@@ -80,7 +85,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 // replica may have just created it), adopt a running sandbox the backend
 // knows, or reserve capacity and create one.
 func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route, Outcome, error) {
-	held, err := p.locker.Obtain(ctx, sid, p.cfg.ProvisionWait)
+	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
 	if err != nil {
 		return nil, "", lockErr(err)
 	}
@@ -103,18 +108,19 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	if ok {
 		if rec.State == lease.StateDestroying {
 			// A destroyer died half way (its lock expired): finish its job.
-			if err := p.backend.Destroy(ctx, rec.Info()); err != nil {
+			if err := p.destroyBackend(ctx, rec); err != nil {
 				return nil, "", fmt.Errorf("%w: finish interrupted destroy: %w", backend.ErrUnavailable, err)
 			}
 			if _, err := p.store.Forget(ctx, sid, rec.Incarnation); err != nil {
 				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 			}
+			p.metrics.Destroyed(string(ReasonInterrupted))
 		} else if r, outcome, err := p.reuse(ctx, rec, true); r != nil || err != nil {
 			return r, outcome, err
 		}
 	}
 
-	info, found, err := p.backend.Discover(ctx, sid)
+	info, found, err := p.discover(ctx, sid, thread)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: discover: %w", backend.ErrUnavailable, err)
 	}
@@ -123,7 +129,8 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		if err != nil {
 			return nil, "", err
 		}
-		p.log.Info("adopted running sandbox", "sandbox_id", sid, "thread", thread)
+		p.metrics.Adopted("acquire")
+		p.log.InfoContext(ctx, "adopted running sandbox", "sandbox_id", sid, "thread", thread)
 		return r, OutcomeAdopted, nil
 	}
 
@@ -135,7 +142,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer ucancel()
 		if uerr := p.store.Unreserve(uctx, sid); uerr != nil {
-			p.log.Warn("give back capacity reservation", "sandbox_id", sid, "err", uerr)
+			p.log.WarnContext(ctx, "give back capacity reservation", "sandbox_id", sid, "err", uerr)
 		}
 		return nil, "", err
 	}
@@ -152,7 +159,10 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
 	defer cancel()
 	start := time.Now()
+	cctx, span := p.span(cctx, spanCreate, sid, thread)
 	info, err := p.backend.Create(cctx, spec)
+	end(span, err)
+	p.metrics.Created(err == nil)
 	if err != nil {
 		if errors.Is(err, backend.ErrUnavailable) {
 			return nil, err
@@ -163,9 +173,20 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if err != nil {
 		return nil, err
 	}
-	p.log.Info("sandbox created", "sandbox_id", sid, "thread", thread,
+	p.log.InfoContext(ctx, "sandbox created", "sandbox_id", sid, "thread", thread,
 		"incarnation", info.Incarnation, "took_ms", time.Since(start).Milliseconds())
 	return r, nil
+}
+
+// discover asks the backend for a running sid in a span.
+func (p *Pool) discover(ctx context.Context, sid, thread string) (backend.Info, bool, error) {
+	ctx, span := p.span(ctx, spanDiscover, sid, thread)
+	info, found, err := p.backend.Discover(ctx, sid)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("found", found))
+	}
+	end(span, err)
+	return info, found, err
 }
 
 // record writes an active record for a live sandbox and caches its route.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // maxEvictions bounds how many warm sandboxes one create may evict while
@@ -17,10 +18,12 @@ const maxEvictions = 8
 // recently released warm sandbox when the pool is full. Soft mode (DeerFlow's)
 // goes beyond the cap with a warning when nothing is warm; hard mode waits up
 // to AcquireTimeout, then answers ErrCapacity.
-func (p *Pool) reserve(ctx context.Context, sid, thread string) error {
+func (p *Pool) reserve(ctx context.Context, sid, thread string) (err error) {
 	if p.cfg.MaxSandboxes < 0 {
 		return nil
 	}
+	ctx, span := p.span(ctx, spanReserve, sid, thread)
+	defer func() { end(span, err) }()
 	deadline := time.Now().Add(p.cfg.AcquireTimeout)
 	for evictions := 0; ; {
 		now := p.clock.Now()
@@ -32,7 +35,7 @@ func (p *Pool) reserve(ctx context.Context, sid, thread string) error {
 		case "ok":
 			return nil
 		case "over":
-			p.log.Warn("soft cap exceeded: creating beyond max_sandboxes, nothing warm to evict",
+			p.log.WarnContext(ctx, "soft cap exceeded: creating beyond max_sandboxes, nothing warm to evict",
 				"sandbox_id", sid, "thread", thread, "max_sandboxes", p.cfg.MaxSandboxes)
 			return nil
 		case "evict":
@@ -58,10 +61,12 @@ func (p *Pool) reserve(ctx context.Context, sid, thread string) error {
 // evict destroys sid if it is still warm. Losing the race (it was reclaimed,
 // or another replica evicts it) is fine: the caller reserves again.
 func (p *Pool) evict(ctx context.Context, sid string) {
-	held, err := p.locker.Obtain(ctx, sid, time.Second)
+	ctx, span := p.span(ctx, spanEvict, sid, "")
+	defer span.End()
+	held, err := p.lock(ctx, sid, time.Second)
 	if err != nil {
 		if !errors.Is(err, lease.ErrLocked) {
-			p.log.Warn("evict: lock", "sandbox_id", sid, "err", err)
+			p.log.WarnContext(ctx, "evict: lock", "sandbox_id", sid, "err", err)
 		}
 		return
 	}
@@ -71,9 +76,12 @@ func (p *Pool) evict(ctx context.Context, sid string) {
 	if err != nil || !ok {
 		return
 	}
-	if err := p.destroyClaimed(ctx, rec, "evicted: capacity"); err != nil {
-		p.log.Warn("evict", "sandbox_id", sid, "err", err)
+	if err := p.destroyClaimed(ctx, rec, ReasonEvicted); err != nil {
+		p.log.WarnContext(ctx, "evict", "sandbox_id", sid, "err", err)
+		telemetry.Fail(span, err)
+		return
 	}
+	p.metrics.Evicted()
 }
 
 var farFuture = time.Unix(1<<40, 0)

@@ -13,10 +13,13 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Clock is injected so tests move time without sleeping.
@@ -46,6 +49,12 @@ type Deps struct {
 	NewTransport func() http.RoundTripper
 	Clock        Clock
 	Log          *slog.Logger
+	// Tracer starts the root spans of background passes (reaper,
+	// reconciler); nil = tracing off. Spans under a request need no tracer:
+	// they continue the request's.
+	Tracer trace.Tracer
+	// Metrics records pool events; nil = none.
+	Metrics *telemetry.Metrics
 }
 
 // Pool is one replica's view of the fleet-wide sandbox pool.
@@ -60,6 +69,8 @@ type Pool struct {
 	log     *slog.Logger
 	cache   *cache
 	flight  singleflight.Group
+	tracer  trace.Tracer
+	metrics *telemetry.Metrics
 }
 
 // New returns a Pool; cfg must be valid.
@@ -90,6 +101,8 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		clock:   d.Clock,
 		log:     d.Log.With("backend", d.BackendName),
 		cache:   newCache(),
+		tracer:  d.Tracer,
+		metrics: d.Metrics,
 	}, nil
 }
 
@@ -101,19 +114,38 @@ func (p *Pool) Config() Config { return p.cfg }
 // attempt; across replicas the sandbox lock makes exactly one create.
 // user and thread must be validated.
 func (p *Pool) Acquire(ctx context.Context, user, thread string) (*Route, Outcome, error) {
-	if r := p.cache.thread(user, thread, p.clock.Now()); r != nil {
+	start := time.Now()
+	if r := p.cache.thread(user, thread, p.now(start)); r != nil {
 		r.touched.Store(true)
+		p.hit(ctx, r, start)
 		return r, OutcomeHit, nil
 	}
-	return p.acquire(ctx, user, thread, false)
+	ctx, span := p.startAcquire(ctx, user, thread)
+	r, o, err := p.acquire(ctx, user, thread, false)
+	p.acquired(span, start, o, err)
+	return r, o, err
+}
+
+// now is the pool clock's time. With the real clock it is start itself: a
+// clock read costs tens of nanoseconds, and the cached path already takes
+// one for the acquire latency.
+func (p *Pool) now(start time.Time) time.Time {
+	if _, real := p.clock.(realClock); real {
+		return start
+	}
+	return p.clock.Now()
 }
 
 // Reacquire is called after a dial-class failure against failed: the route
 // is dropped and the sandbox's liveness verified, so a sandbox killed behind
 // the gateway's back is recreated.
 func (p *Pool) Reacquire(ctx context.Context, failed *Route) (*Route, Outcome, error) {
+	start := time.Now()
 	p.cache.drop(failed.SandboxID, failed)
-	return p.acquire(ctx, failed.User, failed.Thread, true)
+	ctx, span := p.startAcquire(ctx, failed.User, failed.Thread)
+	r, o, err := p.acquire(ctx, failed.User, failed.Thread, true)
+	p.acquired(span, start, o, err)
+	return r, o, err
 }
 
 type acquired struct {
@@ -155,8 +187,10 @@ func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*
 // Route returns the cached route of sid, or acquires it from its Redis
 // record. It never creates: an unknown sid is ErrNotFound.
 func (p *Pool) Route(ctx context.Context, sid string) (*Route, Outcome, error) {
-	if r := p.cache.sandbox(sid, p.clock.Now()); r != nil {
+	start := time.Now()
+	if r := p.cache.sandbox(sid, p.now(start)); r != nil {
 		r.touched.Store(true)
+		p.hit(ctx, r, start)
 		return r, OutcomeHit, nil
 	}
 	rec, ok, err := p.store.Get(ctx, sid)
@@ -166,7 +200,10 @@ func (p *Pool) Route(ctx context.Context, sid string) (*Route, Outcome, error) {
 	if !ok || rec.State == lease.StateDestroying {
 		return nil, "", ErrNotFound
 	}
-	return p.acquire(ctx, rec.User, rec.Thread, false)
+	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)
+	r, o, err := p.acquire(ctx, rec.User, rec.Thread, false)
+	p.acquired(span, start, o, err)
+	return r, o, err
 }
 
 // Record returns the Redis record of sid.
@@ -185,7 +222,7 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 	pauser := p.pauser()
 	if pauser != nil {
 		// Pause and a concurrent reclaim's resume must not interleave.
-		held, err := p.locker.Obtain(ctx, sid, p.cfg.LockTTL)
+		held, err := p.lock(ctx, sid, p.cfg.LockTTL)
 		if err != nil {
 			return lockErr(err)
 		}
@@ -202,11 +239,11 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 	if pauser != nil {
 		if rec, found, err := p.store.Get(ctx, sid); err == nil && found {
 			if err := pauser.Pause(ctx, rec.Info()); err != nil {
-				p.log.Warn("pause warm sandbox", "sandbox_id", sid, "thread", thread, "err", err)
+				p.log.WarnContext(ctx, "pause warm sandbox", "sandbox_id", sid, "thread", thread, "err", err)
 			}
 		}
 	}
-	p.log.Info("sandbox released to warm pool", "sandbox_id", sid, "thread", thread)
+	p.log.InfoContext(ctx, "sandbox released to warm pool", "sandbox_id", sid, "thread", thread)
 	return nil
 }
 
@@ -229,8 +266,8 @@ func lockErr(err error) error {
 }
 
 // Destroy destroys sid now, whatever its state. ErrNotFound if unknown.
-func (p *Pool) Destroy(ctx context.Context, sid, reason string) error {
-	held, err := p.locker.Obtain(ctx, sid, p.cfg.LockTTL)
+func (p *Pool) Destroy(ctx context.Context, sid string, reason DestroyReason) error {
+	held, err := p.lock(ctx, sid, p.cfg.LockTTL)
 	if err != nil {
 		return lockErr(err)
 	}
@@ -247,9 +284,9 @@ func (p *Pool) Destroy(ctx context.Context, sid, reason string) error {
 
 // destroyClaimed destroys a claimed record's sandbox and deletes the record.
 // The caller holds the sandbox's lock.
-func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason string) error {
+func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason DestroyReason) error {
 	p.cache.drop(rec.SandboxID, nil)
-	if err := p.backend.Destroy(ctx, rec.Info()); err != nil {
+	if err := p.destroyBackend(ctx, rec); err != nil {
 		// The record stays in state destroying; the reconciler or the next
 		// acquire (under the lock) finishes the job.
 		return fmt.Errorf("destroy sandbox: %w", err)
@@ -257,8 +294,17 @@ func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason stri
 	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	p.log.Info("sandbox destroyed", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "reason", reason)
+	p.metrics.Destroyed(string(reason))
+	p.log.InfoContext(ctx, "sandbox destroyed", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "reason", string(reason))
 	return nil
+}
+
+// destroyBackend destroys rec's sandbox in a span.
+func (p *Pool) destroyBackend(ctx context.Context, rec lease.Record) error {
+	ctx, span := p.span(ctx, spanDestroy, rec.SandboxID, rec.Thread)
+	err := p.backend.Destroy(ctx, rec.Info())
+	end(span, err)
+	return err
 }
 
 func (p *Pool) unlock(h *lease.Held) {
@@ -288,6 +334,17 @@ func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
 	return p.cache.put(r, p.clock.Now().Add(p.cfg.CacheTTL)), nil
 }
 
+// alive asks the backend about rec's sandbox in a span.
+func (p *Pool) alive(ctx context.Context, rec lease.Record) (bool, error) {
+	ctx, span := p.span(ctx, spanAlive, rec.SandboxID, rec.Thread)
+	ok, err := p.backend.Alive(ctx, rec.Info())
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("alive", ok))
+	}
+	end(span, err)
+	return ok, err
+}
+
 // Records lists the fleet's active and warm sandboxes.
 func (p *Pool) Records(ctx context.Context) ([]lease.Record, error) {
 	recs, err := p.store.List(ctx)
@@ -299,7 +356,7 @@ func (p *Pool) Records(ctx context.Context) ([]lease.Record, error) {
 
 // Alive asks the backend whether rec's sandbox still runs.
 func (p *Pool) Alive(ctx context.Context, rec lease.Record) (bool, error) {
-	ok, err := p.backend.Alive(ctx, rec.Info())
+	ok, err := p.alive(ctx, rec)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}

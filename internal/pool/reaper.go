@@ -6,9 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 const (
@@ -37,11 +39,18 @@ func (r *Reaper) Run(ctx context.Context) {
 }
 
 // Pass reaps what is expired now and returns how many sandboxes it destroyed.
-func (r *Reaper) Pass(ctx context.Context) (int, error) {
+func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 	p := r.p
 	if p.cfg.IdleTimeout < 0 {
 		return 0, nil
 	}
+	ctx, span := telemetry.Root(ctx, p.tracer, spanReapPass)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("reaped", n))
+		}
+		end(span, err)
+	}()
 	cutoff := p.clock.Now().Add(-p.cfg.IdleTimeout)
 	var reaped atomic.Int64
 	for _, index := range []string{p.store.Keys().Active(), p.store.Keys().Warm()} {
@@ -86,7 +95,7 @@ func (r *Reaper) reap(ctx context.Context, sid, index string, cutoff time.Time) 
 	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
 		return false, nil
 	}
-	held, err := p.locker.Obtain(ctx, sid, 0)
+	held, err := p.lock(ctx, sid, 0)
 	if errors.Is(err, lease.ErrLocked) {
 		return false, nil // being created, reclaimed or reaped elsewhere
 	}
@@ -98,8 +107,13 @@ func (r *Reaper) reap(ctx context.Context, sid, index string, cutoff time.Time) 
 	if err != nil || !ok {
 		return false, err
 	}
-	if err := p.destroyClaimed(ctx, rec, "idle"); err != nil {
-		p.log.Warn("reap", "sandbox_id", sid, "thread", rec.Thread, "err", err)
+	reason := "idle_active"
+	if index == p.store.Keys().Warm() {
+		reason = "idle_warm"
+	}
+	p.metrics.ReaperClaimed(reason)
+	if err := p.destroyClaimed(ctx, rec, ReasonIdle); err != nil {
+		p.log.WarnContext(ctx, "reap", "sandbox_id", sid, "thread", rec.Thread, "err", err)
 		return false, nil
 	}
 	return true, nil

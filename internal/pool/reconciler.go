@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Reconciler makes Redis and the backend agree. A live managed sandbox with
@@ -36,9 +39,20 @@ func (r *Reconciler) Run(ctx context.Context) {
 }
 
 // Pass runs one reconciliation.
-func (r *Reconciler) Pass(ctx context.Context) (ReconcileReport, error) {
+func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) {
 	p := r.p
-	var rep ReconcileReport
+	ctx, span := telemetry.Root(ctx, p.tracer, spanReconcile)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("adopted", rep.Adopted), attribute.Int("dropped", rep.Dropped),
+				attribute.Int("finished", rep.Finished), attribute.Int("skipped", rep.Skipped),
+				attribute.Bool("dry_run", p.cfg.ReconcileDryRun))
+		}
+		if !p.cfg.ReconcileDryRun {
+			p.metrics.Reconciled(rep.Adopted, rep.Dropped, rep.Finished, rep.Skipped)
+		}
+		end(span, err)
+	}()
 	live, err := p.backend.List(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
@@ -87,7 +101,7 @@ func (r *Reconciler) Pass(ctx context.Context) (ReconcileReport, error) {
 		}
 	}
 	if rep != (ReconcileReport{}) {
-		p.log.Info("reconciled", "dry_run", p.cfg.ReconcileDryRun, "adopted", rep.Adopted,
+		p.log.InfoContext(ctx, "reconciled", "dry_run", p.cfg.ReconcileDryRun, "adopted", rep.Adopted,
 			"dropped", rep.Dropped, "finished", rep.Finished, "skipped", rep.Skipped)
 	}
 	return rep, nil
@@ -105,15 +119,15 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	}
 	// The identity must reproduce the id, or this is not a sandbox we made.
 	if lease.ValidUser(user) != nil || lease.ValidThread(thread) != nil || lease.SandboxID(user, thread) != info.SandboxID {
-		p.log.Warn("reconciler: managed sandbox with an inconsistent identity; left alone",
+		p.log.WarnContext(ctx, "reconciler: managed sandbox with an inconsistent identity; left alone",
 			"sandbox_id", info.SandboxID, "thread", thread)
 		return errSkip
 	}
 	if p.cfg.ReconcileDryRun {
-		p.log.Info("reconciler (dry run): would adopt into the warm pool", "sandbox_id", info.SandboxID, "thread", thread)
+		p.log.InfoContext(ctx, "reconciler (dry run): would adopt into the warm pool", "sandbox_id", info.SandboxID, "thread", thread)
 		return nil
 	}
-	held, err := p.locker.Obtain(ctx, info.SandboxID, 0)
+	held, err := p.lock(ctx, info.SandboxID, 0)
 	if errors.Is(err, lease.ErrLocked) {
 		return errSkip
 	}
@@ -132,7 +146,8 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	if !wrote {
 		return errSkip // recorded meanwhile
 	}
-	p.log.Info("reconciler: adopted a sandbox without a record into the warm pool",
+	p.metrics.Adopted("reconciler")
+	p.log.InfoContext(ctx, "reconciler: adopted a sandbox without a record into the warm pool",
 		"sandbox_id", info.SandboxID, "thread", thread)
 	return nil
 }
@@ -142,7 +157,7 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 // sandbox must not cost it its record.
 func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 	p := r.p
-	held, err := p.locker.Obtain(ctx, rec.SandboxID, 0)
+	held, err := p.lock(ctx, rec.SandboxID, 0)
 	if errors.Is(err, lease.ErrLocked) {
 		return errSkip // being created or destroyed right now
 	}
@@ -152,12 +167,12 @@ func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 	defer p.unlock(held)
 	if rec.State == lease.StateDestroying {
 		if p.cfg.ReconcileDryRun {
-			p.log.Info("reconciler (dry run): would finish an interrupted destroy", "sandbox_id", rec.SandboxID)
+			p.log.InfoContext(ctx, "reconciler (dry run): would finish an interrupted destroy", "sandbox_id", rec.SandboxID)
 			return nil
 		}
-		return p.destroyClaimed(ctx, rec, "reconciler: interrupted destroy")
+		return p.destroyClaimed(ctx, rec, ReasonInterrupted)
 	}
-	alive, err := p.backend.Alive(ctx, rec.Info())
+	alive, err := p.alive(ctx, rec)
 	if err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
@@ -165,13 +180,13 @@ func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 		return errSkip
 	}
 	if p.cfg.ReconcileDryRun {
-		p.log.Info("reconciler (dry run): would drop the record of a vanished sandbox", "sandbox_id", rec.SandboxID)
+		p.log.InfoContext(ctx, "reconciler (dry run): would drop the record of a vanished sandbox", "sandbox_id", rec.SandboxID)
 		return nil
 	}
 	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	p.cache.drop(rec.SandboxID, nil)
-	p.log.Info("reconciler: dropped the record of a vanished sandbox", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
+	p.log.InfoContext(ctx, "reconciler: dropped the record of a vanished sandbox", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
 	return nil
 }

@@ -6,6 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Route is a replica's cached handle on one sandbox incarnation: where to send
@@ -59,4 +63,9 @@ func (r *Route) retire() {
 			c.CloseIdleConnections()
 		}
 	})
+}
+
+// SpanAttributes describes the route on the proxy's spans.
+func (r *Route) SpanAttributes() []attribute.KeyValue {
+	return telemetry.SandboxAttrs(r.SandboxID, r.Thread, r.Backend)
 }

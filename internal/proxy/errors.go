@@ -10,7 +10,7 @@ import (
 // only logged (499), everything else goes to the router's error table.
 func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		p.log.Debug("client gone", "status", StatusClientClosed, "path", r.URL.Path)
+		p.log.DebugContext(r.Context(), "client gone", "status", StatusClientClosed, "path", r.URL.Path)
 		w.WriteHeader(StatusClientClosed)
 		return
 	}

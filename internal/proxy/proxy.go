@@ -92,11 +92,13 @@ type state struct {
 	up      Upstream
 	path    string
 	rawPath string
+	body    *guardedBody // the request body as sent upstream; nil without one
 }
 
 // Serve proxies r to up at path (the upstream path, e.g. /v1/shell/exec;
-// rawPath is its escaped form when it differs, else "").
-func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath string) {
+// rawPath is its escaped form when it differs, else "") and returns how
+// many request body bytes were sent upstream (for the access log).
+func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath string) (bytesIn int64) {
 	st := &state{up: up, path: path, rawPath: rawPath}
 	up.Begin()
 	defer func() { st.up.End() }()
@@ -104,6 +106,10 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path,
 		w = p.upgrades.track(w)
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	if st.body != nil {
+		bytesIn = st.body.n.Load()
+	}
+	return bytesIn
 }
 
 // CloseUpgraded closes every upgraded (WebSocket) connection; used on drain,

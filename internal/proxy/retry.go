@@ -39,12 +39,15 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
 		body = &guardedBody{rc: req.Body}
 		req.Body = body
+		st.body = body
 	}
 	for attempt := 0; ; attempt++ {
+		span := traceAttempt(req, st.up, attempt)
 		resp, err := st.up.RoundTripper().RoundTrip(req)
 		if err == nil {
-			return resp, nil
+			return endAttempt(span, resp), nil
 		}
+		failAttempt(span, err)
 		if !isDial(err) || body.used() {
 			return nil, err
 		}
@@ -87,15 +90,18 @@ func isDial(err error) bool {
 // guardedBody lets a request body survive a failed attempt: the Transport
 // closes the body on error, but after a dial failure nothing was read and the
 // same body can be sent again. The server closes the real body at the end.
+// It counts the bytes sent, for the access log.
 type guardedBody struct {
 	rc   io.ReadCloser
 	read atomic.Bool
+	n    atomic.Int64
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if n > 0 || err == io.EOF {
 		b.read.Store(true)
+		b.n.Add(int64(n))
 	}
 	return n, err
 }

@@ -68,7 +68,7 @@ func (rt *Router) releaseThread(c echo.Context) error {
 	case "", "false", "0":
 		err = rt.pool.Release(ctx, user, thread)
 	case "true", "1":
-		err = rt.pool.Destroy(ctx, lease.SandboxID(user, thread), "destroyed by client")
+		err = rt.pool.Destroy(ctx, lease.SandboxID(user, thread), pool.ReasonClient)
 	default:
 		return echo.NewHTTPError(http.StatusBadRequest)
 	}

@@ -25,42 +25,50 @@ const (
 	defaultUser = "default"
 )
 
+// proxied is what a data-plane handler reports for the access log and
+// metrics; route is nil when the request failed before reaching a sandbox.
+type proxied struct {
+	route   *pool.Route
+	outcome pool.Outcome
+	bytesIn int64
+}
+
 // threadProxy serves ANY /threads/{thread}/v1/...: get or provision the
 // thread's sandbox, then stream the request to {sandbox}/v1/....
-func (rt *Router) threadProxy(c echo.Context) error {
+func (rt *Router) threadProxy(c echo.Context) (proxied, error) {
 	thread := c.Param("thread")
 	if err := lease.ValidThread(thread); err != nil {
-		return err
+		return proxied{}, err
 	}
 	r := c.Request()
-	route, _, err := rt.pool.Acquire(r.Context(), userOf(c), thread)
+	route, outcome, err := rt.pool.Acquire(r.Context(), userOf(c), thread)
 	if err != nil {
-		return err
+		return proxied{}, err
 	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/threads/")+len(thread))
-	rt.proxy.Serve(c.Response(), r, route, path, raw)
-	return nil
+	n := rt.proxy.Serve(c.Response(), r, route, path, raw)
+	return proxied{route, outcome, n}, nil
 }
 
 // sandboxProxy serves ANY /sandboxes/{id}/v1/...: an existing sandbox by
 // id; it never provisions.
-func (rt *Router) sandboxProxy(c echo.Context) error {
+func (rt *Router) sandboxProxy(c echo.Context) (proxied, error) {
 	sid := c.Param("id")
 	if !lease.ValidSandboxID(sid) {
-		return errBadSandboxID
+		return proxied{}, errBadSandboxID
 	}
 	r := c.Request()
-	route, _, err := rt.pool.Route(r.Context(), sid)
+	route, outcome, err := rt.pool.Route(r.Context(), sid)
 	if err != nil {
-		return err
+		return proxied{}, err
 	}
 	if route.User != userOf(c) {
 		// Someone else's sandbox is as unknown as a missing one.
-		return pool.ErrNotFound
+		return proxied{}, pool.ErrNotFound
 	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/sandboxes/")+len(sid))
-	rt.proxy.Serve(c.Response(), r, route, path, raw)
-	return nil
+	n := rt.proxy.Serve(c.Response(), r, route, path, raw)
+	return proxied{route, outcome, n}, nil
 }
 
 // upstreamPath cuts the gateway prefix (whose length is n and which has no

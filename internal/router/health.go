@@ -27,7 +27,7 @@ func (rt *Router) readyz(c echo.Context) error {
 	defer cancel()
 	for _, p := range rt.ready {
 		if err := p.Ping(ctx); err != nil {
-			rt.log.Warn("not ready", "err", err)
+			rt.log.WarnContext(ctx, "not ready", "err", err)
 			return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Reason: "dependency unreachable"})
 		}
 	}

@@ -143,7 +143,7 @@ func (rt *Router) provisionerDelete(c echo.Context) error {
 		return err
 	}
 	if ok {
-		if err := rt.pool.Destroy(ctx, rec.SandboxID, "destroyed through the provisioner API"); err != nil && !errors.Is(err, pool.ErrNotFound) {
+		if err := rt.pool.Destroy(ctx, rec.SandboxID, pool.ReasonProvisioner); err != nil && !errors.Is(err, pool.ErrNotFound) {
 			return err
 		}
 	}

@@ -15,10 +15,12 @@ import (
 	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Pool is what the router needs of the sandbox pool.
@@ -28,7 +30,7 @@ type Pool interface {
 	Route(ctx context.Context, sid string) (*pool.Route, pool.Outcome, error)
 	Record(ctx context.Context, sid string) (lease.Record, bool, error)
 	Release(ctx context.Context, user, thread string) error
-	Destroy(ctx context.Context, sid, reason string) error
+	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
 	Records(ctx context.Context) ([]lease.Record, error)
 	Alive(ctx context.Context, rec lease.Record) (bool, error)
 }
@@ -47,6 +49,11 @@ type Deps struct {
 	// PublicURL is how clients reach the gateway; "" = from each request.
 	PublicURL string
 	Log       *slog.Logger
+	// Tracing, when on, makes every request but health checks and scrapes a
+	// server span (otelecho) continuing the client's W3C trace context.
+	Tracing *telemetry.Tracing
+	// Metrics are served at /metrics and record every data-plane request.
+	Metrics *telemetry.Metrics
 }
 
 // Router serves the gateway's HTTP API.
@@ -58,6 +65,7 @@ type Router struct {
 	ready    []Pinger
 	public   string
 	log      *slog.Logger
+	metrics  *telemetry.Metrics
 	draining atomic.Bool
 }
 
@@ -66,8 +74,8 @@ func New(d Deps) *Router {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log}
-	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool}, rt.writeError, d.Log)
+	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics}
+	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 
 	e := echo.New()
 	e.HideBanner = true
@@ -78,13 +86,20 @@ func New(d Deps) *Router {
 		}
 		rt.writeError(c.Response(), c.Request(), err)
 	}
+	if d.Tracing != nil {
+		e.Use(otelecho.Middleware("sandgate", otelecho.WithTracerProvider(d.Tracing.TracerProvider()),
+			otelecho.WithPropagators(d.Tracing.Propagator()), otelecho.WithSkipper(untraced)))
+	}
 	e.Use(recoverJSON(d.Log), sameOrigin)
 
 	e.GET("/healthz", rt.healthz)
 	e.GET("/readyz", rt.readyz)
+	if d.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(d.Metrics.Handler()))
+	}
 
-	e.Any("/threads/:thread/v1/*", rt.threadProxy)
-	e.Any("/sandboxes/:id/v1/*", rt.sandboxProxy)
+	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))
+	e.Any("/sandboxes/:id/v1/*", rt.dataPlane(telemetry.RouteSandbox, rt.sandboxProxy))
 
 	e.PUT("/threads/:thread/sandbox", rt.acquireThread)
 	e.GET("/threads/:thread/sandbox", rt.getThread)
@@ -113,14 +128,29 @@ func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	writeError(rt.log, w, r, err)
 }
 
-// resolver adapts the pool to the proxy's Resolver.
-type resolver struct{ pool Pool }
+// untraced are the requests that make no span: probes and scrapes, which
+// would drown the traces that matter.
+func untraced(c echo.Context) bool {
+	switch c.Path() {
+	case "/healthz", "/readyz", "/metrics", "/health":
+		return true
+	}
+	return false
+}
+
+// resolver adapts the pool to the proxy's Resolver; every Retry is one
+// upstream dial retry.
+type resolver struct {
+	pool    Pool
+	metrics *telemetry.Metrics
+}
 
 func (r resolver) Retry(ctx context.Context, failed proxy.Upstream) (proxy.Upstream, error) {
 	route, ok := failed.(*pool.Route)
 	if !ok {
 		return nil, fmt.Errorf("unexpected upstream %T", failed)
 	}
+	r.metrics.DialRetried()
 	next, _, err := r.pool.Reacquire(ctx, route)
 	if err != nil {
 		return nil, err
@@ -139,7 +169,7 @@ func recoverJSON(log *slog.Logger) echo.MiddlewareFunc {
 					if v == http.ErrAbortHandler {
 						panic(v)
 					}
-					log.Error("handler panic", "panic", v, "path", c.Request().URL.Path)
+					log.ErrorContext(c.Request().Context(), "handler panic", "panic", v, "path", c.Request().URL.Path)
 					err = errors.New("panic")
 				}
 			}()

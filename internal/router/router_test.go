@@ -75,7 +75,7 @@ func (s stubPool) Record(context.Context, string) (lease.Record, bool, error) {
 	return lease.Record{}, false, s.err
 }
 func (s stubPool) Release(context.Context, string, string) error               { return s.err }
-func (s stubPool) Destroy(context.Context, string, string) error               { return s.err }
+func (s stubPool) Destroy(context.Context, string, pool.DestroyReason) error   { return s.err }
 func (s stubPool) Records(context.Context) ([]lease.Record, error)             { return nil, s.err }
 func (s stubPool) Alive(context.Context, lease.Record) (bool, error)           { return false, s.err }
 func (s stubPool) SetAlias(context.Context, string, string) error              { return s.err }

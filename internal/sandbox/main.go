@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Main parses the `gateway sandbox` arguments and serves until ctx ends.
@@ -55,8 +57,23 @@ func Main(ctx context.Context, args []string) error {
 			cfg.Mappings = append(cfg.Mappings, m)
 		}
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "sandbox")
+	log := slog.New(telemetry.WithTraceIDs(slog.NewJSONHandler(os.Stderr, nil))).With("component", "sandbox")
 	cfg.Logger = log
+	// The gateway passes its OTEL_* variables down, so with tracing on the
+	// server's spans continue the gateway's traces (traceparent).
+	host, _ := os.Hostname()
+	tracing, err := telemetry.SetupTracing(ctx, telemetry.Resource{Service: "sandgate-sandbox",
+		Instance: fmt.Sprintf("%s-%d", host, os.Getpid()), FixedService: true}, log)
+	if err != nil {
+		log.Warn("tracing off: bad OTEL_* configuration", "err", err)
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(fctx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	}()
 	srv, err := New(cfg)
 	if err != nil {
 		return err
@@ -66,7 +83,7 @@ func Main(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, srv, ln, log)
+	return serve(ctx, srv, telemetry.ServerSpans(tracing, srv.Handler()), ln, log)
 }
 
 func parseMapping(spec string, ro bool) (Mapping, error) {
@@ -103,9 +120,9 @@ func listen(cfg Config) (net.Listener, error) {
 
 // serve runs the HTTP server until ctx ends, then kills running commands
 // (so their requests complete) and drains.
-func serve(ctx context.Context, srv *Server, ln net.Listener, log *slog.Logger) error {
+func serve(ctx context.Context, srv *Server, h http.Handler, ln net.Listener, log *slog.Logger) error {
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute, // above the gateway's idle pool timeout
 	}

@@ -106,7 +106,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 // inheritedEnv strips secret-looking variables except those the launcher
-// listed in SANDGATE_KEEP_ENV, and drops that list itself.
+// listed in SANDGATE_KEEP_ENV, and drops that list itself. The OTEL_*
+// variables the gateway passes down configure this server's tracing, not
+// the commands it runs (their headers may carry collector credentials):
+// they are dropped too unless listed.
 func inheritedEnv(env []string) []string {
 	keep := map[string]bool{}
 	for _, kv := range env {
@@ -121,9 +124,11 @@ func inheritedEnv(env []string) []string {
 	out := StripSecrets(env, keep)
 	kept := out[:0]
 	for _, kv := range out {
-		if !strings.HasPrefix(kv, KeepEnvVar+"=") {
-			kept = append(kept, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		if name == KeepEnvVar || strings.HasPrefix(name, "OTEL_") && !keep[name] {
+			continue
 		}
+		kept = append(kept, kv)
 	}
 	return kept
 }
@@ -263,7 +268,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = &apiError{status: http.StatusInternalServerError, err: err}
 	}
 	if ae.status >= 500 {
-		s.log.Error("sandbox request failed", "method", r.Method, "path", r.URL.Path, "error", ae.err)
+		s.log.ErrorContext(r.Context(), "sandbox request failed", "method", r.Method, "path", r.URL.Path, "error", ae.err)
 		if ae.msg == "" {
 			ae.msg = "internal error"
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -56,6 +57,7 @@ type fleet struct {
 	dataDir  string
 	bin      string
 	extra    []string
+	env      []string // added to each replica's environment (KEY=VALUE)
 	replicas []*gateway
 }
 
@@ -81,6 +83,9 @@ func (f *fleet) start(extra ...string) *gateway {
 	args = append(args, extra...)
 	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &syncBuffer{}, done: make(chan struct{})}
 	g.cmd = exec.Command(f.bin, args...)
+	if len(f.env) > 0 {
+		g.cmd.Env = append(os.Environ(), f.env...)
+	}
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	if err := g.cmd.Start(); err != nil {
 		f.t.Fatalf("start gateway: %v", err)

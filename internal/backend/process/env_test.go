@@ -19,6 +19,9 @@ func TestChildEnvironment(t *testing.T) {
 	t.Setenv("SANDGATE_REDIS_URL", "redis://:leak-3@127.0.0.1:6379")
 	t.Setenv("PROCESS_TEST_PLAIN", "inherited")
 	t.Setenv("PROCESS_TEST_OVERRIDDEN", "gateway-value")
+	// The server's tracing configuration passes, even a secret-looking name.
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/otel/client.key")
 
 	p := newProcess(t, t.TempDir())
 	spec := threadSpec(t, t.TempDir(), "lee", "env")
@@ -38,11 +41,13 @@ func TestChildEnvironment(t *testing.T) {
 		env[name] = value
 	}
 	for name, want := range map[string]string{
-		"SANDBOX_VISIBLE":         "configured",
-		"CONFIGURED_API_KEY":      "kept-on-purpose",
-		"PROCESS_TEST_OVERRIDDEN": "spec-value",
-		"PROCESS_TEST_PLAIN":      "inherited",
-		sandbox.KeepEnvVar:        "CONFIGURED_API_KEY,PROCESS_TEST_OVERRIDDEN,SANDBOX_VISIBLE",
+		"SANDBOX_VISIBLE":               "configured",
+		"CONFIGURED_API_KEY":            "kept-on-purpose",
+		"PROCESS_TEST_OVERRIDDEN":       "spec-value",
+		"PROCESS_TEST_PLAIN":            "inherited",
+		"OTEL_TRACES_EXPORTER":          "none",
+		"OTEL_EXPORTER_OTLP_CLIENT_KEY": "/etc/otel/client.key",
+		sandbox.KeepEnvVar:              "CONFIGURED_API_KEY,PROCESS_TEST_OVERRIDDEN,SANDBOX_VISIBLE",
 	} {
 		if env[name] != want {
 			t.Errorf("child %s = %q, want %q", name, env[name], want)

@@ -64,10 +64,18 @@ func serverArgs(mounts []backend.Mount) ([]string, error) {
 
 // childEnv is the gateway's environment minus secret-looking variables and
 // the gateway's own SANDGATE_* settings (a Redis URL may carry a password),
-// plus the configured env, which the server is told to keep.
+// plus the configured env, which the server is told to keep. OTEL_* pass
+// whole (OTEL_EXPORTER_OTLP_CLIENT_KEY too): they configure the server's
+// tracing, and the server keeps them from the commands it runs.
 func childEnv(parent []string, configured map[string]string) []string {
+	otel := map[string]bool{}
+	for _, kv := range parent {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "OTEL_") {
+			otel[name] = true
+		}
+	}
 	env := make([]string, 0, len(parent)+len(configured)+1)
-	for _, kv := range sandbox.StripSecrets(parent, nil) {
+	for _, kv := range sandbox.StripSecrets(parent, otel) {
 		name, _, _ := strings.Cut(kv, "=")
 		if _, set := configured[name]; set || strings.HasPrefix(name, "SANDGATE_") {
 			continue

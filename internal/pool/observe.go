@@ -1,0 +1,108 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
+)
+
+// DestroyReason says why a sandbox was destroyed. It is a metric label, so
+// the set is fixed.
+type DestroyReason string
+
+const (
+	ReasonIdle        DestroyReason = "idle"            // the reaper
+	ReasonEvicted     DestroyReason = "evicted"         // room for a create under max_sandboxes
+	ReasonClient      DestroyReason = "client"          // DELETE /threads/{t}/sandbox?destroy=true
+	ReasonProvisioner DestroyReason = "provisioner_api" // DELETE /api/sandboxes/{id}
+	ReasonInterrupted DestroyReason = "interrupted"     // finishing a destroy a crashed replica left
+)
+
+// Span names: one trace explains a slow first call (acquire, lock wait,
+// discover, create with its readiness wait, then the proxy round trip).
+const (
+	spanAcquire   = "sandgate.acquire"
+	spanLockWait  = "sandgate.lock.wait"
+	spanReserve   = "sandgate.capacity.reserve"
+	spanEvict     = "sandgate.capacity.evict"
+	spanCreate    = "sandgate.backend.create"
+	spanDestroy   = "sandgate.backend.destroy"
+	spanDiscover  = "sandgate.backend.discover"
+	spanAlive     = "sandgate.backend.alive"
+	spanResume    = "sandgate.backend.resume"
+	spanReapPass  = "sandgate.reaper.pass"
+	spanReconcile = "sandgate.reconciler.pass"
+)
+
+// hit records a cached acquire. The hot path: the metric is an atomic add
+// into a bound histogram, and a span is built only inside a sampled trace.
+func (p *Pool) hit(ctx context.Context, r *Route, start time.Time) {
+	p.metrics.Acquired(string(OutcomeHit), time.Since(start))
+	if telemetry.Recording(ctx) {
+		_, span := telemetry.Child(ctx, spanAcquire, trace.WithTimestamp(start))
+		span.SetAttributes(append(telemetry.SandboxAttrs(r.SandboxID, r.Thread, r.Backend),
+			telemetry.KeyOutcome.String(string(OutcomeHit)))...)
+		span.End()
+	}
+}
+
+// startAcquire opens the span of an acquire that missed the cache.
+func (p *Pool) startAcquire(ctx context.Context, user, thread string) (context.Context, trace.Span) {
+	ctx, span := telemetry.Child(ctx, spanAcquire)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.SandboxAttrs(lease.SandboxID(user, thread), thread, p.name)...)
+	}
+	return ctx, span
+}
+
+// acquired closes what startAcquire opened and records the latency.
+func (p *Pool) acquired(span trace.Span, start time.Time, o Outcome, err error) {
+	if err != nil {
+		o = "error"
+	}
+	p.metrics.Acquired(string(o), time.Since(start))
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeyOutcome.String(string(o)))
+	}
+	end(span, err)
+}
+
+// span starts a child span about sandbox sid (see telemetry.Child); thread
+// may be unknown ("").
+func (p *Pool) span(ctx context.Context, name, sid, thread string) (context.Context, trace.Span) {
+	ctx, span := telemetry.Child(ctx, name)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.KeySandboxID.String(sid), telemetry.KeyBackend.String(p.name))
+		if thread != "" {
+			span.SetAttributes(telemetry.KeyThreadID.String(thread))
+		}
+	}
+	return ctx, span
+}
+
+// end ends span, failed when err is set.
+func end(span trace.Span, err error) {
+	telemetry.Fail(span, err)
+	span.End()
+}
+
+// lock takes sid's lock, waiting up to wait, inside a lock-wait span. Held
+// elsewhere (ErrLocked) is an answer, not a failed span.
+func (p *Pool) lock(ctx context.Context, sid string, wait time.Duration) (*lease.Held, error) {
+	sctx, span := p.span(ctx, spanLockWait, sid, "")
+	held, err := p.locker.Obtain(sctx, sid, wait)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("obtained", err == nil))
+		if !errors.Is(err, lease.ErrLocked) {
+			telemetry.Fail(span, err)
+		}
+	}
+	span.End()
+	return held, err
+}

@@ -1,0 +1,185 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// value is the sample of metric name whose labels include want (counter,
+// gauge, or a histogram's count), or -1 when there is none.
+func value(t *testing.T, m *Metrics, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			if matches(s.GetLabel(), want) {
+				switch {
+				case s.Counter != nil:
+					return s.GetCounter().GetValue()
+				case s.Gauge != nil:
+					return s.GetGauge().GetValue()
+				case s.Histogram != nil:
+					return float64(s.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func matches(labels []*dto.LabelPair, want map[string]string) bool {
+	n := 0
+	for _, l := range labels {
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			n++
+		}
+	}
+	return n == len(want)
+}
+
+func TestMetricsRecord(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics()
+	m.Acquired("cold", 40*time.Millisecond)
+	m.Acquired("hit", time.Microsecond)
+	m.Acquired("hit", time.Microsecond)
+	m.Acquired("whatever went wrong", time.Second)
+	m.Proxied(RouteThread, 200, time.Millisecond)
+	m.Proxied(RouteThread, 499, time.Millisecond)
+	m.Proxied(RouteSandbox, 503, time.Millisecond)
+	m.Proxied(RouteSandbox, 0, time.Millisecond)
+	m.Created(true)
+	m.Created(false)
+	m.Destroyed("idle")
+	m.Evicted()
+	m.Adopted("reconciler")
+	m.ReaperClaimed("idle_warm")
+	m.Reconciled(1, 0, 2, 0)
+	m.DialRetried()
+	m.RedisError()
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sandgate_acquire_duration_seconds", map[string]string{"outcome": "cold"}, 1},
+		{"sandgate_acquire_duration_seconds", map[string]string{"outcome": "hit"}, 2},
+		{"sandgate_acquire_duration_seconds", map[string]string{"outcome": "error"}, 1},
+		{"sandgate_acquire_duration_seconds", map[string]string{"outcome": "warm"}, 0},
+		{"sandgate_proxy_requests_total", map[string]string{"route": "thread", "class": "2xx"}, 1},
+		{"sandgate_proxy_requests_total", map[string]string{"route": "thread", "class": "4xx"}, 1},
+		{"sandgate_proxy_requests_total", map[string]string{"route": "sandbox", "class": "5xx"}, 1},
+		{"sandgate_proxy_requests_total", map[string]string{"route": "sandbox", "class": "other"}, 1},
+		{"sandgate_proxy_request_duration_seconds", map[string]string{"route": "sandbox"}, 2},
+		{"sandgate_sandbox_creates_total", map[string]string{"result": "ok"}, 1},
+		{"sandgate_sandbox_creates_total", map[string]string{"result": "error"}, 1},
+		{"sandgate_sandbox_destroys_total", map[string]string{"reason": "idle"}, 1},
+		{"sandgate_sandbox_destroys_total", map[string]string{"reason": "evicted"}, 0},
+		{"sandgate_sandbox_evictions_total", nil, 1},
+		{"sandgate_sandbox_adoptions_total", map[string]string{"source": "reconciler"}, 1},
+		{"sandgate_reaper_claims_total", map[string]string{"reason": "idle_warm"}, 1},
+		{"sandgate_reconciler_actions_total", map[string]string{"action": "finished"}, 2},
+		{"sandgate_upstream_dial_retries_total", nil, 1},
+		{"sandgate_redis_errors_total", nil, 1},
+	} {
+		if got := value(t, m, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+func TestNilMetricsRecordNothing(t *testing.T) {
+	t.Parallel()
+	var m *Metrics
+	m.Acquired("hit", 0)
+	m.Proxied(RouteThread, 200, 0)
+	m.Created(true)
+	m.Destroyed("idle")
+	m.Evicted()
+	m.Adopted("acquire")
+	m.ReaperClaimed("idle_active")
+	m.Reconciled(1, 1, 1, 1)
+	m.DialRetried()
+	m.RedisError()
+}
+
+func TestRequestMetricsDoNotAllocate(t *testing.T) {
+	m := NewMetrics()
+	allocs := testing.AllocsPerRun(1000, func() {
+		m.Acquired("hit", time.Microsecond)
+		m.Proxied(RouteThread, 200, time.Millisecond)
+	})
+	if allocs != 0 {
+		t.Fatalf("recording a request allocates %.1f times", allocs)
+	}
+}
+
+func TestPoolGaugesAreReadAtScrape(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics()
+	var fail atomic.Bool
+	var scrapes atomic.Int32
+	m.WatchPool(func(context.Context) (PoolCounts, error) {
+		scrapes.Add(1)
+		if fail.Load() {
+			return PoolCounts{}, errors.New("redis down")
+		}
+		return PoolCounts{Active: 3, Warm: 2, Creating: 1}, nil
+	})
+	m.Proxied(RouteThread, 200, time.Millisecond) // no Redis read per request
+	if n := scrapes.Load(); n != 0 {
+		t.Fatalf("pool counted %d times before any scrape", n)
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	scrape := func() string {
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("scrape: %d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	body := scrape()
+	for _, want := range []string{`sandgate_sandboxes{state="active"} 3`, `sandgate_sandboxes{state="warm"} 2`,
+		`sandgate_sandboxes{state="creating"} 1`, `sandgate_proxy_requests_total{class="2xx",route="thread"} 1`, "go_goroutines"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	// Redis down: the pool gauges are left out, the rest is still served.
+	fail.Store(true)
+	body = scrape()
+	if strings.Contains(body, "sandgate_sandboxes{") || !strings.Contains(body, "sandgate_proxy_requests_total") {
+		t.Errorf("scrape with Redis down:\n%s", body)
+	}
+}
+
+// BenchmarkRecordRequest is what a cached request records: an acquire hit
+// and a proxied request.
+func BenchmarkRecordRequest(b *testing.B) {
+	m := NewMetrics()
+	b.ReportAllocs()
+	for range b.N {
+		m.Acquired("hit", time.Microsecond)
+		m.Proxied(RouteThread, 200, time.Millisecond)
+	}
+}
