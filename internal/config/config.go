@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/docker"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 )
@@ -41,6 +42,9 @@ type Config struct {
 	Pool    pool.Config
 	Proxy   proxy.Config
 	Process ProcessConfig
+	// Docker configures the docker backend; its image, container_prefix
+	// and port (and memory, cpus, user) serve applecontainer too.
+	Docker docker.Config
 }
 
 // ProcessConfig configures the process backend.
@@ -62,6 +66,15 @@ func Default() Config {
 		Pool: pool.Config{
 			IdleTimeout:  pool.DefaultIdleTimeout,
 			MaxSandboxes: pool.DefaultMaxSandboxes,
+		},
+		Docker: docker.Config{
+			Image:           docker.DefaultImage,
+			ContainerPrefix: docker.DefaultPrefix,
+			Port:            docker.DefaultPort,
+			Memory:          docker.DefaultMemory,
+			NanoCPUs:        docker.DefaultNanoCPUs,
+			PidsLimit:       docker.DefaultPidsLimit,
+			PullPolicy:      docker.PullIfNotPresent,
 		},
 	}
 }
@@ -96,6 +109,9 @@ func (c Config) Validate() error {
 		if reserved(m.ContainerPath) {
 			return fmt.Errorf("mounts[%d]: container_path %s is reserved", i, m.ContainerPath)
 		}
+	}
+	if err := c.Docker.Validate(); err != nil {
+		return err
 	}
 	return c.Pool.Validate()
 }

@@ -34,7 +34,7 @@ func (s setting) yamlName() string { return strings.ReplaceAll(s.name, "-", "_")
 
 // settings binds every scalar setting of c to its names.
 func (c *Config) settings() []setting {
-	p := &c.Pool
+	p, d := &c.Pool, &c.Docker
 	return []setting{
 		{"listen", "address to listen on", (*stringValue)(&c.Listen)},
 		{"insecure", "allow a non-loopback listen address without authentication", (*boolValue)(&c.Insecure)},
@@ -65,6 +65,18 @@ func (c *Config) settings() []setting {
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
 		{"sandbox-api-key", "API key sent to sandboxes as X-AIO-API-Key", (*stringValue)(&c.Proxy.SandboxAPIKey)},
 		{"process-binary", "sandbox server binary for the process backend (default: this binary)", (*stringValue)(&c.Process.Binary)},
+		{"image", "sandbox image of the container backends", (*stringValue)(&d.Image)},
+		{"container-prefix", "container name prefix: {prefix}-{sandbox_id}", (*stringValue)(&d.ContainerPrefix)},
+		{"port", "port the sandbox server listens on inside a container", (*intValue)(&d.Port)},
+		{"docker-host", "Docker engine address (default: DOCKER_HOST, else the local socket)", (*stringValue)(&d.Host)},
+		{"docker-network", "attach sandboxes to this Docker network and reach them by name (gateway in a container); nothing is published", (*stringValue)(&d.Network)},
+		{"docker-memory", "memory limit per sandbox, e.g. 512m, 2g (0 = none)", (*offBytes)(&d.Memory)},
+		{"docker-cpus", "CPU limit per sandbox, e.g. 0.5, 2 (0 = none)", (*offCPUs)(&d.NanoCPUs)},
+		{"docker-pids-limit", "process and thread limit per sandbox (0 = none)", (*offInt)(&d.PidsLimit)},
+		{"docker-seccomp-unconfined", "run sandboxes without seccomp (the all-in-one image's browser needs it); logged as a warning", (*boolValue)(&d.SeccompUnconfined)},
+		{"docker-cap-add", "capabilities given back after all are dropped, comma separated (e.g. CHOWN,SETUID,SETGID)", (*listValue)(&d.CapAdd)},
+		{"docker-user", "user sandboxes run as: uid:gid or name; empty = the gateway's uid:gid; image = the image's USER", (*stringValue)(&d.User)},
+		{"docker-pull-policy", "always | if-not-present | never", (*stringValue)(&d.PullPolicy)},
 	}
 }
 
@@ -79,6 +91,14 @@ var deerflowKeys = map[string]string{
 	"container_prefix":    "container_prefix",
 	"provisioner_url":     "provisioner_url",
 	"provisioner_api_key": "provisioner_api_key",
+}
+
+// nestedAliases let a nested `docker:` block name the container settings
+// too: docker: {image: x} is image.
+var nestedAliases = map[string]string{
+	"docker_image":            "image",
+	"docker_port":             "port",
+	"docker_container_prefix": "container_prefix",
 }
 
 // deerflowIgnored are DeerFlow keys with no meaning here (logged, not errors).
@@ -165,6 +185,12 @@ func (c *Config) applyYAML(path string, settings []setting, fromFlag map[string]
 		}
 	}
 	flatten("", doc, flat)
+	for nested, ours := range nestedAliases {
+		if v, ok := flat[nested]; ok {
+			delete(flat, nested)
+			flat[ours] = v
+		}
+	}
 
 	// Structured keys decode through their own types.
 	var structured yamlFile
@@ -236,6 +262,12 @@ func scalar(v any) string {
 		return ""
 	case time.Duration:
 		return t.String()
+	case []any: // a YAML list for a list setting: docker_cap_add: [CHOWN, SETUID]
+		items := make([]string, len(t))
+		for i, item := range t {
+			items[i] = fmt.Sprint(item)
+		}
+		return strings.Join(items, ",")
 	default:
 		return fmt.Sprint(t)
 	}

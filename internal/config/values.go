@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/docker/go-units"
 )
 
 // flag.Value implementations for the setting kinds. Durations accept Go
@@ -86,6 +88,87 @@ func (v *offInt) Set(s string) error {
 		n = -1
 	}
 	*v = offInt(n)
+	return nil
+}
+
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v = intValue(n)
+	return nil
+}
+
+// offBytes is a size in bytes written as docker run --memory takes it
+// ("512m", "2g", "1.5GiB"); 0 means "no limit", stored as -1.
+type offBytes int64
+
+func (v *offBytes) String() string {
+	if *v < 0 {
+		return "0"
+	}
+	n := int64(*v)
+	for _, u := range []struct {
+		size   int64
+		suffix string
+	}{{1 << 30, "g"}, {1 << 20, "m"}, {1 << 10, "k"}} {
+		if n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+func (v *offBytes) Set(s string) error {
+	n, err := units.RAMInBytes(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a size (e.g. 512m, 2g)", s)
+	}
+	if n == 0 {
+		n = -1
+	}
+	*v = offBytes(n)
+	return nil
+}
+
+// offCPUs is a CPU count ("0.5", "2") stored in billionths of a CPU, as
+// the engine takes it; 0 means "no limit", stored as -1.
+type offCPUs int64
+
+func (v *offCPUs) String() string {
+	if *v < 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(float64(*v)/1e9, 'f', -1, 64)
+}
+func (v *offCPUs) Set(s string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f < 0 || f > 1e6 {
+		return fmt.Errorf("%q is not a CPU count (e.g. 0.5, 2)", s)
+	}
+	n := int64(f * 1e9)
+	if n == 0 {
+		n = -1
+	}
+	*v = offCPUs(n)
+	return nil
+}
+
+// listValue is a comma-separated list; empty items are dropped.
+type listValue []string
+
+func (v *listValue) String() string { return strings.Join(*v, ",") }
+func (v *listValue) Set(s string) error {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	*v = out
 	return nil
 }
 

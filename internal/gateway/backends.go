@@ -5,18 +5,25 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/applecontainer"
+	"github.com/sandgate/sandgate/internal/backend/docker"
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/config"
 )
 
+// autoProbeTimeout bounds each runtime probe of `backend: auto`, so a
+// gateway never hangs at startup on an engine that does not answer.
+const autoProbeTimeout = 2 * time.Second
+
 // newBackend builds the configured backend and returns it with its name.
-func newBackend(_ context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, string, error) {
+func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, string, error) {
 	name := cfg.Backend
 	if name == "auto" {
-		name = "process"
-		log.Info("backend auto: using process (no container runtime backend built in yet)")
+		return autoBackend(ctx, cfg, log)
 	}
 	switch name {
 	case "process":
@@ -29,7 +36,68 @@ func newBackend(_ context.Context, cfg config.Config, log *slog.Logger) (backend
 			return nil, "", fmt.Errorf("process backend: %w", err)
 		}
 		return be, name, nil
+	case "docker":
+		be, err := docker.New(dockerConfig(cfg), log)
+		if err != nil {
+			return nil, "", err
+		}
+		return be, name, nil
+	case "applecontainer":
+		be, err := applecontainer.New(appleConfig(cfg), log)
+		if err != nil {
+			return nil, "", err
+		}
+		return be, name, nil
 	default:
 		return nil, "", fmt.Errorf("backend: %q is not available in this build yet", name)
+	}
+}
+
+// autoBackend picks as DeerFlow does: on macOS the `container` CLI when
+// `container --version` answers, else Docker when its engine answers a
+// ping, else the process backend; the log says which and why.
+func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, string, error) {
+	if runtime.GOOS == "darwin" {
+		v, err := applecontainer.Version(ctx, "container")
+		if err == nil {
+			log.Info("backend auto: using applecontainer", "why", "`container --version` answered", "version", v)
+			cfg.Backend = "applecontainer"
+			return newBackend(ctx, cfg, log)
+		}
+		log.Info("backend auto: no usable Apple container CLI", "err", err)
+	}
+	d, err := docker.New(dockerConfig(cfg), log)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, autoProbeTimeout)
+		err = d.Ping(pctx)
+		cancel()
+		if err == nil {
+			log.Info("backend auto: using docker", "why", "the Docker engine answered a ping")
+			return d, "docker", nil
+		}
+		_ = d.Close()
+	}
+	log.Info("backend auto: using process", "why", "no container runtime answered", "docker_err", err)
+	cfg.Backend = "process"
+	return newBackend(ctx, cfg, log)
+}
+
+func dockerConfig(cfg config.Config) docker.Config {
+	d := cfg.Docker
+	d.Instance = cfg.Pool.Instance
+	return d
+}
+
+// appleConfig takes the container settings the two CLI-compatible backends
+// share; limits of 0 in the docker settings (none) leave the CLI's defaults.
+func appleConfig(cfg config.Config) applecontainer.Config {
+	d := cfg.Docker
+	cpus := 0
+	if d.NanoCPUs > 0 {
+		cpus = int((d.NanoCPUs + 1e9 - 1) / 1e9) // whole CPUs for a VM
+	}
+	return applecontainer.Config{
+		Image: d.Image, ContainerPrefix: d.ContainerPrefix, Port: d.Port,
+		Memory: d.Memory, CPUs: cpus, User: d.User, CapAdd: d.CapAdd, Instance: cfg.Pool.Instance,
 	}
 }

@@ -1,0 +1,257 @@
+// Package docker runs every sandbox as a Docker container, through the
+// Docker Engine API (github.com/docker/docker/client, API version
+// negotiated, so engines from 20.10 on work).
+//
+// A sandbox is the container {container_prefix}-{sandbox_id}, labelled with
+// its identity (backend.IdentityLabels), so any gateway process finds it by
+// name (Discover) or by label (List) and the container id is its
+// incarnation. The thread's user-data dirs are bind-mounted at the virtual
+// paths, the skills and ACP dirs read-only; the sandbox server therefore runs
+// in container mode, without path mapping.
+//
+// Safer defaults than DeerFlow's `docker run --security-opt seccomp=unconfined`:
+//
+//   - The sandbox port is published on 127.0.0.1 only, with a host port the
+//     engine picks (no port scanning, never 0.0.0.0). With Network set (the
+//     gateway itself runs in a container on that network) nothing is
+//     published and the URL is http://{container name}:{port}.
+//   - The engine's default seccomp profile; seccomp=unconfined only when
+//     SeccompUnconfined is set (the all-in-one image's browser needs it),
+//     and then logged as a warning at startup.
+//   - no-new-privileges, and every capability dropped. The sandbox needs
+//     none: it runs as the gateway's uid:gid (so files in the thread's dirs
+//     stay the gateway user's), owns every process it signals and binds an
+//     unprivileged port. CapAdd gives some back for images that must run
+//     as root and switch users (e.g. CHOWN, SETUID, SETGID for apt).
+//   - Memory, CPU and pids limits (DefaultMemory, DefaultNanoCPUs,
+//     DefaultPidsLimit unless configured), and a minimal init (docker-init)
+//     as PID 1 that forwards SIGTERM and reaps the orphans agents leave.
+//
+// Images built from deployments/sandbox-image carry the label
+// LabelServer=/gateway: the backend then runs `/gateway sandbox --listen
+// 0.0.0.0:{port} --home /mnt/user-data/workspace`. Any other image (the
+// all-in-one sandbox DeerFlow uses) runs its own entrypoint and must serve
+// the sandbox API on Port.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/sandgate/sandgate/internal/backend"
+)
+
+// Name is the backend's name in Info.Backend and logs.
+const Name = "docker"
+
+// Defaults, documented in the README's configuration table.
+const (
+	DefaultImage     = "sandgate-sandbox:latest"
+	DefaultPrefix    = "sandgate-sandbox"
+	DefaultPort      = 8080
+	DefaultMemory    = 2 << 30 // bytes
+	DefaultNanoCPUs  = 2e9     // two CPUs
+	DefaultPidsLimit = 1024
+
+	defaultReadyTimeout = 60 * time.Second
+	defaultStopTimeout  = 5 * time.Second
+	// discoverReadyTimeout bounds Discover's readiness check: the sandbox
+	// was ready once, so it answers at once unless it is hung.
+	discoverReadyTimeout = 2 * time.Second
+)
+
+// Pull policies.
+const (
+	PullAlways       = "always"
+	PullIfNotPresent = "if-not-present"
+	PullNever        = "never"
+)
+
+// UserImage as Config.User keeps the image's own USER.
+const UserImage = "image"
+
+// LabelServer marks an image whose sandbox server the backend starts
+// itself: the value is the server binary's path in the image.
+const LabelServer = "io.sandgate.sandbox-server"
+
+// Config of the docker backend. Zero limits mean the defaults; negative
+// limits mean none.
+type Config struct {
+	// Host is the engine address (unix:///var/run/docker.sock,
+	// tcp://host:2376); "" = DOCKER_HOST and friends, else the default socket.
+	Host            string
+	Image           string
+	ContainerPrefix string
+	// Port is the sandbox server's port inside the container.
+	Port int
+	// Network, when set, attaches sandboxes to this Docker network and
+	// reaches them by container name; nothing is published on the host.
+	Network           string
+	Memory            int64 // bytes
+	NanoCPUs          int64 // 1e9 = one CPU
+	PidsLimit         int
+	SeccompUnconfined bool
+	CapAdd            []string
+	// User runs the sandbox as this user ("uid:gid", "name"); "" = the
+	// gateway's own uid:gid; UserImage = the image's USER.
+	User       string
+	PullPolicy string // PullAlways | PullIfNotPresent (default) | PullNever
+	// Instance is the gateway instance id recorded in the labels.
+	Instance string
+	// ReadyTimeout bounds the wait for the first 200 after start (the pool's
+	// create_timeout bounds the whole create, pull included). 0 = 60s.
+	ReadyTimeout time.Duration
+	// StopTimeout is the grace between SIGTERM and SIGKILL on Destroy. 0 = 5s.
+	StopTimeout time.Duration
+}
+
+// containerName is what Docker accepts as a name; the prefix leaves room
+// for "-{sandbox id}".
+var containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$`)
+
+// Validate names the first bad setting by its configuration name.
+func (c Config) Validate() error {
+	switch {
+	case c.Image == "":
+		return errors.New("image: must be set")
+	case !containerName.MatchString(c.ContainerPrefix):
+		return fmt.Errorf("container_prefix: %q is not a valid container name prefix ([a-zA-Z0-9][a-zA-Z0-9_.-]*)", c.ContainerPrefix)
+	case c.Port < 0 || c.Port > 65535:
+		return fmt.Errorf("port: %d is not a TCP port", c.Port)
+	case c.PullPolicy != "" && !slices.Contains([]string{PullAlways, PullIfNotPresent, PullNever}, c.PullPolicy):
+		return fmt.Errorf("docker_pull_policy: %q is not always, if-not-present or never", c.PullPolicy)
+	case c.ReadyTimeout < 0 || c.StopTimeout < 0:
+		return errors.New("docker backend: timeouts must not be negative")
+	}
+	for _, capName := range c.CapAdd {
+		if capName == "" || strings.ContainsAny(capName, " ,=") {
+			return fmt.Errorf("docker_cap_add: %q is not a capability name", capName)
+		}
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.Memory == 0 {
+		c.Memory = DefaultMemory
+	}
+	if c.NanoCPUs == 0 {
+		c.NanoCPUs = DefaultNanoCPUs
+	}
+	if c.PidsLimit == 0 {
+		c.PidsLimit = DefaultPidsLimit
+	}
+	if c.PullPolicy == "" {
+		c.PullPolicy = PullIfNotPresent
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = defaultReadyTimeout
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = defaultStopTimeout
+	}
+	return c
+}
+
+// engine is the part of the Docker client this backend uses.
+type engine interface {
+	Ping(ctx context.Context) (types.Ping, error)
+	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImagePull(ctx context.Context, ref string, opts image.PullOptions) (io.ReadCloser, error)
+	ContainerCreate(ctx context.Context, cfg *container.Config, host *container.HostConfig,
+		net *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
+	ContainerWait(ctx context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	ContainerStop(ctx context.Context, id string, opts container.StopOptions) error
+	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
+	ContainerPause(ctx context.Context, id string) error
+	ContainerUnpause(ctx context.Context, id string) error
+	Close() error
+}
+
+// Docker implements backend.Backend and backend.Pauser with containers.
+type Docker struct {
+	cfg   Config
+	user  string // resolved Config.User; "" = the image's
+	api   engine
+	log   *slog.Logger
+	pulls singleflight.Group // one pull per image at a time
+}
+
+var (
+	_ backend.Backend = (*Docker)(nil)
+	_ backend.Pauser  = (*Docker)(nil)
+)
+
+// New checks cfg and connects to the engine (lazily: nothing is sent until
+// the first call, so a gateway starts while the engine is down and /readyz
+// says so).
+func New(cfg Config, log *slog.Logger) (*Docker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	}
+	api, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker backend: engine client: %w", err)
+	}
+	return newWithEngine(cfg, api, log), nil
+}
+
+func newWithEngine(cfg Config, api engine, log *slog.Logger) *Docker {
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg = cfg.withDefaults()
+	d := &Docker{cfg: cfg, user: resolveUser(cfg.User), api: api, log: log.With("backend", Name)}
+	if cfg.SeccompUnconfined {
+		d.log.Warn("sandboxes run with seccomp=unconfined (docker_seccomp_unconfined): every syscall is open to sandboxed code")
+	}
+	if len(cfg.CapAdd) > 0 {
+		d.log.Info("sandboxes get capabilities back", "cap_add", strings.Join(cfg.CapAdd, ","))
+	}
+	return d
+}
+
+// Ping reports whether the engine answers (for /readyz).
+func (d *Docker) Ping(ctx context.Context) error {
+	if _, err := d.api.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: docker engine: %w", backend.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close releases the engine client.
+func (d *Docker) Close() error { return d.api.Close() }
+
+// engineErr marks errors that mean the engine itself cannot be reached.
+func engineErr(what string, err error) error {
+	if client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("%s: %w: %w", what, backend.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,378 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// Integration tests against the machine's real Docker engine.
+
+func TestCreateServesWithSafeDefaults(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend(func(c *Config) { c.Memory, c.NanoCPUs, c.PidsLimit = 256<<20, 5e8, 200 })
+	dataDir, skills := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(skills, "SKILL.md"), []byte("skill text"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := threadSpec(t, backend.MountConfig{DataDir: dataDir, SkillsDir: skills}, "alice", "t1")
+	spec.Env = map[string]string{"API_KEY": "s3cret-value-42", "PLAIN": "plain-value"}
+	spec.Labels = map[string]string{"team": "x"}
+	info := mustCreate(t, d, spec)
+
+	if !strings.HasPrefix(info.URL, "http://127.0.0.1:") || getStatus(info.URL) != 200 {
+		t.Fatalf("URL %q not serving on loopback", info.URL)
+	}
+	c := h.inspect(info.Incarnation)
+	if c.Name != "/"+h.prefix+"-"+spec.SandboxID || info.Backend != Name || info.Thread != "t1" || info.User != "alice" || info.CreatedAt.IsZero() {
+		t.Errorf("name %q info %+v", c.Name, info)
+	}
+	for k, v := range map[string]string{backend.LabelManagedBy: backend.ManagedByValue, backend.LabelSandboxID: spec.SandboxID,
+		backend.LabelThread: "t1", backend.LabelUser: "alice", backend.LabelInstance: "test", "team": "x"} {
+		if c.Config.Labels[k] != v || info.Labels[k] != v {
+			t.Errorf("label %s = %q / %q, want %q", k, c.Config.Labels[k], info.Labels[k], v)
+		}
+	}
+	hc := c.HostConfig
+	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Contains(hc.SecurityOpt, "no-new-privileges:true") ||
+		slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.Contains(s, "unconfined") }) {
+		t.Errorf("security: cap drop %q opts %q", hc.CapDrop, hc.SecurityOpt)
+	}
+	if hc.Memory != 256<<20 || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 200 || hc.Init == nil || !*hc.Init {
+		t.Errorf("limits memory %d cpus %d pids %v init %v", hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.Init)
+	}
+	for port, bs := range c.NetworkSettings.Ports {
+		for _, b := range bs {
+			if b.HostIP != "127.0.0.1" {
+				t.Errorf("port %s bound on %q, want 127.0.0.1 only", port, b.HostIP)
+			}
+		}
+	}
+	me := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
+	if c.Config.User != me {
+		t.Errorf("user %q, want the gateway's %s", c.Config.User, me)
+	}
+	var skillsRO bool
+	for _, m := range c.Mounts {
+		if m.Destination == backend.VirtualSkills {
+			skillsRO = m.Type == mount.TypeBind && !m.RW
+		}
+	}
+	if !skillsRO {
+		t.Errorf("skills not a read-only bind: %+v", c.Mounts)
+	}
+
+	// The sandbox API works on the bind mounts; the env reaches shells.
+	out := shell(t, info.URL, "echo hi > notes.txt && pwd && id -u && echo key=$API_KEY plain=$PLAIN && grep CapEff /proc/self/status && cat /mnt/skills/SKILL.md")
+	for _, want := range []string{backend.VirtualWorkspace, strconv.Itoa(os.Getuid()), "key=s3cret-value-42", "plain=plain-value",
+		"CapEff:\t0000000000000000", "skill text"} {
+		if !strings.Contains(out.Output, want) {
+			t.Errorf("exec output lacks %q:\n%s", want, out.Output)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(backend.ThreadDir(dataDir, "alice", "t1"), "workspace", "notes.txt"))
+	if err != nil || string(data) != "hi\n" {
+		t.Errorf("file on host: %q %v", data, err)
+	}
+	ro := shell(t, info.URL, "echo x > /mnt/skills/new.txt")
+	if *ro.ExitCode == 0 || !strings.Contains(strings.ToLower(ro.Output), "read-only") {
+		t.Errorf("write to skills: exit %d %q", *ro.ExitCode, ro.Output)
+	}
+	if strings.Contains(h.logs.String(), "s3cret-value-42") {
+		t.Error("an environment value reached the log")
+	}
+}
+
+func TestConcurrentCreatesMakeOneContainer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "bob", "race")
+	// Separate backends (separate engine clients), as separate gateways would be.
+	backends := []*Docker{h.backend(), h.backend(), h.backend()}
+	infos := make([]backend.Info, len(backends))
+	errs := make([]error, len(backends))
+	var wg sync.WaitGroup
+	for i, d := range backends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			infos[i], errs[i] = d.Create(testCtx(t), spec)
+		}()
+	}
+	wg.Wait()
+	for i := range backends {
+		if errs[i] != nil {
+			t.Fatalf("create %d: %v", i, errs[i])
+		}
+		if infos[i].Incarnation != infos[0].Incarnation || infos[i].URL != infos[0].URL {
+			t.Errorf("create %d got %s, create 0 got %s", i, infos[i].Incarnation, infos[0].Incarnation)
+		}
+	}
+	if n := len(h.containers()); n != 1 {
+		t.Fatalf("%d containers for one thread", n)
+	}
+	again := mustCreate(t, backends[0], spec)
+	if again.Incarnation != infos[0].Incarnation {
+		t.Errorf("Create of a running sandbox made %s, want %s", again.Incarnation, infos[0].Incarnation)
+	}
+}
+
+func TestPauseResumeDestroy(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend()
+	ctx := testCtx(t)
+	info := mustCreate(t, d, threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "carol", "p"))
+
+	for range 2 { // idempotent
+		if err := d.Pause(ctx, info); err != nil {
+			t.Fatalf("Pause: %v", err)
+		}
+	}
+	if !h.inspect(info.Incarnation).State.Paused {
+		t.Fatal("not paused")
+	}
+	if ok, err := d.Alive(ctx, info); !ok || err != nil {
+		t.Fatalf("paused sandbox Alive = %v, %v; want alive", ok, err)
+	}
+	for range 2 {
+		if err := d.Resume(ctx, info); err != nil {
+			t.Fatalf("Resume: %v", err)
+		}
+	}
+	if h.inspect(info.Incarnation).State.Paused || getStatus(info.URL) != 200 {
+		t.Fatal("resumed sandbox not serving")
+	}
+
+	// Destroy takes a paused container too.
+	if err := d.Pause(ctx, info); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := d.Destroy(ctx, info); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if took := time.Since(began); took > 4*time.Second {
+		t.Errorf("Destroy took %v: the server should stop on SIGTERM, not wait for the kill", took)
+	}
+	if _, err := h.api.ContainerInspect(ctx, info.Incarnation); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("container still there: %v", err)
+	}
+	if ok, err := d.Alive(ctx, info); ok || err != nil {
+		t.Fatalf("destroyed sandbox Alive = %v, %v", ok, err)
+	}
+	for _, i := range []backend.Info{info, {SandboxID: info.SandboxID}, {SandboxID: sidFor("nobody", "x")}} {
+		if err := d.Destroy(ctx, i); err != nil {
+			t.Errorf("Destroy(%+v) again: %v", i, err)
+		}
+	}
+}
+
+func TestDiscoverAndListSeeOnlyTheirPrefix(t *testing.T) {
+	t.Parallel()
+	h, other := newHarness(t), newHarness(t)
+	d, od := h.backend(), other.backend()
+	ctx := testCtx(t)
+	mc := backend.MountConfig{DataDir: t.TempDir()}
+	mine := mustCreate(t, d, threadSpec(t, mc, "dave", "mine"))
+	theirs := mustCreate(t, od, threadSpec(t, mc, "dave", "theirs"))
+
+	got, ok, err := h.backend().Discover(ctx, mine.SandboxID)
+	if err != nil || !ok || got.Incarnation != mine.Incarnation || got.URL != mine.URL || got.Thread != "mine" {
+		t.Fatalf("Discover = %+v %v %v", got, ok, err)
+	}
+	if _, ok, err := d.Discover(ctx, theirs.SandboxID); ok || err != nil {
+		t.Fatalf("Discover of another prefix's sandbox = %v %v", ok, err)
+	}
+	if err := d.Pause(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	list, err := d.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Incarnation != mine.Incarnation || list[0].URL != mine.URL ||
+		list[0].User != "dave" || list[0].Thread != "mine" || list[0].CreatedAt.IsZero() {
+		t.Fatalf("List = %+v %v; want only the paused own sandbox", list, err)
+	}
+	// Discover hands a paused sandbox out thawed.
+	got, ok, err = d.Discover(ctx, mine.SandboxID)
+	if err != nil || !ok || h.inspect(mine.Incarnation).State.Paused {
+		t.Fatalf("Discover of a paused sandbox: %v %v, paused=%v", ok, err, h.inspect(mine.Incarnation).State.Paused)
+	}
+	if got.URL != mine.URL || getStatus(got.URL) != 200 {
+		t.Fatalf("discovered sandbox not serving")
+	}
+}
+
+func TestDeadContainersAreReplaced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend()
+	ctx := testCtx(t)
+	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "erin", "dead")
+	first := mustCreate(t, d, spec)
+
+	// Stopped behind the backend's back: not alive, not discovered, replaced.
+	timeout := 0
+	if err := h.api.ContainerStop(ctx, first.Incarnation, container.StopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := d.Alive(ctx, first); ok || err != nil {
+		t.Fatalf("stopped Alive = %v %v", ok, err)
+	}
+	if _, ok, err := d.Discover(ctx, spec.SandboxID); ok || err != nil {
+		t.Fatalf("stopped Discover = %v %v", ok, err)
+	}
+	second := mustCreate(t, d, spec)
+	if second.Incarnation == first.Incarnation || getStatus(second.URL) != 200 {
+		t.Fatalf("not replaced: %s", second.Incarnation)
+	}
+	if _, err := h.api.ContainerInspect(ctx, first.Incarnation); !cerrdefs.IsNotFound(err) {
+		t.Errorf("stopped container left behind: %v", err)
+	}
+	// Destroy of the old incarnation leaves the new one alone.
+	if err := d.Destroy(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := d.Alive(ctx, second); !ok {
+		t.Fatal("Destroy of the old incarnation killed the new one")
+	}
+
+	// Removed behind its back: not alive, then created anew.
+	if err := h.api.ContainerRemove(ctx, second.Incarnation, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := d.Alive(ctx, second); ok || err != nil {
+		t.Fatalf("removed Alive = %v %v", ok, err)
+	}
+	third := mustCreate(t, d, spec)
+	if third.Incarnation == second.Incarnation || len(h.containers()) != 1 {
+		t.Fatalf("after removal: %s, %d containers", third.Incarnation, len(h.containers()))
+	}
+}
+
+func TestForeignContainerIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend()
+	ctx := testCtx(t)
+	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "frank", "foreign")
+	name := h.prefix + "-" + spec.SandboxID
+	// Someone else's container under the sandbox's name: same labels but
+	// managed-by, so the harness still cleans it up.
+	resp, err := h.api.ContainerCreate(ctx, &container.Config{Image: h.image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"300"},
+		Labels: map[string]string{backend.LabelManagedBy: "someone-else"}}, nil, nil, nil, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.api.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+	if err := h.api.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Create(ctx, spec); err == nil || !strings.Contains(err.Error(), "did not make") {
+		t.Errorf("Create over a foreign container: %v", err)
+	}
+	if _, ok, err := d.Discover(ctx, spec.SandboxID); ok || err != nil {
+		t.Errorf("Discover of a foreign container: %v %v", ok, err)
+	}
+	if err := d.Destroy(ctx, backend.Info{SandboxID: spec.SandboxID}); err == nil {
+		t.Error("Destroy accepted a foreign container")
+	}
+	if ok, _ := d.Alive(ctx, backend.Info{SandboxID: spec.SandboxID, Incarnation: resp.ID}); ok {
+		t.Error("a foreign container counted as the sandbox")
+	}
+	if !h.inspect(resp.ID).State.Running {
+		t.Fatal("the foreign container was touched")
+	}
+}
+
+func TestMissingImageIsNamed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "gina", "img")
+	cases := []struct{ image, policy, want string }{
+		{"sandgate-test-missing:nope", PullNever, "docker_pull_policy is never"},
+		// A registry that refuses at once: the pull fails fast, without network.
+		{"127.0.0.1:1/sandgate/missing:nope", PullIfNotPresent, "could not be pulled"},
+		{"127.0.0.1:1/sandgate/missing:nope", PullAlways, "could not be pulled"},
+	}
+	for _, c := range cases {
+		d := h.backend(func(cfg *Config) { cfg.Image, cfg.PullPolicy = c.image, c.policy })
+		_, err := d.Create(testCtx(t), spec)
+		if err == nil || !strings.Contains(err.Error(), c.image) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with %s: %v", c.image, c.policy, err)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "pulling image") {
+		t.Errorf("pull not logged:\n%s", h.logs)
+	}
+	if n := len(h.containers()); n != 0 {
+		t.Errorf("%d containers left", n)
+	}
+}
+
+// An image without the server label runs its own entrypoint; one that exits
+// fails the create at once, with its log, instead of after ReadyTimeout.
+func TestExitBeforeReadyFailsFast(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	tag := buildDerived(t, h, `LABEL io.sandgate.sandbox-server=""
+ENTRYPOINT ["/bin/sh", "-c", "echo boom-before-ready >&2; exit 3"]`)
+	d := h.backend(func(c *Config) { c.Image, c.ReadyTimeout = tag, 45*time.Second })
+	began := time.Now()
+	_, err := d.Create(testCtx(t), threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "hank", "boom"))
+	if err == nil || !strings.Contains(err.Error(), "status 3") || !strings.Contains(err.Error(), "boom-before-ready") {
+		t.Fatalf("Create: %v", err)
+	}
+	if took := time.Since(began); took > 15*time.Second {
+		t.Errorf("failure took %v", took)
+	}
+	if n := len(h.containers()); n != 0 {
+		t.Errorf("%d failed containers left", n)
+	}
+}
+
+// buildDerived builds FROM the sandbox image plus lines, removed at cleanup.
+func buildDerived(t *testing.T, h *harness, lines string) string {
+	t.Helper()
+	tag := "sandgate-test-derived:" + randHex(6)
+	dockerfile := fmt.Sprintf("FROM %s\n%s\n", h.image, lines)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
+	_, _ = tw.Write([]byte(dockerfile))
+	_ = tw.Close()
+	ctx := testCtx(t)
+	resp, err := h.api.ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, Version: build.BuilderV1,
+		Labels: map[string]string{testutil.TestImageLabel: "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if _, err := h.api.ImageInspect(ctx, tag); err != nil {
+		t.Fatalf("build %s: %v\n%s", tag, err, out.String())
+	}
+	t.Cleanup(func() {
+		_, _ = h.api.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+	return tag
+}

@@ -1,0 +1,129 @@
+package docker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
+)
+
+// pullLogEvery is how often a running pull logs its progress.
+const pullLogEvery = 2 * time.Second
+
+// prepareImage makes the image present as the pull policy says and returns
+// its LabelServer value ("" for an image that serves the API itself).
+func (d *Docker) prepareImage(ctx context.Context) (string, error) {
+	ref := d.cfg.Image
+	if d.cfg.PullPolicy == PullAlways {
+		if err := d.pull(ctx); err != nil {
+			return "", err
+		}
+	}
+	img, err := d.api.ImageInspect(ctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		if d.cfg.PullPolicy == PullNever {
+			return "", fmt.Errorf("image %s is not present and docker_pull_policy is never: build or load it first (see deployments/sandbox-image)", ref)
+		}
+		if err = d.pull(ctx); err == nil {
+			img, err = d.api.ImageInspect(ctx, ref)
+		}
+	}
+	if err != nil {
+		return "", engineErr("image "+ref, err)
+	}
+	if img.Config == nil {
+		return "", nil
+	}
+	return img.Config.Labels[LabelServer], nil
+}
+
+// pull pulls the image once at a time however many creates ask for it.
+func (d *Docker) pull(ctx context.Context) error {
+	ref := d.cfg.Image
+	_, err, _ := d.pulls.Do(ref, func() (any, error) {
+		log := d.log.With("image", ref)
+		log.Info("pulling image", "policy", d.cfg.PullPolicy)
+		began := time.Now()
+		rc, err := d.api.ImagePull(ctx, ref, image.PullOptions{})
+		if err == nil {
+			err = followPull(rc, log, pullLogEvery, time.Now)
+			_ = rc.Close()
+		}
+		if err != nil {
+			return nil, engineErr(fmt.Sprintf("image %s is not present and could not be pulled", ref), err)
+		}
+		log.Info("image pulled", "duration", time.Since(began).Round(time.Millisecond).String())
+		return nil, nil
+	})
+	return err
+}
+
+// pullMessage is one line of the engine's pull progress stream.
+type pullMessage struct {
+	Status   string `json:"status"`
+	ID       string `json:"id"`
+	Progress struct {
+		Current int64 `json:"current"`
+		Total   int64 `json:"total"`
+	} `json:"progressDetail"`
+	Error       string `json:"error"`
+	ErrorDetail struct {
+		Message string `json:"message"`
+	} `json:"errorDetail"`
+}
+
+// followPull reads a pull's progress stream to its end, logging image-level
+// lines as they come and the layers' download progress at most once per
+// every; an error line in the stream is the pull's error.
+func followPull(r io.Reader, log *slog.Logger, every time.Duration, now func() time.Time) error {
+	type layer struct{ current, total int64 }
+	layers := map[string]*layer{}
+	done := map[string]bool{}
+	next := now().Add(every)
+	dec := json.NewDecoder(r)
+	for {
+		var m pullMessage
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read pull progress: %w", err)
+		}
+		if m.Error != "" || m.ErrorDetail.Message != "" {
+			return errors.New(cmp.Or(m.ErrorDetail.Message, m.Error))
+		}
+		if m.ID == "" || strings.HasPrefix(m.Status, "Pulling from ") {
+			// Image-level lines: "Pulling from ...", "Digest: ...", "Status: ...".
+			log.Info("pull", "status", m.Status, "ref", m.ID)
+			continue
+		}
+		l := layers[m.ID]
+		if l == nil {
+			l = &layer{}
+			layers[m.ID] = l
+		}
+		switch m.Status {
+		case "Downloading":
+			l.current, l.total = m.Progress.Current, m.Progress.Total
+		case "Download complete", "Pull complete", "Already exists":
+			l.current = l.total
+			done[m.ID] = true
+		}
+		if t := now(); !t.Before(next) {
+			next = t.Add(every)
+			var cur, total int64
+			for _, l := range layers {
+				cur, total = cur+l.current, total+l.total
+			}
+			log.Info("pull progress", "layers_done", len(done), "layers", len(layers),
+				"downloaded_mb", cur>>20, "known_total_mb", total>>20)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package docker
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/go-connections/nat"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandbox"
+)
+
+// containerSpec is everything ContainerCreate takes, built without the engine.
+type containerSpec struct {
+	Name    string
+	Config  *container.Config
+	Host    *container.HostConfig
+	Network *network.NetworkingConfig
+}
+
+// name is the container name of a sandbox id.
+func (d *Docker) name(sid string) string { return d.cfg.ContainerPrefix + "-" + sid }
+
+// resolveUser turns Config.User into the container's User field.
+func resolveUser(u string) string {
+	switch u {
+	case "":
+		return strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
+	case UserImage:
+		return ""
+	default:
+		return u
+	}
+}
+
+// validateSpec rejects what cannot be given to the engine unambiguously.
+func validateSpec(spec backend.Spec) error {
+	if err := validSandboxID(spec.SandboxID); err != nil {
+		return err
+	}
+	for _, m := range spec.Mounts {
+		if !path.IsAbs(m.ContainerPath) || path.Clean(m.ContainerPath) != m.ContainerPath {
+			return fmt.Errorf("invalid mount path %q: want a clean absolute path", m.ContainerPath)
+		}
+		if m.HostPath == "" {
+			return fmt.Errorf("mount %s: empty host path", m.ContainerPath)
+		}
+	}
+	for name, value := range spec.Env {
+		if name == "" || strings.ContainsAny(name, "=\x00") || strings.ContainsRune(value, 0) {
+			return fmt.Errorf("invalid sandbox environment variable %q", name)
+		}
+	}
+	return nil
+}
+
+// validSandboxID accepts exactly what the gateway derives from
+// hex(sha256(user:thread))[:16], which also keeps container names valid.
+func validSandboxID(sid string) error {
+	if len(sid) != 16 || strings.Trim(sid, "0123456789abcdef") != "" {
+		return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
+	}
+	return nil
+}
+
+// containerSpec builds the container for spec. serverPath is the image's
+// LabelServer value: non-empty means the backend starts the sandbox server
+// itself; empty means the image's own entrypoint serves the API on Port.
+func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSpec {
+	port := nat.Port(strconv.Itoa(d.cfg.Port) + "/tcp")
+	cfg := &container.Config{
+		Image:        d.cfg.Image,
+		User:         d.user,
+		Env:          containerEnv(spec.Env, serverPath != ""),
+		Labels:       backend.IdentityLabels(spec, d.cfg.Instance, spec.Labels),
+		ExposedPorts: nat.PortSet{port: struct{}{}},
+	}
+	if serverPath != "" {
+		cfg.Entrypoint = []string{serverPath}
+		cfg.Cmd = []string{"sandbox", "--listen", "0.0.0.0:" + strconv.Itoa(d.cfg.Port), "--home", backend.VirtualWorkspace}
+		cfg.WorkingDir = backend.VirtualWorkspace
+	}
+
+	security := []string{"no-new-privileges:true"}
+	if d.cfg.SeccompUnconfined {
+		security = append(security, "seccomp=unconfined")
+	}
+	withInit := true
+	host := &container.HostConfig{
+		Mounts:      bindMounts(spec.Mounts),
+		SecurityOpt: security,
+		CapDrop:     []string{"ALL"},
+		CapAdd:      slices.Clone(d.cfg.CapAdd),
+		Init:        &withInit,
+		Resources:   d.resources(),
+		// No restart policy: a dead sandbox is replaced by the pool, with a
+		// new incarnation, rather than revived under the old one.
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	var netCfg *network.NetworkingConfig
+	if d.cfg.Network != "" {
+		host.NetworkMode = container.NetworkMode(d.cfg.Network)
+		netCfg = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{d.cfg.Network: {}}}
+	} else {
+		// HostPort "" lets the engine pick a free port: no scanning, no race.
+		host.PortBindings = nat.PortMap{port: {{HostIP: "127.0.0.1", HostPort: ""}}}
+	}
+	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg}
+}
+
+// resources maps the limits; negative means none.
+func (d *Docker) resources() container.Resources {
+	var r container.Resources
+	if d.cfg.Memory > 0 {
+		r.Memory = d.cfg.Memory
+	}
+	if d.cfg.NanoCPUs > 0 {
+		r.NanoCPUs = d.cfg.NanoCPUs
+	}
+	if d.cfg.PidsLimit > 0 {
+		pids := int64(d.cfg.PidsLimit)
+		r.PidsLimit = &pids
+	}
+	return r
+}
+
+// bindMounts maps the spec's mounts; host paths are made absolute (the
+// engine resolves them on its host, which is this one unless the gateway
+// runs in a container: then data_dir must be mounted at the same path).
+func bindMounts(ms []backend.Mount) []mount.Mount {
+	out := make([]mount.Mount, 0, len(ms))
+	for _, m := range ms {
+		src, err := filepath.Abs(m.HostPath)
+		if err != nil {
+			src = m.HostPath // no working directory: let the engine say what is wrong
+		}
+		out = append(out, mount.Mount{Type: mount.TypeBind, Source: src, Target: m.ContainerPath, ReadOnly: m.ReadOnly})
+	}
+	return out
+}
+
+// containerEnv is the configured environment, sorted, plus the list of its
+// names for the sandbox server (which otherwise strips secret-looking
+// variables such as API_KEY from its shells). With our own server, HOME is
+// the workspace unless configured, matching the home_dir the API reports.
+func containerEnv(configured map[string]string, ownServer bool) []string {
+	names := make([]string, 0, len(configured))
+	for name := range configured {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	env := make([]string, 0, len(names)+2)
+	for _, name := range names {
+		env = append(env, name+"="+configured[name])
+	}
+	if ownServer {
+		if _, set := configured["HOME"]; !set {
+			env = append(env, "HOME="+backend.VirtualWorkspace)
+		}
+		env = append(env, sandbox.KeepEnvVar+"="+strings.Join(names, ","))
+	}
+	return env
+}
+
+// sandboxURL is where the gateway reaches the container: the published
+// loopback port, or the container name on the shared network.
+func (d *Docker) sandboxURL(name string, ports nat.PortMap) (string, error) {
+	if d.cfg.Network != "" {
+		return "http://" + name + ":" + strconv.Itoa(d.cfg.Port), nil
+	}
+	for _, b := range ports[nat.Port(strconv.Itoa(d.cfg.Port)+"/tcp")] {
+		if b.HostIP == "127.0.0.1" && b.HostPort != "" {
+			return "http://127.0.0.1:" + b.HostPort, nil
+		}
+	}
+	return "", fmt.Errorf("container %s has no port %d published on 127.0.0.1", name, d.cfg.Port)
+}

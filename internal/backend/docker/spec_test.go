@@ -1,0 +1,300 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/go-connections/nat"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandbox"
+)
+
+// specFor builds a container spec without an engine.
+func specFor(t *testing.T, cfg Config, spec backend.Spec, serverPath string) (containerSpec, string) {
+	t.Helper()
+	var logs bytes.Buffer
+	d := newWithEngine(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	return d.containerSpec(spec, serverPath), logs.String()
+}
+
+func TestContainerSpec(t *testing.T) {
+	t.Parallel()
+	me := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
+	spec := backend.Spec{
+		SandboxID: "0123456789abcdef", User: "alice", Thread: "t1",
+		Mounts: []backend.Mount{
+			{HostPath: "/data/ws", ContainerPath: backend.VirtualWorkspace},
+			{HostPath: "/skills", ContainerPath: backend.VirtualSkills, ReadOnly: true},
+		},
+		Env:    map[string]string{"Z_VAR": "z", "API_KEY": "k"},
+		Labels: map[string]string{"team": "x", backend.LabelUser: "mallory"},
+	}
+	base := Config{Image: "img:1", ContainerPrefix: "sbx", Instance: "gw-1"}
+	cases := []struct {
+		name   string
+		cfg    func(*Config)
+		server string
+		check  func(t *testing.T, cs containerSpec, logs string)
+	}{
+		{name: "safe defaults with our server", server: "/gateway", check: func(t *testing.T, cs containerSpec, logs string) {
+			c, h := cs.Config, cs.Host
+			if cs.Name != "sbx-0123456789abcdef" || c.Image != "img:1" || c.User != me {
+				t.Errorf("name %q image %q user %q (want user %s)", cs.Name, c.Image, c.User, me)
+			}
+			if !slices.Equal(c.Entrypoint, []string{"/gateway"}) ||
+				!slices.Equal(c.Cmd, []string{"sandbox", "--listen", "0.0.0.0:8080", "--home", backend.VirtualWorkspace}) {
+				t.Errorf("command %q %q", c.Entrypoint, c.Cmd)
+			}
+			wantEnv := []string{"API_KEY=k", "Z_VAR=z", "HOME=" + backend.VirtualWorkspace, sandbox.KeepEnvVar + "=API_KEY,Z_VAR"}
+			if !slices.Equal(c.Env, wantEnv) {
+				t.Errorf("env %q, want %q", c.Env, wantEnv)
+			}
+			if !slices.Equal(h.CapDrop, []string{"ALL"}) || len(h.CapAdd) != 0 {
+				t.Errorf("caps drop %q add %q", h.CapDrop, h.CapAdd)
+			}
+			if !slices.Equal(h.SecurityOpt, []string{"no-new-privileges:true"}) {
+				t.Errorf("security opts %q", h.SecurityOpt)
+			}
+			if h.Memory != DefaultMemory || h.NanoCPUs != DefaultNanoCPUs || h.PidsLimit == nil || *h.PidsLimit != DefaultPidsLimit {
+				t.Errorf("limits memory %d cpus %d pids %v", h.Memory, h.NanoCPUs, h.PidsLimit)
+			}
+			if h.Init == nil || !*h.Init || h.RestartPolicy.Name != container.RestartPolicyDisabled {
+				t.Errorf("init %v restart %q", h.Init, h.RestartPolicy.Name)
+			}
+			if got := h.PortBindings["8080/tcp"]; len(got) != 1 || got[0] != (nat.PortBinding{HostIP: "127.0.0.1"}) {
+				t.Errorf("port bindings %+v: want 127.0.0.1 with an engine-chosen port", h.PortBindings)
+			}
+			if h.NetworkMode != "" || cs.Network != nil {
+				t.Errorf("network %q %+v", h.NetworkMode, cs.Network)
+			}
+			want := []mount.Mount{
+				{Type: mount.TypeBind, Source: "/data/ws", Target: backend.VirtualWorkspace},
+				{Type: mount.TypeBind, Source: "/skills", Target: backend.VirtualSkills, ReadOnly: true},
+			}
+			if !slices.Equal(h.Mounts, want) {
+				t.Errorf("mounts %+v", h.Mounts)
+			}
+			for k, v := range map[string]string{
+				backend.LabelManagedBy: backend.ManagedByValue, backend.LabelSandboxID: spec.SandboxID,
+				backend.LabelUser: "alice", backend.LabelThread: "t1", backend.LabelInstance: "gw-1", "team": "x",
+			} {
+				if c.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, c.Labels[k], v)
+				}
+			}
+			if strings.Contains(logs, "seccomp") {
+				t.Errorf("unexpected seccomp warning: %s", logs)
+			}
+		}},
+		{name: "configured limits, caps, user, port", cfg: func(c *Config) {
+			c.Memory, c.NanoCPUs, c.PidsLimit = 256<<20, 5e8, 64
+			c.CapAdd, c.User, c.Port = []string{"CHOWN", "SETUID"}, "1000:1000", 9000
+		}, server: "/gateway", check: func(t *testing.T, cs containerSpec, _ string) {
+			h := cs.Host
+			if h.Memory != 256<<20 || h.NanoCPUs != 5e8 || *h.PidsLimit != 64 {
+				t.Errorf("limits %d %d %d", h.Memory, h.NanoCPUs, *h.PidsLimit)
+			}
+			if !slices.Equal(h.CapAdd, []string{"CHOWN", "SETUID"}) || cs.Config.User != "1000:1000" {
+				t.Errorf("cap add %q user %q", h.CapAdd, cs.Config.User)
+			}
+			if _, ok := h.PortBindings["9000/tcp"]; !ok || cs.Config.Cmd[2] != "0.0.0.0:9000" {
+				t.Errorf("port 9000: bindings %+v cmd %q", h.PortBindings, cs.Config.Cmd)
+			}
+		}},
+		{name: "no limits", cfg: func(c *Config) { c.Memory, c.NanoCPUs, c.PidsLimit = -1, -1, -1 }, check: func(t *testing.T, cs containerSpec, _ string) {
+			if r := cs.Host.Resources; r.Memory != 0 || r.NanoCPUs != 0 || r.PidsLimit != nil {
+				t.Errorf("resources %+v, want none", r)
+			}
+		}},
+		{name: "seccomp unconfined is opt-in and warned", cfg: func(c *Config) { c.SeccompUnconfined = true }, check: func(t *testing.T, cs containerSpec, logs string) {
+			if !slices.Contains(cs.Host.SecurityOpt, "seccomp=unconfined") || !slices.Contains(cs.Host.SecurityOpt, "no-new-privileges:true") {
+				t.Errorf("security opts %q", cs.Host.SecurityOpt)
+			}
+			if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "seccomp=unconfined") {
+				t.Errorf("no warning logged: %s", logs)
+			}
+		}},
+		{name: "gateway in a container: network, nothing published", cfg: func(c *Config) { c.Network = "sandnet" }, server: "/gateway", check: func(t *testing.T, cs containerSpec, _ string) {
+			if cs.Host.NetworkMode != "sandnet" || len(cs.Host.PortBindings) != 0 {
+				t.Errorf("network %q bindings %+v", cs.Host.NetworkMode, cs.Host.PortBindings)
+			}
+			if _, ok := cs.Network.EndpointsConfig["sandnet"]; !ok {
+				t.Errorf("endpoints %+v", cs.Network)
+			}
+		}},
+		{name: "image with its own server, image user", cfg: func(c *Config) { c.User = UserImage }, check: func(t *testing.T, cs containerSpec, _ string) {
+			c := cs.Config
+			if c.Entrypoint != nil || c.Cmd != nil || c.WorkingDir != "" || c.User != "" {
+				t.Errorf("own server: entrypoint %q cmd %q dir %q user %q", c.Entrypoint, c.Cmd, c.WorkingDir, c.User)
+			}
+			if !slices.Equal(c.Env, []string{"API_KEY=k", "Z_VAR=z"}) {
+				t.Errorf("env %q", c.Env)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := base
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			cs, logs := specFor(t, cfg, spec, tc.server)
+			tc.check(t, cs, logs)
+		})
+	}
+}
+
+func TestSandboxURL(t *testing.T) {
+	t.Parallel()
+	d := newWithEngine(Config{Image: "i", ContainerPrefix: "p"}, nil, slog.New(slog.DiscardHandler))
+	cases := []struct {
+		ports nat.PortMap
+		want  string
+	}{
+		{nat.PortMap{"8080/tcp": {{HostIP: "127.0.0.1", HostPort: "49153"}}}, "http://127.0.0.1:49153"},
+		{nat.PortMap{"8080/tcp": {{HostIP: "0.0.0.0", HostPort: "1"}, {HostIP: "127.0.0.1", HostPort: "2"}}}, "http://127.0.0.1:2"},
+		{nat.PortMap{"8080/tcp": {{HostIP: "0.0.0.0", HostPort: "1"}}}, ""}, // never used: not loopback
+		{nat.PortMap{"9000/tcp": {{HostIP: "127.0.0.1", HostPort: "1"}}}, ""},
+		{nil, ""},
+	}
+	for _, c := range cases {
+		got, err := d.sandboxURL("p-x", c.ports)
+		if got != c.want || (err == nil) != (c.want != "") {
+			t.Errorf("%v: %q %v, want %q", c.ports, got, err, c.want)
+		}
+	}
+	d.cfg.Network = "net"
+	if got, err := d.sandboxURL("p-x", nil); got != "http://p-x:8080" || err != nil {
+		t.Errorf("network URL %q %v", got, err)
+	}
+	ports := summaryPorts([]container.Port{{IP: "127.0.0.1", PrivatePort: 8080, PublicPort: 40000, Type: "tcp"}, {PrivatePort: 22, Type: "tcp"}})
+	d.cfg.Network = ""
+	if got, _ := d.sandboxURL("p-x", ports); got != "http://127.0.0.1:40000" {
+		t.Errorf("from list ports: %q (%v)", got, ports)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ok := Config{Image: "i", ContainerPrefix: "sandgate-sandbox"}
+	cases := []struct {
+		mut   func(*Config)
+		field string
+	}{
+		{func(c *Config) { c.Image = "" }, "image"},
+		{func(c *Config) { c.ContainerPrefix = "" }, "container_prefix"},
+		{func(c *Config) { c.ContainerPrefix = "-x" }, "container_prefix"},
+		{func(c *Config) { c.ContainerPrefix = "a/b" }, "container_prefix"},
+		{func(c *Config) { c.Port = 70000 }, "port"},
+		{func(c *Config) { c.PullPolicy = "sometimes" }, "docker_pull_policy"},
+		{func(c *Config) { c.CapAdd = []string{"NET ADMIN"} }, "docker_cap_add"},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		cfg := ok
+		c.mut(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.field+":") {
+			t.Errorf("%+v: error %v does not name %s", cfg, err, c.field)
+		}
+	}
+}
+
+func TestValidateSpec(t *testing.T) {
+	t.Parallel()
+	good := backend.Spec{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{HostPath: "rel/dir", ContainerPath: "/mnt/x"}}}
+	if err := validateSpec(good); err != nil {
+		t.Fatalf("good spec: %v", err)
+	}
+	for _, spec := range []backend.Spec{
+		{SandboxID: "0123456789ABCDEF"},
+		{SandboxID: "../../etc/passwd"},
+		{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{HostPath: "/a", ContainerPath: "mnt/x"}}},
+		{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{HostPath: "/a", ContainerPath: "/mnt/../x"}}},
+		{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{ContainerPath: "/mnt/x"}}},
+		{SandboxID: "0123456789abcdef", Env: map[string]string{"A=B": "c"}},
+		{SandboxID: "0123456789abcdef", Env: map[string]string{"A": "nul\x00"}},
+	} {
+		if err := validateSpec(spec); err == nil {
+			t.Errorf("accepted %+v", spec)
+		}
+	}
+}
+
+func TestFollowPull(t *testing.T) {
+	t.Parallel()
+	stream := `{"status":"Pulling from library/debian","id":"bookworm"}
+{"status":"Pulling fs layer","progressDetail":{},"id":"aaa"}
+{"status":"Pulling fs layer","progressDetail":{},"id":"bbb"}
+{"status":"Downloading","progressDetail":{"current":1048576,"total":4194304},"id":"aaa"}
+{"status":"Downloading","progressDetail":{"current":2097152,"total":4194304},"id":"aaa"}
+{"status":"Download complete","progressDetail":{},"id":"bbb"}
+{"status":"Pull complete","progressDetail":{},"id":"aaa"}
+{"status":"Digest: sha256:0123"}
+{"status":"Status: Downloaded newer image for debian:bookworm"}
+`
+	var logs bytes.Buffer
+	clock := time.Unix(0, 0)
+	now := func() time.Time { clock = clock.Add(time.Second); return clock }
+	if err := followPull(strings.NewReader(stream), slog.New(slog.NewTextHandler(&logs, nil)), 2*time.Second, now); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	for _, want := range []string{"Pulling from library/debian", "Status: Downloaded newer image", "pull progress", "layers=2", "downloaded_mb=2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "pull progress"); n < 2 || n > 4 {
+		t.Errorf("%d progress lines for 7 layer messages every 2s of 1s steps:\n%s", n, out)
+	}
+
+	failing := `{"status":"Pulling from x/y","id":"1"}
+{"errorDetail":{"message":"manifest unknown"},"error":"manifest unknown"}
+`
+	err := followPull(strings.NewReader(failing), slog.New(slog.DiscardHandler), time.Second, time.Now)
+	if err == nil || err.Error() != "manifest unknown" {
+		t.Fatalf("error line: %v", err)
+	}
+	if err := followPull(strings.NewReader(`{"status":`), slog.New(slog.DiscardHandler), time.Second, time.Now); err == nil {
+		t.Fatal("truncated stream accepted")
+	}
+}
+
+// With no engine at the address, every call is ErrUnavailable (503, not 502).
+func TestUnreachableEngineIsUnavailable(t *testing.T) {
+	t.Parallel()
+	d, err := New(Config{Host: "unix:///nonexistent/docker.sock", Image: "i", ContainerPrefix: "p"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Ping(ctx); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Ping: %v", err)
+	}
+	_, err = d.Create(ctx, backend.Spec{SandboxID: "0123456789abcdef"})
+	if !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Create: %v", err)
+	}
+	if _, err := d.Alive(ctx, backend.Info{SandboxID: "0123456789abcdef", Incarnation: "abc"}); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Alive: %v", err)
+	}
+	if _, err := d.List(ctx); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("List: %v", err)
+	}
+}
