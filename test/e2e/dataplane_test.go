@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -81,7 +82,7 @@ func TestBadThreadIDsRejectedBeforeIO(t *testing.T) {
 		if strings.HasSuffix(p, "/./sandbox") {
 			req.URL.Opaque = p
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := clientFor(req.URL.String()).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +106,7 @@ func TestSSEStreamsEventByEvent(t *testing.T) {
 		`{"command":"echo first-chunk; while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.02; done; echo second-chunk"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := clientFor(req.URL.String()).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,15 @@ func TestKilledSandboxIsRecreatedWithFiles(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill sandbox: %v", err)
 	}
-	waitFor(t, func() bool { return len(f.sandboxes()) == 0 }) // dead, not dying
+	// Dead as the network sees it: a Go process's leader can be a zombie while
+	// its other threads still hold the sockets open.
+	waitFor(t, func() bool {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(before[0].URL, "http://"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil && len(f.sandboxes()) == 0
+	})
 	// The gateway still has the route cached: the dial fails, it re-acquires,
 	// finds the sandbox dead and recreates it, all inside this one request.
 	d := shell(t, g.URL, "phoenix", "cat /mnt/user-data/workspace/k.txt")
@@ -258,7 +267,7 @@ func TestSandboxKilledMidRequestIs502ThenRecreated(t *testing.T) {
 		req, _ := http.NewRequest("POST", g.URL+"/threads/crash/v1/shell/exec",
 			strings.NewReader(`{"command":"sleep 30"}`))
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := clientFor(req.URL.String()).Do(req)
 		if err != nil {
 			codes <- 0
 			res <- []byte(err.Error())

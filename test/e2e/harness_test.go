@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,11 +27,12 @@ import (
 
 // gateway is one gateway replica process.
 type gateway struct {
-	t    *testing.T
-	URL  string
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{}
+	client *http.Client
+	t      *testing.T
+	URL    string
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	done   chan struct{}
 }
 
 type syncBuffer struct {
@@ -81,7 +83,9 @@ func (f *fleet) start(extra ...string) *gateway {
 		"--log-level", "debug",
 	}, f.extra...)
 	args = append(args, extra...)
-	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &syncBuffer{}, done: make(chan struct{})}
+	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &syncBuffer{}, done: make(chan struct{}),
+		client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
+	clients.Store(g.URL, g.client)
 	g.cmd = exec.Command(f.bin, args...)
 	if len(f.env) > 0 {
 		g.cmd.Env = append(os.Environ(), f.env...)
@@ -94,7 +98,7 @@ func (f *fleet) start(extra ...string) *gateway {
 	f.replicas = append(f.replicas, g)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, err := http.Get(g.URL + "/healthz")
+		resp, err := g.client.Get(g.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -116,19 +120,35 @@ func (f *fleet) start(extra ...string) *gateway {
 func (g *gateway) kill() {
 	_ = g.cmd.Process.Signal(syscall.SIGKILL)
 	<-g.done
-	forgetConnections()
+	g.forget()
 }
 
-// forgetConnections drops the shared client's idle connections: a later
-// test's gateway may listen on the same port, and a stale keep-alive
-// connection to a dead gateway would fail its first POST.
-func forgetConnections() { http.DefaultClient.CloseIdleConnections() }
+// Each replica has its own client: tests run in parallel and a later test's
+// gateway may listen on a port a dead one used; a keep-alive connection
+// pooled for the dead one must never carry the new one's requests.
+var clients sync.Map // gateway base URL -> *http.Client
+
+// clientFor is the client of the replica at rawURL's host.
+func clientFor(rawURL string) *http.Client {
+	if u, err := url.Parse(rawURL); err == nil {
+		if c, ok := clients.Load(u.Scheme + "://" + u.Host); ok {
+			return c.(*http.Client)
+		}
+	}
+	return http.DefaultClient
+}
+
+// forget drops the replica's client once it is gone.
+func (g *gateway) forget() {
+	g.client.CloseIdleConnections()
+	clients.CompareAndDelete(g.URL, g.client)
+}
 
 func (g *gateway) stop() {
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-g.done:
-		forgetConnections()
+		g.forget()
 	case <-time.After(40 * time.Second):
 		g.t.Errorf("gateway did not stop on SIGTERM")
 		g.kill()
@@ -139,7 +159,7 @@ func (f *fleet) cleanup() {
 	for _, g := range f.replicas {
 		select {
 		case <-g.done:
-			forgetConnections()
+			g.forget()
 		default:
 			g.kill()
 		}
@@ -214,7 +234,7 @@ func call(t *testing.T, method, url string, body any, hdr ...string) (int, []byt
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := clientFor(url).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

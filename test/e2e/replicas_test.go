@@ -70,7 +70,7 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	res := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequest("PUT", a.URL+"/threads/victim/sandbox", nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := clientFor(req.URL.String()).Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
