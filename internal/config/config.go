@@ -15,6 +15,8 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/docker"
+	"github.com/sandgate/sandgate/internal/backend/kubernetes"
+	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 )
@@ -45,6 +47,11 @@ type Config struct {
 	// Docker configures the docker backend; its image, container_prefix
 	// and port (and memory, cpus, user) serve applecontainer too.
 	Docker docker.Config
+	// Kubernetes configures the kubernetes backend; its Image, Port and
+	// PodPrefix come from the container settings (KubernetesConfig).
+	Kubernetes kubernetes.Config
+	// Remote is the DeerFlow-compatible provisioner of the remote backend.
+	Remote remote.Config
 }
 
 // ProcessConfig configures the process backend.
@@ -76,7 +83,24 @@ func Default() Config {
 			PidsLimit:       docker.DefaultPidsLimit,
 			PullPolicy:      docker.PullIfNotPresent,
 		},
+		Kubernetes: kubernetes.Config{
+			URLMode:       kubernetes.URLService,
+			ClusterDomain: kubernetes.DefaultClusterDomain,
+			CPURequest:    kubernetes.DefaultCPURequest,
+			CPULimit:      kubernetes.DefaultCPULimit,
+			MemoryRequest: kubernetes.DefaultMemoryRequest,
+			MemoryLimit:   kubernetes.DefaultMemoryLimit,
+		},
 	}
+}
+
+// KubernetesConfig is the kubernetes backend's configuration: its own
+// settings plus the container settings it shares (image, port,
+// container_prefix) and the instance name.
+func (c Config) KubernetesConfig() kubernetes.Config {
+	k := c.Kubernetes
+	k.Image, k.Port, k.PodPrefix, k.Instance = c.Docker.Image, c.Docker.Port, c.Docker.ContainerPrefix, c.Pool.Instance
+	return k
 }
 
 // Validate names the first bad field.
@@ -112,6 +136,18 @@ func (c Config) Validate() error {
 	}
 	if err := c.Docker.Validate(); err != nil {
 		return err
+	}
+	// Only the backend in use: the others' rules (a DNS-safe prefix, a
+	// provisioner URL) would refuse settings that suit the chosen one.
+	switch c.Backend {
+	case "kubernetes":
+		if err := c.KubernetesConfig().Validate(); err != nil {
+			return err
+		}
+	case "remote":
+		if err := c.Remote.Validate(); err != nil {
+			return err
+		}
 	}
 	return c.Pool.Validate()
 }

@@ -123,6 +123,13 @@ func TestValidationNamesTheField(t *testing.T) {
 		{yaml: "mounts:\n  - host_path: /x\n    container_path: relative\n", field: "mounts[0]"},
 		{yaml: "listen: [1, 2]\n", field: "listen"},
 		{yaml: "a: [unclosed", field: "config file"},
+		{args: []string{"--backend", "kubernetes", "--kubernetes-url-mode", "ingress"}, field: "kubernetes_url_mode"},
+		{args: []string{"--backend", "kubernetes", "--kubernetes-url-mode", "nodeport"}, field: "kubernetes_node_host"},
+		{args: []string{"--backend", "kubernetes", "--container-prefix", "My_Prefix"}, field: "container_prefix"},
+		{args: []string{"--kubernetes-tolerations", "k:Sometimes"}, field: "kubernetes-tolerations"},
+		{args: []string{"--kubernetes-node-selector", "pool"}, field: "kubernetes-node-selector"},
+		{args: []string{"--backend", "remote"}, field: "provisioner_url"},
+		{yaml: "sandbox:\n  provisioner_url: provisioner:8002\nbackend: remote\n", field: "provisioner_url"},
 	}
 	for _, c := range cases {
 		env := map[string]string{}
@@ -136,6 +143,73 @@ func TestValidationNamesTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%v %v %q: error %v does not name %s", c.args, c.env, c.yaml, err, c.field)
 		}
+	}
+}
+
+func TestKubernetesAndRemoteSettings(t *testing.T) {
+	t.Parallel()
+	path := writeYAML(t, `
+backend: kubernetes
+image: registry.example.com/sandgate-sandbox:1.2
+container_prefix: sbx
+port: 9000
+instance: gw-a
+kubernetes:
+  kubeconfig: /etc/sandgate/kubeconfig
+  namespace: sandboxes
+  url_mode: nodeport
+  node_host: 10.0.0.5
+  cpu_limit: "2"
+  memory_limit: 4Gi
+  runtime_class: gvisor
+  node_selector: {pool: sandbox, zone: a}
+  tolerations: ["dedicated=sandbox:NoSchedule", "spot"]
+  image_pull_secrets: [regcred]
+  active_deadline: 24h
+  run_as_non_root: true
+  user_data_pvc: sandgate-data
+  skills_host_path: /srv/skills
+sandbox:
+  provisioner_url: http://provisioner:8002
+  provisioner_api_key: key-1
+`)
+	c, warnings, err := Load([]string{"--config", path, "--kubernetes-cpu-request", "500m"}, envOf(nil), io.Discard)
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("Load: %v %v", err, warnings)
+	}
+	k := c.KubernetesConfig()
+	if k.Image != "registry.example.com/sandgate-sandbox:1.2" || k.PodPrefix != "sbx" || k.Port != 9000 || k.Instance != "gw-a" ||
+		k.Kubeconfig != "/etc/sandgate/kubeconfig" || k.Namespace != "sandboxes" || k.URLMode != "nodeport" || k.NodeHost != "10.0.0.5" ||
+		k.CPURequest != "500m" || k.CPULimit != "2" || k.MemoryRequest != "256Mi" || k.MemoryLimit != "4Gi" ||
+		k.RuntimeClass != "gvisor" || k.ActiveDeadline != 24*time.Hour || !k.RunAsNonRoot ||
+		k.UserDataPVC != "sandgate-data" || k.SkillsHostPath != "/srv/skills" || k.ClusterDomain != "cluster.local" {
+		t.Errorf("kubernetes config = %+v", k)
+	}
+	if len(k.NodeSelector) != 2 || k.NodeSelector["pool"] != "sandbox" || k.NodeSelector["zone"] != "a" {
+		t.Errorf("node selector = %v", k.NodeSelector)
+	}
+	if len(k.Tolerations) != 2 || k.Tolerations[0].Key != "dedicated" || k.Tolerations[0].Value != "sandbox" ||
+		k.Tolerations[0].Effect != "NoSchedule" || k.Tolerations[1].Operator != "Exists" {
+		t.Errorf("tolerations = %+v", k.Tolerations)
+	}
+	if len(k.ImagePullSecrets) != 1 || k.ImagePullSecrets[0] != "regcred" {
+		t.Errorf("pull secrets = %v", k.ImagePullSecrets)
+	}
+	if c.Remote.URL != "http://provisioner:8002" || c.Remote.APIKey != "key-1" {
+		t.Errorf("remote = %+v (DeerFlow's provisioner keys)", c.Remote)
+	}
+	// Env, flat names.
+	c, _, err = Load(nil, envOf(map[string]string{
+		"SANDGATE_BACKEND": "remote", "SANDGATE_PROVISIONER_URL": "https://p.example.com",
+		"SANDGATE_KUBERNETES_NODE_SELECTOR": "a=b", "SANDGATE_KUBERNETES_TOLERATIONS": "*",
+	}), io.Discard)
+	if err != nil || c.Remote.URL != "https://p.example.com" || c.Kubernetes.NodeSelector["a"] != "b" ||
+		len(c.Kubernetes.Tolerations) != 1 || c.Kubernetes.Tolerations[0].Key != "" {
+		t.Errorf("env: %v %+v %+v", err, c.Remote, c.Kubernetes)
+	}
+	// Another backend is not held to the kubernetes rules.
+	if _, _, err := Load([]string{"--backend", "docker", "--container-prefix", "My_Prefix"}, envOf(nil), io.Discard); err != nil {
+		t.Errorf("docker with a prefix Kubernetes would refuse: %v", err)
 	}
 }
 

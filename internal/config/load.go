@@ -34,7 +34,7 @@ func (s setting) yamlName() string { return strings.ReplaceAll(s.name, "-", "_")
 
 // settings binds every scalar setting of c to its names.
 func (c *Config) settings() []setting {
-	p, d := &c.Pool, &c.Docker
+	p, d, k, r := &c.Pool, &c.Docker, &c.Kubernetes, &c.Remote
 	return []setting{
 		{"listen", "address to listen on", (*stringValue)(&c.Listen)},
 		{"insecure", "allow a non-loopback listen address without authentication", (*boolValue)(&c.Insecure)},
@@ -77,6 +77,28 @@ func (c *Config) settings() []setting {
 		{"docker-cap-add", "capabilities given back after all are dropped, comma separated (e.g. CHOWN,SETUID,SETGID)", (*listValue)(&d.CapAdd)},
 		{"docker-user", "user sandboxes run as: uid:gid or name; empty = the gateway's uid:gid; image = the image's USER", (*stringValue)(&d.User)},
 		{"docker-pull-policy", "always | if-not-present | never", (*stringValue)(&d.PullPolicy)},
+		{"kubernetes-kubeconfig", "kubeconfig file of the kubernetes backend; empty = in-cluster service account", (*stringValue)(&k.Kubeconfig)},
+		{"kubernetes-namespace", "namespace of sandbox Pods (default: the kubeconfig context's, else the gateway Pod's)", (*stringValue)(&k.Namespace)},
+		{"kubernetes-url-mode", "how the gateway reaches sandbox Pods: service | nodeport | pod-ip", (*stringValue)(&k.URLMode)},
+		{"kubernetes-node-host", "node address for url mode nodeport (gateway outside the cluster)", (*stringValue)(&k.NodeHost)},
+		{"kubernetes-cluster-domain", "cluster DNS domain of Service URLs", (*stringValue)(&k.ClusterDomain)},
+		{"kubernetes-cpu-request", "CPU request per sandbox Pod", (*stringValue)(&k.CPURequest)},
+		{"kubernetes-cpu-limit", "CPU limit per sandbox Pod", (*stringValue)(&k.CPULimit)},
+		{"kubernetes-memory-request", "memory request per sandbox Pod", (*stringValue)(&k.MemoryRequest)},
+		{"kubernetes-memory-limit", "memory limit per sandbox Pod", (*stringValue)(&k.MemoryLimit)},
+		{"kubernetes-runtime-class", "RuntimeClass of sandbox Pods, e.g. gvisor or kata", (*stringValue)(&k.RuntimeClass)},
+		{"kubernetes-node-selector", "node labels sandbox Pods must match: key=value,...", (*mapValue)(&k.NodeSelector)},
+		{"kubernetes-tolerations", "taints sandbox Pods tolerate: key[=value][:Effect],... (* = every taint)", (*tolerationsValue)(&k.Tolerations)},
+		{"kubernetes-image-pull-policy", "Always | IfNotPresent | Never (default: Kubernetes')", (*stringValue)(&k.ImagePullPolicy)},
+		{"kubernetes-image-pull-secrets", "image pull secrets of sandbox Pods, comma separated", (*listValue)(&k.ImagePullSecrets)},
+		{"kubernetes-active-deadline", "sandbox Pods end after this long whatever happens, a backstop (0 = never)", (*durationValue)(&k.ActiveDeadline)},
+		{"kubernetes-run-as-non-root", "refuse sandbox images that run as root", (*boolValue)(&k.RunAsNonRoot)},
+		{"kubernetes-user-data-pvc", "PVC holding thread data at users/{user}/threads/{thread}/user-data", (*stringValue)(&k.UserDataPVC)},
+		{"kubernetes-user-data-host-path", "node directory holding thread data, instead of a PVC", (*stringValue)(&k.UserDataHostPath)},
+		{"kubernetes-skills-pvc", "PVC mounted read-only at /mnt/skills", (*stringValue)(&k.SkillsPVC)},
+		{"kubernetes-skills-host-path", "node directory mounted read-only at /mnt/skills", (*stringValue)(&k.SkillsHostPath)},
+		{"provisioner-url", "DeerFlow-compatible provisioner of the remote backend", (*stringValue)(&r.URL)},
+		{"provisioner-api-key", "X-API-Key sent to the provisioner", (*stringValue)(&r.APIKey)},
 	}
 }
 
@@ -240,6 +262,9 @@ func (c *Config) applyYAML(path string, settings []setting, fromFlag map[string]
 	return warnings, nil
 }
 
+// mapSettings take a YAML map as their value rather than nesting.
+var mapSettings = map[string]bool{"environment": true, "labels": true, "kubernetes_node_selector": true}
+
 // flatten turns nested maps into underscore-joined keys (docker: {image: x}
 // becomes docker_image), so nested and flat YAML both work.
 func flatten(prefix string, m map[string]any, out map[string]any) {
@@ -248,7 +273,7 @@ func flatten(prefix string, m map[string]any, out map[string]any) {
 		if prefix != "" {
 			key = prefix + "_" + k
 		}
-		if sub, ok := v.(map[string]any); ok && key != "environment" && key != "labels" {
+		if sub, ok := v.(map[string]any); ok && !mapSettings[key] {
 			flatten(key, sub, out)
 			continue
 		}
@@ -262,6 +287,13 @@ func scalar(v any) string {
 		return ""
 	case time.Duration:
 		return t.String()
+	case map[string]any: // a YAML map for a map setting: kubernetes_node_selector: {pool: sandbox}
+		items := make([]string, 0, len(t))
+		for k, v := range t {
+			items = append(items, k+"="+fmt.Sprint(v))
+		}
+		sort.Strings(items)
+		return strings.Join(items, ",")
 	case []any: // a YAML list for a list setting: docker_cap_add: [CHOWN, SETUID]
 		items := make([]string, len(t))
 		for i, item := range t {

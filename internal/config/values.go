@@ -2,11 +2,14 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/docker/go-units"
+
+	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 )
 
 // flag.Value implementations for the setting kinds. Durations accept Go
@@ -203,4 +206,44 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration (e.g. 90s, 10m, or seconds)", s)
 	}
 	return d, nil
+}
+
+// mapValue is key=value pairs, comma separated.
+type mapValue map[string]string
+
+func (v *mapValue) String() string {
+	items := make([]string, 0, len(*v))
+	for k, val := range *v {
+		items = append(items, k+"="+val)
+	}
+	slices.Sort(items)
+	return strings.Join(items, ",")
+}
+func (v *mapValue) Set(s string) error {
+	out := map[string]string{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(item, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return fmt.Errorf("%q is not key=value", item)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(val)
+	}
+	*v = out
+	return nil
+}
+
+// tolerationsValue is the compact toleration list of kubernetes.ParseTolerations.
+type tolerationsValue []kubernetes.Toleration
+
+func (v *tolerationsValue) String() string { return kubernetes.FormatTolerations(*v) }
+func (v *tolerationsValue) Set(s string) error {
+	ts, err := kubernetes.ParseTolerations(s)
+	if err != nil {
+		return err
+	}
+	*v = ts
+	return nil
 }

@@ -8,10 +8,14 @@ import (
 	"runtime"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/applecontainer"
 	"github.com/sandgate/sandgate/internal/backend/docker"
+	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/config"
 )
 
@@ -48,8 +52,25 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backe
 			return nil, "", err
 		}
 		return be, name, nil
+	case "kubernetes":
+		// client-go logs through klog; send it to the gateway's log, before
+		// any client-go goroutine runs.
+		klog.SetSlogLogger(log.With("component", "client-go"))
+		// The Pod informer runs for the life of the process: ctx ends at
+		// SIGTERM, and the pool still answers liveness questions while it drains.
+		be, err := kubernetes.New(context.WithoutCancel(ctx), cfg.KubernetesConfig(), log)
+		if err != nil {
+			return nil, "", err
+		}
+		return be, name, nil
+	case "remote":
+		be, err := remote.New(cfg.Remote, log)
+		if err != nil {
+			return nil, "", err
+		}
+		return be, name, nil
 	default:
-		return nil, "", fmt.Errorf("backend: %q is not available in this build yet", name)
+		return nil, "", fmt.Errorf("backend: unknown %q", name)
 	}
 }
 

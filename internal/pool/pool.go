@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -328,8 +329,9 @@ func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
 		Incarnation: rec.Incarnation,
 		Backend:     rec.Backend,
 		CreatedAt:   rec.CreatedAt,
-		url:         &url.URL{Scheme: u.Scheme, Host: u.Host},
-		transport:   p.newRT(),
+		// A path is kept: a remote provisioner may hand out http://host/sandboxes/{id}.
+		url:       &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/"), RawPath: strings.TrimSuffix(u.RawPath, "/")},
+		transport: p.newRT(),
 	}
 	return p.cache.put(r, p.clock.Now().Add(p.cfg.CacheTTL)), nil
 }

@@ -14,8 +14,13 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
 	out.URL.Scheme = base.Scheme
 	out.URL.Host = base.Host
-	out.URL.Path = st.path
-	out.URL.RawPath = st.rawPath
+	out.URL.Path, out.URL.RawPath = st.path, st.rawPath
+	if base.Path != "" { // a sandbox behind another gateway: http://host/sandboxes/{id}
+		out.URL.Path = base.Path + st.path
+		if st.rawPath != "" {
+			out.URL.RawPath = base.EscapedPath() + st.rawPath
+		}
+	}
 	out.Host = ""
 	for _, h := range strippedRequestHeaders {
 		out.Header.Del(h)

@@ -24,7 +24,12 @@ import (
 
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "container" {
-		os.Exit(fakeMain(filepath.Dir(os.Args[0]), os.Args[1:]))
+		// Run by name from PATH, argv[0] has no directory: find the symlink.
+		self := os.Args[0]
+		if p, err := exec.LookPath(self); err == nil {
+			self = p
+		}
+		os.Exit(fakeMain(filepath.Dir(self), os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

@@ -1,0 +1,459 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.StopKubeAPIServer()
+	os.Exit(code)
+}
+
+// kubeEnv is one test's namespace on the shared API server, with the
+// stand-in kubelet and a kubeconfig restricted to the Role in rbac.yaml.
+type kubeEnv struct {
+	api        *testutil.KubeAPI
+	ns         string
+	kubeconfig string
+	pvcRoot    string
+	kubelet    *testutil.Kubelet
+}
+
+func newKubeEnv(t *testing.T) *kubeEnv {
+	t.Helper()
+	api := testutil.StartKubeAPIServer(t)
+	ns := api.Namespace(t)
+	token := api.ApplyRBAC(t, ns, rbacManifest)
+	e := &kubeEnv{api: api, ns: ns, kubeconfig: api.Kubeconfig(t, token, ns), pvcRoot: t.TempDir()}
+	e.kubelet = testutil.StartKubelet(t, api, ns, e.pvcRoot)
+	return e
+}
+
+// config is nodeport mode against the stand-in kubelet, user data and
+// skills on PVCs; the namespace comes from the kubeconfig's context.
+func (e *kubeEnv) config() Config {
+	return Config{
+		Kubeconfig: e.kubeconfig, Image: "sandgate/sandbox:test", URLMode: URLNodePort, NodeHost: "127.0.0.1",
+		UserDataPVC: "sandgate-data", SkillsPVC: "skills", Instance: "test",
+	}
+}
+
+func (e *kubeEnv) backend(t *testing.T, cfg Config) *Kubernetes {
+	t.Helper()
+	k, err := New(t.Context(), cfg, testLog(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	return k
+}
+
+func podName(sid string) string { return DefaultPodPrefix + "-" + sid }
+
+func testLog(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(t.Output(), nil)) }
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func spec(user, thread string) backend.Spec {
+	s := backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"}}
+	s.Labels = backend.IdentityLabels(s, "test", map[string]string{"team": "x"})
+	return s
+}
+
+func mustCreate(t *testing.T, k *Kubernetes, s backend.Spec) backend.Info {
+	t.Helper()
+	info, err := k.Create(testCtx(t), s)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return info
+}
+
+func (e *kubeEnv) pod(t *testing.T, name string) (*corev1.Pod, bool) {
+	t.Helper()
+	pod, err := e.api.Admin.CoreV1().Pods(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod, true
+}
+
+func (e *kubeEnv) service(t *testing.T, name string) (*corev1.Service, bool) {
+	t.Helper()
+	svc, err := e.api.Admin.CoreV1().Services(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, true
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// shell runs a command in the sandbox through its own API.
+func shell(t *testing.T, url, command string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"command": command})
+	resp, err := http.Post(url+"/v1/shell/exec", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var env struct {
+		Data struct {
+			Output   string `json:"output"`
+			ExitCode *int   `json:"exit_code"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(data, &env) != nil || env.Data.ExitCode == nil {
+		t.Fatalf("exec %q: %d %s", command, resp.StatusCode, data)
+	}
+	return env.Data.Output
+}
+
+// writeFile writes through the sandbox's file API and reports success.
+func writeFile(t *testing.T, url, file string) (bool, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"file": file, "content": "x"})
+	resp, err := http.Post(url+"/v1/file/write", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var env struct {
+		Success bool `json:"success"`
+	}
+	_ = json.Unmarshal(data, &env)
+	return resp.StatusCode == 200 && env.Success, string(data)
+}
+
+func TestCreateExecDestroyThroughNodePort(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	k := e.backend(t, e.config())
+	s := spec("alice", "chat:42")
+	info := mustCreate(t, k, s)
+	name := podName(s.SandboxID)
+
+	pod, ok := e.pod(t, name)
+	if !ok {
+		t.Fatal("no pod")
+	}
+	svc, ok := e.service(t, name)
+	if !ok {
+		t.Fatal("no service")
+	}
+	if info.Incarnation != string(pod.UID) || info.Backend != Name || info.SandboxID != s.SandboxID ||
+		info.User != "alice" || info.Thread != "chat:42" || info.CreatedAt.IsZero() || info.Labels["team"] != "x" {
+		t.Errorf("info = %+v", info)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || info.URL != "http://127.0.0.1:"+strconv.Itoa(int(svc.Spec.Ports[0].NodePort)) {
+		t.Errorf("URL %s for service %+v", info.URL, svc.Spec)
+	}
+	// The objects as the API server stored them.
+	if o := svc.OwnerReferences; len(o) != 1 || o[0].UID != pod.UID || o[0].Kind != "Pod" || !*o[0].Controller {
+		t.Errorf("service owner refs = %+v, want the pod %s", o, pod.UID)
+	}
+	if pod.Labels[backend.LabelSandboxID] != s.SandboxID || pod.Labels[backend.LabelManagedBy] != "sandgate" ||
+		pod.Annotations[AnnotationThread] != "chat:42" {
+		t.Errorf("pod identity = %v %v", pod.Labels, pod.Annotations)
+	}
+	c := pod.Spec.Containers[0]
+	if *c.SecurityContext.AllowPrivilegeEscalation || c.SecurityContext.Capabilities.Drop[0] != "ALL" ||
+		pod.Spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+		*pod.Spec.AutomountServiceAccountToken || c.ReadinessProbe.HTTPGet.Path != "/v1/sandbox" {
+		t.Errorf("stored pod spec lost its restrictions: %+v", pod.Spec)
+	}
+
+	// The sandbox runs with the thread's PVC subPath as its workspace, the
+	// env given, and skills read-only.
+	out := shell(t, info.URL, "echo \"$GREETING\" > /mnt/user-data/workspace/note.txt && cat /mnt/user-data/workspace/note.txt")
+	if strings.TrimSpace(out) != "hello" {
+		t.Errorf("exec output %q", out)
+	}
+	onPVC := filepath.Join(e.pvcRoot, "sandgate-data", "users", "alice", "threads", "chat:42", "user-data", "workspace", "note.txt")
+	if b, err := os.ReadFile(onPVC); err != nil || strings.TrimSpace(string(b)) != "hello" {
+		t.Errorf("file on the PVC at the thread's subPath: %q, %v", b, err)
+	}
+	if ok, body := writeFile(t, info.URL, "/mnt/skills/x"); ok {
+		t.Errorf("skills writable: %s", body)
+	}
+	if ok, body := writeFile(t, info.URL, "/mnt/user-data/outputs/x"); !ok {
+		t.Errorf("outputs not writable: %s", body)
+	}
+
+	if ok, err := k.Alive(testCtx(t), info); err != nil || !ok {
+		t.Errorf("Alive = %v, %v", ok, err)
+	}
+	if err := k.Ping(testCtx(t)); err != nil {
+		t.Errorf("Ping = %v", err)
+	}
+	other := e.backend(t, e.config())
+	found, ok, err := other.Discover(testCtx(t), s.SandboxID)
+	if err != nil || !ok || found.URL != info.URL || found.Incarnation != info.Incarnation || found.Thread != "chat:42" {
+		t.Errorf("Discover from a second replica = %+v, %v, %v", found, ok, err)
+	}
+	list, err := other.List(testCtx(t))
+	if err != nil || len(list) != 1 || list[0].SandboxID != s.SandboxID || list[0].URL != info.URL ||
+		list[0].Labels[backend.LabelUser] != "alice" || list[0].Labels[backend.LabelThread] != "chat:42" {
+		t.Errorf("List = %+v, %v", list, err)
+	}
+
+	if err := k.Destroy(testCtx(t), info); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if _, ok := e.pod(t, name); ok {
+		t.Error("pod still there after Destroy")
+	}
+	if _, ok := e.service(t, name); ok {
+		t.Error("service still there after Destroy")
+	}
+	eventually(t, "the sandbox server is stopped", func() bool { return !e.kubelet.Running(name) })
+	eventually(t, "Alive is false", func() bool {
+		ok, err := k.Alive(testCtx(t), info)
+		return err == nil && !ok
+	})
+	for _, again := range []backend.Info{info, {SandboxID: s.SandboxID}} {
+		if err := k.Destroy(testCtx(t), again); err != nil {
+			t.Errorf("Destroy of a gone sandbox: %v", err)
+		}
+	}
+	if _, ok, err := k.Discover(testCtx(t), s.SandboxID); ok || err != nil {
+		t.Errorf("Discover after Destroy = %v, %v", ok, err)
+	}
+}
+
+func TestConcurrentCreatesMakeOnePod(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	a, b := e.backend(t, e.config()), e.backend(t, e.config())
+	s := spec("bob", "same")
+	var wg sync.WaitGroup
+	infos := make([]backend.Info, 4)
+	errs := make([]error, 4)
+	for i := range infos {
+		wg.Go(func() {
+			k := a
+			if i%2 == 1 {
+				k = b
+			}
+			infos[i], errs[i] = k.Create(testCtx(t), s)
+		})
+	}
+	wg.Wait()
+	for i := range infos {
+		if errs[i] != nil || infos[i].Incarnation != infos[0].Incarnation || infos[i].URL != infos[0].URL {
+			t.Fatalf("create %d = %+v, %v; first %+v", i, infos[i], errs[i], infos[0])
+		}
+	}
+	pods, err := e.api.Admin.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("%d pods, %v", len(pods.Items), err)
+	}
+}
+
+func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	k := e.backend(t, e.config())
+	s := spec("carol", "t")
+	name := podName(s.SandboxID)
+	first := mustCreate(t, k, s)
+
+	e.kubelet.Crash(name)
+	eventually(t, "Alive notices the crash", func() bool {
+		ok, err := k.Alive(testCtx(t), first)
+		return err == nil && !ok
+	})
+	if pod, _ := e.pod(t, name); pod == nil || pod.Status.Phase != corev1.PodFailed {
+		t.Fatalf("crashed pod = %+v", pod)
+	}
+	if _, ok, err := k.Discover(testCtx(t), s.SandboxID); ok || err != nil {
+		t.Errorf("Discover of a Failed pod = %v, %v", ok, err)
+	}
+
+	second := mustCreate(t, k, s) // replaces the Failed pod under the same name
+	if second.Incarnation == first.Incarnation {
+		t.Fatal("Create returned the Failed incarnation")
+	}
+	if out := shell(t, second.URL, "echo again"); strings.TrimSpace(out) != "again" {
+		t.Errorf("exec on the replacement: %q", out)
+	}
+	svc, _ := e.service(t, name)
+	if svc == nil || svc.OwnerReferences[0].UID != types.UID(second.Incarnation) {
+		t.Errorf("service not re-owned by the new pod: %+v", svc)
+	}
+	// Destroying the old incarnation leaves the new one alone.
+	if err := k.Destroy(testCtx(t), first); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := k.Alive(testCtx(t), second); err != nil || !ok {
+		t.Fatalf("new incarnation after destroying the old one: Alive = %v, %v", ok, err)
+	}
+	if _, ok := e.service(t, name); !ok {
+		t.Fatal("destroying the old incarnation removed the new one's service")
+	}
+
+	// List skips finished pods and removes them.
+	e.kubelet.Crash(name)
+	eventually(t, "the pod is Failed", func() bool {
+		pod, _ := e.pod(t, name)
+		return pod != nil && pod.Status.Phase == corev1.PodFailed
+	})
+	list, err := k.List(testCtx(t))
+	if err != nil || len(list) != 0 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	if _, ok := e.pod(t, name); ok {
+		t.Error("List left the finished pod")
+	}
+	if _, ok := e.service(t, name); ok {
+		t.Error("List left the finished pod's service")
+	}
+}
+
+func TestCreateFailsFastWhenThePodFails(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	cfg := e.config()
+	cfg.Image = testutil.FailImage
+	k := e.backend(t, cfg)
+	s := spec("dave", "t")
+	began := time.Now()
+	_, err := k.Create(testCtx(t), s)
+	if err == nil || !strings.Contains(err.Error(), "ErrImagePull") {
+		t.Fatalf("Create = %v, want the pod's failure reason", err)
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("Create took %v to notice a Failed pod", d)
+	}
+	if _, ok := e.pod(t, podName(s.SandboxID)); ok {
+		t.Error("failed pod left behind")
+	}
+	if _, ok := e.service(t, podName(s.SandboxID)); ok {
+		t.Error("failed pod's service left behind")
+	}
+}
+
+// countingTransport counts requests to the API server.
+type countingTransport struct {
+	rt http.RoundTripper
+	n  atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
+}
+
+func TestAliveReadsTheInformerCache(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	cfg := e.config()
+	rc, ns, err := restConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &countingTransport{}
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter })
+	k, err := newWithREST(t.Context(), cfg, rc, ns, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	info := mustCreate(t, k, spec("erin", "t"))
+
+	before := counter.n.Load()
+	for range 200 {
+		if ok, err := k.Alive(testCtx(t), info); err != nil || !ok {
+			t.Fatalf("Alive = %v, %v", ok, err)
+		}
+	}
+	if n := counter.n.Load() - before; n != 0 {
+		t.Errorf("200 Alive calls made %d API requests, want 0 (informer cache)", n)
+	}
+	// A miss is confirmed with the API server.
+	stale := info
+	stale.Incarnation = "not-this-one"
+	if ok, err := k.Alive(testCtx(t), stale); err != nil || ok {
+		t.Errorf("Alive of another incarnation = %v, %v", ok, err)
+	}
+	if counter.n.Load() == before {
+		t.Error("a cache miss was not confirmed with the API server")
+	}
+}
+
+func TestUnreachableAPIServerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	api := testutil.StartKubeAPIServer(t)
+	cfg := Config{Image: "x", Kubeconfig: api.Kubeconfig(t, "no-token", "default")}
+	rc, ns, err := restConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Host = "https://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)) // nothing listens there
+	k, err := newWithREST(t.Context(), cfg, rc, ns, testLog(t))
+	if err != nil {
+		t.Fatalf("New must not need the API server: %v", err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	info := backend.Info{SandboxID: lease.SandboxID("u", "t")}
+	if _, err := k.Alive(ctx, info); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Alive = %v, want ErrUnavailable", err)
+	}
+	if _, _, err := k.Discover(t.Context(), info.SandboxID); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Discover = %v, want ErrUnavailable", err)
+	}
+	if err := k.Destroy(t.Context(), info); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Destroy = %v, want ErrUnavailable", err)
+	}
+	if err := k.Ping(t.Context()); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Ping = %v, want ErrUnavailable", err)
+	}
+}

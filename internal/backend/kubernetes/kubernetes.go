@@ -1,0 +1,505 @@
+// Package kubernetes runs each sandbox as a Pod plus a Service owned by it,
+// talking to the Kubernetes API itself through client-go (DeerFlow needs a
+// separate Python provisioner for this). Pods and Services are named
+// {prefix}-{sandbox_id}, so any gateway replica finds any sandbox by id;
+// the Pod UID is the incarnation. Readiness comes from one shared informer
+// on the backend's Pods, never from polling the API server per sandbox.
+//
+// The API verbs it needs are APIVerbs, mirrored by the Role in
+// deployments/kubernetes/rbac.yaml.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// Name is the backend's name in Info.Backend and logs.
+const Name = "kubernetes"
+
+const (
+	// discoverReadyTimeout bounds Discover's readiness check: the Pod is
+	// Ready, so its API answers at once unless it is hung.
+	discoverReadyTimeout = 2 * time.Second
+	// cleanupTimeout bounds removing a Pod whose creation failed, on a
+	// fresh context: the caller's may be what ended the creation.
+	cleanupTimeout = 10 * time.Second
+	// A gateway creates sandboxes in bursts; client-go's default 5 QPS would
+	// queue them behind each other.
+	clientQPS   = 50
+	clientBurst = 100
+
+	inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+)
+
+// Kubernetes implements backend.Backend with Pods.
+type Kubernetes struct {
+	cfg  Config
+	ns   string
+	log  *slog.Logger
+	api  *coreClient
+	pods *pods
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+var _ backend.Backend = (*Kubernetes)(nil)
+
+// New checks cfg, connects and starts the Pod informer, which runs until
+// ctx ends or Close. It does not wait for the API server: calls that need
+// the informer wait for its first sync, bounded by their own context.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Kubernetes, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rc, ns, err := restConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newWithREST(ctx, cfg, rc, ns, log)
+}
+
+// restConfig loads the kubeconfig file, or the in-cluster service account.
+func restConfig(cfg Config) (*rest.Config, string, error) {
+	var rc *rest.Config
+	ns := cfg.Namespace
+	if cfg.Kubeconfig != "" {
+		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, &clientcmd.ConfigOverrides{})
+		var err error
+		if rc, err = cc.ClientConfig(); err != nil {
+			return nil, "", fmt.Errorf("kubernetes backend: load kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		if ns == "" {
+			if ns, _, err = cc.Namespace(); err != nil {
+				return nil, "", fmt.Errorf("kubernetes backend: kubeconfig namespace: %w", err)
+			}
+		}
+	} else {
+		var err error
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, "", fmt.Errorf("kubernetes backend: no kubeconfig set and not in a cluster: %w", err)
+		}
+		if ns == "" {
+			if b, err := os.ReadFile(inClusterNamespaceFile); err == nil {
+				ns = strings.TrimSpace(string(b))
+			}
+		}
+	}
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = clientQPS, clientBurst
+	}
+	return rc, ns, nil
+}
+
+func newWithREST(ctx context.Context, cfg Config, rc *rest.Config, ns string, log *slog.Logger) (*Kubernetes, error) {
+	cfg = cfg.withDefaults()
+	api, err := newCoreClient(rc, ns)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("backend", Name)
+	if cfg.UserDataPVC == "" && cfg.UserDataHostPath == "" {
+		log.Warn("kubernetes backend: no user-data volume configured; thread files live in an emptyDir and are lost with each sandbox")
+	}
+	ictx, stop := context.WithCancel(ctx)
+	k := &Kubernetes{cfg: cfg, ns: ns, log: log, api: api, pods: newPods(api), stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		k.pods.run(ictx)
+	}()
+	log.Info("kubernetes backend ready", "namespace", ns, "url_mode", cfg.URLMode, "pod_prefix", cfg.PodPrefix)
+	return k, nil
+}
+
+// Ping checks that the API server answers and lets this backend list its
+// Pods (the gateway's /readyz).
+func (k *Kubernetes) Ping(ctx context.Context) error {
+	var list corev1.PodList
+	if err := k.api.list(ctx, "pods", metav1.ListOptions{LabelSelector: selector(), Limit: 1}, &list); err != nil {
+		return apiErr("kubernetes API", err)
+	}
+	return nil
+}
+
+// Close stops the informer.
+func (k *Kubernetes) Close() error {
+	k.stop()
+	<-k.done
+	return nil
+}
+
+// Create starts the sandbox's Pod and Service, or takes over the live Pod
+// already there under that name, and returns once the Pod is Ready and the
+// sandbox answers at its URL. A finished Pod in the way is replaced.
+func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
+	if !lease.ValidSandboxID(spec.SandboxID) {
+		return backend.Info{}, fmt.Errorf("invalid sandbox id %q", spec.SandboxID)
+	}
+	want, err := k.podFor(spec)
+	if err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
+	}
+	log := k.log.With("sandbox_id", spec.SandboxID, "thread", spec.Thread, "pod", want.Name)
+	began := time.Now()
+	pod, fresh, err := k.claimPod(ctx, want, log)
+	if err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
+	}
+	info, err := k.finish(ctx, pod)
+	if err != nil {
+		// A Pod that did not come up is removed, a taken-over one too: the
+		// pool's lock means no other replica is waiting for it, and nothing
+		// else would ever clean it up.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		if rerr := k.remove(cctx, want.Name, pod.UID); rerr != nil {
+			log.Warn("remove sandbox pod after failed create", "err", rerr)
+		}
+		cancel()
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
+	}
+	if fresh {
+		log.Info("sandbox created", "url", info.URL, "uid", pod.UID, "duration", time.Since(began))
+	} else {
+		log.Info("sandbox already running", "url", info.URL, "uid", pod.UID)
+	}
+	return info, nil
+}
+
+// claimPod returns a live Pod of that name: the one there, or a new one
+// (fresh). Finished Pods are removed, and deleting ones waited out.
+func (k *Kubernetes) claimPod(ctx context.Context, want *corev1.Pod, log *slog.Logger) (*corev1.Pod, bool, error) {
+	for {
+		pod, err := k.api.getPod(ctx, want.Name)
+		if apierrors.IsNotFound(err) {
+			pod, err = k.api.createPod(ctx, want)
+			if apierrors.IsAlreadyExists(err) {
+				continue // another replica was quicker: take its Pod
+			}
+			if err != nil {
+				return nil, false, apiErr("create pod", err)
+			}
+			return pod, true, nil
+		}
+		if err != nil {
+			return nil, false, apiErr("get pod", err)
+		}
+		if pod.Labels[backend.LabelManagedBy] != backend.ManagedByValue {
+			return nil, false, fmt.Errorf("pod %s exists and was not made by Sandgate", pod.Name)
+		}
+		switch stateOf(pod) {
+		case podFinished:
+			log.Info("replacing finished sandbox pod", "uid", pod.UID, "status", why(pod))
+			if err := k.remove(ctx, pod.Name, pod.UID); err != nil {
+				return nil, false, err
+			}
+			fallthrough
+		case podDeleting:
+			if err := k.waitGone(ctx, pod); err != nil {
+				return nil, false, err
+			}
+		default:
+			return pod, false, nil
+		}
+	}
+}
+
+// waitGone waits until the Pod of that UID has left the informer's cache.
+func (k *Kubernetes) waitGone(ctx context.Context, pod *corev1.Pod) error {
+	err := k.pods.waitFor(ctx, pod.Name, func(p *corev1.Pod) (bool, error) {
+		return p == nil || p.UID != pod.UID, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for old pod %s to go: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// finish makes sure the Pod has its Service, waits for Ready and for the
+// sandbox to answer, and describes it.
+func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info, error) {
+	svc, err := k.ensureService(ctx, pod)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	ready, err := k.waitReady(ctx, pod)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	url := k.url(ready, svc)
+	if url == "" {
+		return backend.Info{}, fmt.Errorf("pod %s is ready but has no address for url mode %s", pod.Name, k.cfg.URLMode)
+	}
+	if err := backend.WaitReady(ctx, url); err != nil {
+		return backend.Info{}, fmt.Errorf("pod %s ready, but %s does not answer: %w", pod.Name, url, err)
+	}
+	return k.infoOf(ready, url), nil
+}
+
+// ensureService returns the Pod's Service, creating it, or replacing a
+// stale one an earlier Pod of the same name left.
+func (k *Kubernetes) ensureService(ctx context.Context, pod *corev1.Pod) (*corev1.Service, error) {
+	for range 3 {
+		svc, err := k.api.getService(ctx, pod.Name)
+		switch {
+		case err == nil && ownedBy(svc, pod.UID):
+			return svc, nil
+		case err == nil:
+			k.log.Info("removing stale service of an earlier pod", "service", svc.Name, "sandbox_id", pod.Labels[backend.LabelSandboxID])
+			if err := k.deleteObject(ctx, "services", svc.Name, svc.UID); err != nil {
+				return nil, err
+			}
+		case !apierrors.IsNotFound(err):
+			return nil, apiErr("get service", err)
+		}
+		svc, err = k.api.createService(ctx, k.serviceFor(pod))
+		if err == nil {
+			return svc, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, apiErr("create service", err)
+		}
+	}
+	return nil, fmt.Errorf("service %s keeps changing under us", pod.Name)
+}
+
+func ownedBy(svc *corev1.Service, uid types.UID) bool {
+	for _, o := range svc.OwnerReferences {
+		if o.Kind == "Pod" && o.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// waitReady waits, through the informer, for the Pod's Ready condition,
+// failing at once when the Pod finishes or goes away.
+func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	var ready *corev1.Pod
+	seen := false
+	last := why(pod)
+	err := k.pods.waitFor(ctx, pod.Name, func(p *corev1.Pod) (bool, error) {
+		if p == nil || p.UID != pod.UID {
+			if seen {
+				return false, errors.New("pod was deleted while starting")
+			}
+			return false, nil // the informer has not seen it yet
+		}
+		seen = true
+		last = why(p)
+		switch stateOf(p) {
+		case podReady:
+			ready = p
+			return true, nil
+		case podFinished:
+			return false, fmt.Errorf("pod finished before it was ready (%s)", last)
+		case podDeleting:
+			return false, errors.New("pod was deleted while starting")
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s not ready: %w (last: %s)", pod.Name, err, last)
+	}
+	return ready, nil
+}
+
+// remove deletes the Pod of that UID and its Service.
+func (k *Kubernetes) remove(ctx context.Context, name string, uid types.UID) error {
+	if err := k.deleteObject(ctx, "pods", name, uid); err != nil {
+		return err
+	}
+	return k.deleteService(ctx, name, uid)
+}
+
+// deleteService deletes the Service owned by the Pod uid ("" = any owner).
+// Kubernetes' garbage collector would delete it with the Pod; doing it here
+// too frees the nodePort at once and covers clusters where it lags.
+func (k *Kubernetes) deleteService(ctx context.Context, name string, uid types.UID) error {
+	svc, err := k.api.getService(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return apiErr("get service", err)
+	}
+	if uid != "" && !ownedBy(svc, uid) {
+		return nil // a newer Pod's
+	}
+	return k.deleteObject(ctx, "services", name, svc.UID)
+}
+
+// deleteObject deletes resource/name if its UID is still uid ("" = any).
+// Gone already, or replaced by another object, is success.
+func (k *Kubernetes) deleteObject(ctx context.Context, resource, name string, uid types.UID) error {
+	var opts metav1.DeleteOptions
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := k.api.delete(ctx, resource, name, opts)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return apiErr("delete "+strings.TrimSuffix(resource, "s"), err)
+}
+
+// Destroy deletes the incarnation's Pod and Service (with no incarnation,
+// whatever runs under the id). A newer incarnation is left alone; an
+// unknown sandbox is nil. It does not wait for the Pod to terminate:
+// Create waits out a Pod still deleting under the same name.
+func (k *Kubernetes) Destroy(ctx context.Context, info backend.Info) error {
+	if !lease.ValidSandboxID(info.SandboxID) {
+		return fmt.Errorf("invalid sandbox id %q", info.SandboxID)
+	}
+	name, uid := k.name(info.SandboxID), types.UID(info.Incarnation)
+	if err := k.remove(ctx, name, uid); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", info.SandboxID, err)
+	}
+	k.log.Info("sandbox destroyed", "sandbox_id", info.SandboxID, "thread", info.Thread, "pod", name, "uid", uid)
+	return nil
+}
+
+// Alive reports whether the incarnation's Pod exists and has not finished,
+// from the informer's cache. Only a miss is confirmed with the API server,
+// so a Pod made a moment ago by another replica is never declared dead.
+func (k *Kubernetes) Alive(ctx context.Context, info backend.Info) (bool, error) {
+	if err := k.pods.synced(ctx); err != nil {
+		return false, err
+	}
+	name := k.name(info.SandboxID)
+	pod := k.pods.get(name)
+	if pod == nil || (info.Incarnation != "" && string(pod.UID) != info.Incarnation) {
+		var err error
+		pod, err = k.api.getPod(ctx, name)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, apiErr("get pod", err)
+		}
+	}
+	if info.Incarnation != "" && string(pod.UID) != info.Incarnation {
+		return false, nil
+	}
+	s := stateOf(pod)
+	return s == podStarting || s == podReady, nil
+}
+
+// Discover finds a Ready, answering sandbox by id. Finished Pods (Failed,
+// Succeeded) and Pods still starting are not found: Create replaces the
+// former and waits for the latter.
+func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
+	if !lease.ValidSandboxID(sid) {
+		return backend.Info{}, false, fmt.Errorf("invalid sandbox id %q", sid)
+	}
+	name := k.name(sid)
+	pod, err := k.api.getPod(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return backend.Info{}, false, nil
+	}
+	if err != nil {
+		return backend.Info{}, false, apiErr("get pod", err)
+	}
+	if pod.Labels[backend.LabelManagedBy] != backend.ManagedByValue || stateOf(pod) != podReady {
+		return backend.Info{}, false, nil
+	}
+	svc, err := k.api.getService(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return backend.Info{}, false, nil // Create makes it
+	}
+	if err != nil {
+		return backend.Info{}, false, apiErr("get service", err)
+	}
+	url := k.url(pod, svc)
+	if !ownedBy(svc, pod.UID) || url == "" {
+		return backend.Info{}, false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
+	defer cancel()
+	if err := backend.WaitReady(rctx, url); err != nil {
+		if ctx.Err() != nil {
+			return backend.Info{}, false, fmt.Errorf("discover sandbox %s: %w", sid, ctx.Err())
+		}
+		k.log.Warn("sandbox pod ready but not answering", "sandbox_id", sid, "thread", pod.Annotations[AnnotationThread], "url", url, "err", err)
+		return backend.Info{}, false, nil
+	}
+	return k.infoOf(pod, url), true, nil
+}
+
+// List returns the Ready sandboxes of this deployment (its name prefix),
+// and removes finished Pods on the way: nothing else would, and
+// DeerFlow's provisioner leaves them forever.
+func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
+	opts := metav1.ListOptions{LabelSelector: selector()}
+	var podList corev1.PodList
+	if err := k.api.list(ctx, "pods", opts, &podList); err != nil {
+		return nil, apiErr("list pods", err)
+	}
+	var svcList corev1.ServiceList
+	if err := k.api.list(ctx, "services", opts, &svcList); err != nil {
+		return nil, apiErr("list services", err)
+	}
+	services := make(map[string]*corev1.Service, len(svcList.Items))
+	for i := range svcList.Items {
+		services[svcList.Items[i].Name] = &svcList.Items[i]
+	}
+	var out []backend.Info
+	for i := range podList.Items {
+		pod := &podList.Items[i]
+		sid := pod.Labels[backend.LabelSandboxID]
+		if pod.Name != k.name(sid) || !lease.ValidSandboxID(sid) {
+			continue // another deployment's prefix, or not ours
+		}
+		switch stateOf(pod) {
+		case podFinished:
+			k.log.Info("removing finished sandbox pod", "sandbox_id", sid, "thread", pod.Annotations[AnnotationThread],
+				"pod", pod.Name, "status", why(pod))
+			if err := k.remove(ctx, pod.Name, pod.UID); err != nil {
+				k.log.Warn("remove finished sandbox pod", "sandbox_id", sid, "err", err)
+			}
+		case podReady:
+			svc := services[pod.Name]
+			if svc == nil || !ownedBy(svc, pod.UID) {
+				continue
+			}
+			if url := k.url(pod, svc); url != "" {
+				out = append(out, k.infoOf(pod, url))
+			}
+		}
+	}
+	return out, nil
+}
+
+// apiErr marks failures to reach the API server as backend.ErrUnavailable
+// (503 to clients); refusals (forbidden, invalid) stay plain errors.
+func apiErr(op string, err error) error {
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), apierrors.IsInvalid(err),
+		apierrors.IsBadRequest(err), apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return fmt.Errorf("%s: %w", op, err)
+	default:
+		return fmt.Errorf("%w: %s: %w", backend.ErrUnavailable, op, err)
+	}
+}
