@@ -74,6 +74,7 @@ func TestRemoteBackendAgainstSandgate(t *testing.T) {
 		t.Errorf("second Destroy = %v", err)
 	}
 }
+
 // TestGatewayWithRemoteBackendProxiesToSandgate chains two gateways: the
 // outer one's remote backend provisions through the inner one's
 // provisioner API, and the outer data plane proxies to the sandbox_url it
