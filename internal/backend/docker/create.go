@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -76,6 +77,9 @@ func (d *Docker) start(ctx context.Context, id string, log *slog.Logger) (backen
 	var info backend.Info
 	if err == nil {
 		info, err = d.inspectInfo(ctx, id)
+		if err != nil { // an exited container has no ports: say why it exited
+			err = errors.Join(err, d.exitedErr(ctx, id))
+		}
 	}
 	if err == nil {
 		err = d.waitReady(ctx, id, info.URL)
@@ -173,10 +177,24 @@ func (d *Docker) waitReady(ctx context.Context, id, url string) error {
 	}
 	select {
 	case code := <-exited:
-		return fmt.Errorf("sandbox container exited with status %d before it was ready; its last log lines:\n%s", code, d.logTail(id))
+		return d.exitedBeforeReady(id, code)
 	default:
 		return err
 	}
+}
+
+// exitedErr is the exit of a container that stopped right after its start,
+// or nil while it runs.
+func (d *Docker) exitedErr(ctx context.Context, id string) error {
+	c, err := d.api.ContainerInspect(ctx, id)
+	if err != nil || c.State == nil || c.State.Running {
+		return nil
+	}
+	return d.exitedBeforeReady(id, int64(c.State.ExitCode))
+}
+
+func (d *Docker) exitedBeforeReady(id string, code int64) error {
+	return fmt.Errorf("sandbox container exited with status %d before it was ready; its last log lines:\n%s", code, d.logTail(id))
 }
 
 // logTail returns the last lines a container wrote, for error messages.
