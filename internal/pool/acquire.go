@@ -152,7 +152,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, error) {
 	mounts, err := backend.ThreadMounts(p.cfg.Mounts, user, thread)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
+		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
 	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)

@@ -13,6 +13,9 @@ var (
 	ErrCapacity = errors.New("sandbox capacity reached")
 	// ErrState: Redis cannot be reached (503 + Retry-After).
 	ErrState = errors.New("sandbox state store unavailable")
+	// ErrStorage: the thread's data directory cannot be created or written
+	// (disk full, permissions) — the gateway's fault, not the sandbox's (507).
+	ErrStorage = errors.New("thread data directory unavailable")
 	// ErrCreate: the backend failed to start the sandbox (502).
 	ErrCreate = errors.New("sandbox failed to start")
 )

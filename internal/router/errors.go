@@ -47,6 +47,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "state_unavailable", "the gateway cannot reach its state store (Redis); retry shortly", 2}
 	case errors.Is(err, backend.ErrUnavailable):
 		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
+	case errors.Is(err, pool.ErrStorage):
+		return apiError{http.StatusInsufficientStorage, "storage_unavailable", "the gateway cannot write the thread's data directory (disk full or permissions); an operator must fix it", 0}
 	case errors.Is(err, pool.ErrCreate):
 		return apiError{http.StatusBadGateway, "sandbox_start_failed", "the sandbox failed to start", 0}
 	case errors.As(err, &tooLarge):
