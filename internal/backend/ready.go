@@ -36,7 +36,13 @@ var readyClient = &http.Client{
 // WaitReady polls GET {baseURL}/v1/sandbox until it answers 200 or ctx ends.
 // Inside a sampled trace the wait is a span, and each probe carries its
 // trace context, so the sandbox server's first span joins the trace.
-func WaitReady(ctx context.Context, baseURL string) (err error) {
+func WaitReady(ctx context.Context, baseURL string) error {
+	return WaitReadyAs(ctx, baseURL, "")
+}
+
+// WaitReadyAs is WaitReady with an Authorization header on every probe
+// ("" = none): for a sandbox URL behind another authenticated gateway.
+func WaitReadyAs(ctx context.Context, baseURL, authorization string) (err error) {
 	ctx, span := telemetry.Child(ctx, "sandgate.sandbox.wait_ready")
 	probes := 0
 	defer func() {
@@ -50,7 +56,7 @@ func WaitReady(ctx context.Context, baseURL string) (err error) {
 	var lastErr error
 	for {
 		probes++
-		ok, err := probe(ctx, baseURL+"/v1/sandbox")
+		ok, err := probe(ctx, baseURL+"/v1/sandbox", authorization)
 		if ok {
 			return nil
 		}
@@ -66,10 +72,13 @@ func WaitReady(ctx context.Context, baseURL string) (err error) {
 	}
 }
 
-func probe(ctx context.Context, url string) (bool, error) {
+func probe(ctx context.Context, url, authorization string) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, fmt.Errorf("build probe: %w", err)
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := readyClient.Do(req)

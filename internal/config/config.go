@@ -13,12 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/docker"
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/router"
 )
 
 // Backends the gateway knows.
@@ -40,6 +42,18 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	LogFormat       string // json | text | auto
 	LogLevel        string
+	// ReadHeaderTimeout bounds how long a client may take to send its
+	// request headers (slowloris); MaxHeaderBytes bounds their size.
+	ReadHeaderTimeout time.Duration
+	MaxHeaderBytes    int
+	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
+	HostSuffix string
+
+	// Auth: API keys and JWTs; none configured = no authentication, which
+	// only a loopback listen address (or Insecure) allows.
+	Auth auth.Config
+	// Limits are the per-user limits of each replica.
+	Limits router.LimitsConfig
 
 	Pool    pool.Config
 	Proxy   proxy.Config
@@ -70,6 +84,19 @@ func Default() Config {
 		ShutdownTimeout: 30 * time.Second,
 		LogFormat:       "auto",
 		LogLevel:        "info",
+
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		Limits: router.LimitsConfig{
+			MaxRequests: router.DefaultMaxRequestsPerUser,
+			CreateRate:  router.DefaultCreateRate,
+		},
+		Proxy: proxy.Config{
+			MaxBodyBytes:  proxy.DefaultMaxBodyBytes,
+			WSIdleTimeout: proxy.DefaultWSIdleTimeout,
+			WSMaxLifetime: proxy.DefaultWSMaxLifetime,
+			MaxUpgraded:   proxy.DefaultMaxUpgraded,
+		},
 		Pool: pool.Config{
 			IdleTimeout:  pool.DefaultIdleTimeout,
 			MaxSandboxes: pool.DefaultMaxSandboxes,
@@ -125,6 +152,18 @@ func (c Config) Validate() error {
 	}
 	if !contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		return fmt.Errorf("log_level: %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		return errors.New("read_header_timeout: must be positive")
+	}
+	if c.MaxHeaderBytes < 4<<10 || c.MaxHeaderBytes > 16<<20 {
+		return errors.New("max_header_bytes: must be between 4k and 16m")
+	}
+	if _, err := router.NormalizeHostSuffix(c.HostSuffix); err != nil {
+		return err
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return err
 	}
 	for i, m := range c.Pool.Mounts.Extra {
 		if m.HostPath == "" || !strings.HasPrefix(m.ContainerPath, "/") {

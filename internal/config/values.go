@@ -9,7 +9,9 @@ import (
 
 	"github.com/docker/go-units"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
+	"github.com/sandgate/sandgate/internal/router"
 )
 
 // flag.Value implementations for the setting kinds. Durations accept Go
@@ -246,4 +248,27 @@ func (v *tolerationsValue) Set(s string) error {
 	}
 	*v = ts
 	return nil
+}
+
+// apiKeysValue is auth.ParseAPIKeys' compact list.
+type apiKeysValue []auth.APIKey
+
+func (v *apiKeysValue) String() string { return auth.FormatAPIKeys(*v) }
+func (v *apiKeysValue) Set(s string) error {
+	keys, err := auth.ParseAPIKeys(s)
+	if err != nil {
+		return err
+	}
+	*v = keys
+	return nil
+}
+
+// rateValue is router.ParseRate's N/duration.
+type rateValue router.Rate
+
+func (v *rateValue) String() string { return router.Rate(*v).String() }
+func (v *rateValue) Set(s string) error {
+	r, err := router.ParseRate(s)
+	*v = rateValue(r)
+	return err
 }

@@ -44,7 +44,7 @@ var ErrInsecure = errors.New("listen: refusing a non-loopback address without au
 
 // New builds a replica; nothing is served until Run.
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, error) {
-	if !cfg.Loopback() && !cfg.Insecure {
+	if !cfg.Loopback() && !cfg.Insecure && !cfg.Auth.Enabled() {
 		return nil, ErrInsecure
 	}
 	if cfg.Pool.Instance == "" {
@@ -62,6 +62,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		return nil, err
 	}
 	lease.OnError(g.rdb, g.metrics.RedisError)
+	authn, err := newAuthenticator(ctx, cfg.Auth, log)
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	hostSuffix, _ := router.NormalizeHostSuffix(cfg.HostSuffix) // validated by Load
+	limits := router.NewLimits(cfg.Limits)
 	be, name, err := newBackend(ctx, cfg, log)
 	if err != nil {
 		g.close()
@@ -80,6 +87,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Log:          log,
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
+		Creates:      limits,
 	})
 	if err != nil {
 		g.close()
@@ -89,15 +97,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
 	}
-	g.router = router.New(router.Deps{Pool: g.pool, Aliases: store, Ready: ready, Proxy: cfg.Proxy,
-		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics})
+	g.router = router.New(router.Deps{Pool: g.pool, Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
+		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics,
+		Auth: authn, Limits: limits, HostSuffix: hostSuffix})
 	g.server = &http.Server{
 		Handler:           g.router,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		// Above common load balancer idle timeouts (60-75 s), so the gateway is
 		// never the side that closes a connection the balancer is about to reuse.
 		IdleTimeout:    120 * time.Second,
-		MaxHeaderBytes: 64 << 10,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	g.listener, err = net.Listen("tcp", cfg.Listen)

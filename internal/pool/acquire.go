@@ -134,6 +134,11 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		return r, OutcomeAdopted, nil
 	}
 
+	if p.creates != nil {
+		if wait, ok := p.creates.AllowCreate(user); !ok {
+			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
+		}
+	}
 	if err := p.reserve(ctx, sid, thread); err != nil {
 		return nil, "", err
 	}

@@ -1,6 +1,10 @@
 package pool
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Errors callers map to statuses (router.statusOf); each wraps the cause.
 var (
@@ -18,4 +22,19 @@ var (
 	ErrStorage = errors.New("thread data directory unavailable")
 	// ErrCreate: the backend failed to start the sandbox (502).
 	ErrCreate = errors.New("sandbox failed to start")
+	// ErrRateLimited: the user had too many sandboxes created lately
+	// (429 + Retry-After); always a *RateLimitError.
+	ErrRateLimited = errors.New("sandbox create rate exceeded")
 )
+
+// RateLimitError is a create refused by the CreateLimiter.
+type RateLimitError struct {
+	User       string
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("%v for user %s; retry after %s", ErrRateLimited, e.User, e.RetryAfter)
+}
+
+func (e *RateLimitError) Unwrap() error { return ErrRateLimited }

@@ -56,6 +56,16 @@ type Deps struct {
 	Tracer trace.Tracer
 	// Metrics records pool events; nil = none.
 	Metrics *telemetry.Metrics
+	// Creates limits how often a user may have a sandbox created; nil = no
+	// limit. Only real creates count: cache hits, warm reclaims and
+	// adoptions do not.
+	Creates CreateLimiter
+}
+
+// CreateLimiter decides whether user may have one more sandbox created now,
+// and if not, how long until it may.
+type CreateLimiter interface {
+	AllowCreate(user string) (retryAfter time.Duration, ok bool)
 }
 
 // Pool is one replica's view of the fleet-wide sandbox pool.
@@ -72,6 +82,7 @@ type Pool struct {
 	flight  singleflight.Group
 	tracer  trace.Tracer
 	metrics *telemetry.Metrics
+	creates CreateLimiter
 }
 
 // New returns a Pool; cfg must be valid.
@@ -104,6 +115,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		cache:   newCache(),
 		tracer:  d.Tracer,
 		metrics: d.Metrics,
+		creates: d.Creates,
 	}, nil
 }
 
@@ -185,11 +197,21 @@ func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*
 	}
 }
 
+// Owner decides who may reach a sandbox by id.
+type Owner interface {
+	Owns(user, thread string) bool
+}
+
 // Route returns the cached route of sid, or acquires it from its Redis
-// record. It never creates: an unknown sid is ErrNotFound.
-func (p *Pool) Route(ctx context.Context, sid string) (*Route, Outcome, error) {
+// record, for a caller who owns it. It never creates: an unknown sid is
+// ErrNotFound, and so is a sandbox who does not own, which is then neither
+// touched nor reclaimed from the warm pool.
+func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcome, error) {
 	start := time.Now()
 	if r := p.cache.sandbox(sid, p.now(start)); r != nil {
+		if !who.Owns(r.User, r.Thread) {
+			return nil, "", ErrNotFound
+		}
 		r.touched.Store(true)
 		p.hit(ctx, r, start)
 		return r, OutcomeHit, nil
@@ -198,7 +220,7 @@ func (p *Pool) Route(ctx context.Context, sid string) (*Route, Outcome, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !ok || rec.State == lease.StateDestroying {
+	if !ok || rec.State == lease.StateDestroying || !who.Owns(rec.User, rec.Thread) {
 		return nil, "", ErrNotFound
 	}
 	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)

@@ -17,5 +17,8 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	p.writeErr(w, r, err)
 }
 
+// ErrUpgradeCapacity refuses an upgrade (WebSocket) past MaxUpgraded.
+var ErrUpgradeCapacity = errors.New("too many upgraded connections")
+
 // StatusClientClosed is nginx's 499: the client closed the connection.
 const StatusClientClosed = 499

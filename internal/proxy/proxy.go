@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"time"
 )
 
 // Upstream is one sandbox incarnation as the proxy sees it.
@@ -40,15 +41,69 @@ type Config struct {
 	SandboxAPIKey string
 	// MaxRetries after dial-class failures. 0 = 2; negative = none.
 	MaxRetries int
+	// MaxBodyBytes bounds a request body, counted as it streams to the
+	// sandbox (never buffered); past it the request fails with 413.
+	// 0 = 1 GiB; negative = no limit.
+	MaxBodyBytes int64
+	// WSIdleTimeout closes an upgraded (WebSocket) connection after this
+	// long without a byte in either direction; ping frames count, since the
+	// gateway does not parse frames. 0 = 10m; negative = never.
+	WSIdleTimeout time.Duration
+	// WSMaxLifetime closes an upgraded connection this long after it opened,
+	// busy or not. 0 = 24h; negative = never.
+	WSMaxLifetime time.Duration
+	// MaxUpgraded caps the upgraded connections open at once (503 past it).
+	// 0 = 1024; negative = no cap.
+	MaxUpgraded int
+	// GatewayOrigin (scheme://host[:port]) and GatewayKey: requests to
+	// upstreams on that origin carry "Authorization: Bearer GatewayKey". It
+	// is the remote backend's provisioner when that is another Sandgate,
+	// whose /sandboxes/{id} URLs are the upstreams; no other upstream (a
+	// sandbox, which runs untrusted code) ever sees the key.
+	GatewayOrigin string
+	GatewayKey    string
 }
 
-// SandboxAPIKeyHeader carries the sandbox's own API key (all-in-one sandbox's name).
-const SandboxAPIKeyHeader = "X-Aio-Api-Key"
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes  = 1 << 30
+	DefaultWSIdleTimeout = 10 * time.Minute
+	DefaultWSMaxLifetime = 24 * time.Hour
+	DefaultMaxUpgraded   = 1024
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 2
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.WSIdleTimeout == 0 {
+		c.WSIdleTimeout = DefaultWSIdleTimeout
+	}
+	if c.WSMaxLifetime == 0 {
+		c.WSMaxLifetime = DefaultWSMaxLifetime
+	}
+	if c.MaxUpgraded == 0 {
+		c.MaxUpgraded = DefaultMaxUpgraded
+	}
+	return c
+}
+
+// Headers of the all-in-one sandbox: its own API key, and the port its
+// internal forwarder sends a request to.
+const (
+	SandboxAPIKeyHeader = "X-Aio-Api-Key"
+	ProxyPortHeader     = "X-Aio-Proxy-Port"
+)
 
 // Proxy is the one ReverseProxy every data-plane request goes through.
 type Proxy struct {
 	rp       *httputil.ReverseProxy
 	cfg      Config
+	gateway  *url.URL // GatewayOrigin; nil = none
+	gwAuth   string   // "Bearer " + GatewayKey
 	resolver Resolver
 	writeErr ErrorWriter
 	upgrades *upgrades
@@ -57,13 +112,15 @@ type Proxy struct {
 
 // New returns a Proxy.
 func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) *Proxy {
-	if cfg.MaxRetries == 0 {
-		cfg.MaxRetries = 2
-	}
+	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Proxy{cfg: cfg, resolver: resolver, writeErr: writeErr, upgrades: newUpgrades(), log: log}
+	p := &Proxy{cfg: cfg, resolver: resolver, writeErr: writeErr, log: log,
+		upgrades: newUpgrades(cfg.MaxUpgraded, cfg.WSIdleTimeout, cfg.WSMaxLifetime, log)}
+	if u, err := url.Parse(cfg.GatewayOrigin); err == nil && cfg.GatewayKey != "" && u.Host != "" {
+		p.gateway, p.gwAuth = u, "Bearer "+cfg.GatewayKey
+	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
 		Transport: &dispatch{p: p},
@@ -92,24 +149,42 @@ type state struct {
 	up      Upstream
 	path    string
 	rawPath string
+	port    string       // ProxyPortHeader to send; "" = none
 	body    *guardedBody // the request body as sent upstream; nil without one
 }
 
 // Serve proxies r to up at path (the upstream path, e.g. /v1/shell/exec;
 // rawPath is its escaped form when it differs, else "") and returns how
-// many request body bytes were sent upstream (for the access log).
-func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath string) (bytesIn int64) {
-	st := &state{up: up, path: path, rawPath: rawPath}
-	up.Begin()
-	defer func() { st.up.End() }()
+// many request body bytes were sent upstream (for the access log). port,
+// when set, goes to the sandbox as ProxyPortHeader (host routing's
+// {port}-{sandbox_id} form): the one place the gateway sets it.
+func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath, port string) (bytesIn int64) {
 	if r.Header.Get("Upgrade") != "" {
+		if !p.upgrades.admit() {
+			p.writeErr(w, r, ErrUpgradeCapacity)
+			return 0
+		}
+		defer p.upgrades.leave()
 		w = p.upgrades.track(w)
 	}
+	st := &state{up: up, path: path, rawPath: rawPath, port: port}
+	up.Begin()
+	defer func() { st.up.End() }()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 	if st.body != nil {
 		bytesIn = st.body.n.Load()
 	}
 	return bytesIn
+}
+
+// TooLarge refuses a request whose declared length is over the body limit
+// before anything is acquired for it; an undeclared (chunked) length is
+// counted as it streams.
+func (p *Proxy) TooLarge(r *http.Request) error {
+	if p.cfg.MaxBodyBytes > 0 && r.ContentLength > p.cfg.MaxBodyBytes {
+		return &http.MaxBytesError{Limit: p.cfg.MaxBodyBytes}
+	}
+	return nil
 }
 
 // CloseUpgraded closes every upgraded (WebSocket) connection; used on drain,

@@ -75,7 +75,7 @@ func (r *fixedResolver) Retry(context.Context, Upstream) (Upstream, error) {
 func gatewayFor(t *testing.T, p *Proxy, pick func() Upstream) *httptest.Server {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.Serve(w, r, pick(), r.URL.Path, r.URL.RawPath)
+		p.Serve(w, r, pick(), r.URL.Path, r.URL.RawPath, "")
 	}))
 	t.Cleanup(s.Close)
 	return s
@@ -84,7 +84,12 @@ func gatewayFor(t *testing.T, p *Proxy, pick func() Upstream) *httptest.Server {
 func errWriter(w http.ResponseWriter, _ *http.Request, err error) {
 	var ue *UnreachableError
 	var re *ResolveError
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+	case errors.Is(err, ErrUpgradeCapacity):
+		w.WriteHeader(http.StatusServiceUnavailable)
 	case errors.As(err, &re):
 		w.WriteHeader(http.StatusServiceUnavailable)
 	case errors.As(err, &ue):

@@ -37,7 +37,7 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stateOf(req.Context())
 	var body *guardedBody
 	if req.Body != nil && req.Body != http.NoBody {
-		body = &guardedBody{rc: req.Body}
+		body = &guardedBody{rc: req.Body, limit: d.p.cfg.MaxBodyBytes}
 		req.Body = body
 		st.body = body
 	}
@@ -48,6 +48,10 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 			return endAttempt(span, resp), nil
 		}
 		failAttempt(span, err)
+		if body.overLimit() {
+			// The transport wraps body read errors in a type errors.As cannot see through.
+			return nil, &http.MaxBytesError{Limit: body.limit}
+		}
 		if !isDial(err) || body.used() {
 			return nil, err
 		}
@@ -90,18 +94,32 @@ func isDial(err error) bool {
 // guardedBody lets a request body survive a failed attempt: the Transport
 // closes the body on error, but after a dial failure nothing was read and the
 // same body can be sent again. The server closes the real body at the end.
-// It counts the bytes sent, for the access log.
+// It counts the bytes sent, for the access log, and stops at limit (when
+// positive) with *http.MaxBytesError, as http.MaxBytesReader does, without
+// another allocation per request.
 type guardedBody struct {
-	rc   io.ReadCloser
-	read atomic.Bool
-	n    atomic.Int64
+	rc    io.ReadCloser
+	limit int64
+	read  atomic.Bool
+	over  atomic.Bool
+	n     atomic.Int64
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
+	if b.limit > 0 {
+		// Read at most one byte past the limit: enough to know it is exceeded.
+		if left := b.limit - b.n.Load() + 1; int64(len(p)) > left {
+			p = p[:max(left, 0)]
+		}
+	}
 	n, err := b.rc.Read(p)
 	if n > 0 || err == io.EOF {
 		b.read.Store(true)
 		b.n.Add(int64(n))
+	}
+	if b.limit > 0 && b.n.Load() > b.limit {
+		b.over.Store(true)
+		return max(n-1, 0), &http.MaxBytesError{Limit: b.limit}
 	}
 	return n, err
 }
@@ -109,3 +127,5 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 func (b *guardedBody) Close() error { return nil }
 
 func (b *guardedBody) used() bool { return b != nil && b.read.Load() }
+
+func (b *guardedBody) overLimit() bool { return b != nil && b.over.Load() }

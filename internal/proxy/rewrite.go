@@ -4,7 +4,7 @@ import "net/http/httputil"
 
 // Headers a client may not send to a sandbox: the gateway's own credential,
 // and the all-in-one sandbox's internal port-forward selector.
-var strippedRequestHeaders = []string{"Authorization", "X-Aio-Proxy-Port", "X-Api-Key", SandboxAPIKeyHeader}
+var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", SandboxAPIKeyHeader}
 
 // rewrite points the outbound request at the sandbox. ReverseProxy has
 // already removed hop-by-hop headers and inbound X-Forwarded-* at this point.
@@ -32,5 +32,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	if p.cfg.SandboxAPIKey != "" {
 		out.Header.Set(SandboxAPIKeyHeader, p.cfg.SandboxAPIKey)
+	}
+	if st.port != "" {
+		out.Header.Set(ProxyPortHeader, st.port)
+	}
+	if p.gateway != nil && base.Host == p.gateway.Host && base.Scheme == p.gateway.Scheme {
+		out.Header.Set("Authorization", p.gwAuth)
 	}
 }

@@ -20,7 +20,7 @@ const clientParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 func tracedGateway(t *testing.T, p *Proxy, tg *target, tp trace.TracerProvider) string {
 	t.Helper()
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.Serve(w, r, tg, r.URL.Path, r.URL.RawPath)
+		p.Serve(w, r, tg, r.URL.Path, r.URL.RawPath, "")
 	})
 	if tp != nil {
 		serve := h

@@ -8,18 +8,31 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // dataPlane wraps a proxying handler: it answers the handler's error itself,
 // so the status is known here, then accounts for the request: the proxy
 // metrics, the sandbox's identity on the request's span, and one access log
-// line. Nothing here allocates unless the access log is on or the request is
-// in a sampled trace.
-func (rt *Router) dataPlane(kind telemetry.RouteKind, h func(echo.Context) (proxied, error)) echo.HandlerFunc {
+// line. It admits the request first (authentication, scope, the user's
+// limit), so refusals are counted and logged too. Nothing here allocates
+// unless the access log is on or the request is in a sampled trace.
+func (rt *Router) dataPlane(kind telemetry.RouteKind, h func(echo.Context, *auth.Principal) (proxied, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
-		res, err := h(c)
+		var res proxied
+		r := c.Request()
+		p, slot, err := rt.admit(r, threads)
+		if err == nil {
+			// A declared body over the limit is refused before a sandbox is
+			// acquired for it; a streamed one is cut by the proxy.
+			if err = rt.proxy.TooLarge(r); err == nil {
+				res, err = h(c, p)
+			}
+			res.user = p.User
+			rt.limits.end(slot)
+		}
 		if err != nil && !c.Response().Committed {
 			rt.writeError(c.Response(), c.Request(), err)
 		}
@@ -42,8 +55,8 @@ func (rt *Router) account(c echo.Context, kind telemetry.RouteKind, res proxied,
 	}
 }
 
-// accessLog writes the one line of a proxied request. It names the sandbox
-// and the thread, never a header, a query or a body.
+// accessLog writes the one line of a proxied request. It names the user,
+// the sandbox and the thread, never a header, a query or a body.
 func (rt *Router) accessLog(ctx context.Context, c echo.Context, kind telemetry.RouteKind, res proxied, took time.Duration) {
 	r, resp := c.Request(), c.Response()
 	sid, thread, backend := c.Param("id"), c.Param("thread"), ""
@@ -58,6 +71,7 @@ func (rt *Router) accessLog(ctx context.Context, c echo.Context, kind telemetry.
 		slog.Float64("duration_ms", float64(took.Microseconds())/1000),
 		slog.Int64("bytes_in", res.bytesIn),
 		slog.Int64("bytes_out", resp.Size),
+		slog.String("user", res.user),
 		slog.String("sandbox_id", sid),
 		slog.String("thread", thread),
 		slog.String("backend", backend),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 )
@@ -22,13 +23,22 @@ type sandboxView struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// threadParam is the validated {thread} of a control-plane route that p may open.
+func threadParam(c echo.Context, p *auth.Principal) (string, error) {
+	t := c.Param("thread")
+	if err := lease.ValidThread(t); err != nil {
+		return "", err
+	}
+	return t, open(p, t)
+}
+
 // acquireThread is PUT /threads/{thread}/sandbox: provision now.
-func (rt *Router) acquireThread(c echo.Context) error {
-	thread := c.Param("thread")
-	if err := lease.ValidThread(thread); err != nil {
+func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
+	thread, err := threadParam(c, p)
+	if err != nil {
 		return err
 	}
-	route, outcome, err := rt.pool.Acquire(c.Request().Context(), userOf(c), thread)
+	route, outcome, err := rt.pool.Acquire(c.Request().Context(), p.User, thread)
 	if err != nil {
 		return err
 	}
@@ -40,12 +50,12 @@ func (rt *Router) acquireThread(c echo.Context) error {
 }
 
 // getThread is GET /threads/{thread}/sandbox: the record, or 404.
-func (rt *Router) getThread(c echo.Context) error {
-	thread := c.Param("thread")
-	if err := lease.ValidThread(thread); err != nil {
+func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
+	thread, err := threadParam(c, p)
+	if err != nil {
 		return err
 	}
-	rec, ok, err := rt.pool.Record(c.Request().Context(), lease.SandboxID(userOf(c), thread))
+	rec, ok, err := rt.pool.Record(c.Request().Context(), lease.SandboxID(p.User, thread))
 	if err != nil {
 		return err
 	}
@@ -57,13 +67,12 @@ func (rt *Router) getThread(c echo.Context) error {
 
 // releaseThread is DELETE /threads/{thread}/sandbox: park it warm, or with
 // ?destroy=true destroy it now.
-func (rt *Router) releaseThread(c echo.Context) error {
-	thread := c.Param("thread")
-	if err := lease.ValidThread(thread); err != nil {
+func (rt *Router) releaseThread(c echo.Context, p *auth.Principal) error {
+	thread, err := threadParam(c, p)
+	if err != nil {
 		return err
 	}
-	ctx, user := c.Request().Context(), userOf(c)
-	var err error
+	ctx, user := c.Request().Context(), p.User
 	switch c.QueryParam("destroy") {
 	case "", "false", "0":
 		err = rt.pool.Release(ctx, user, thread)

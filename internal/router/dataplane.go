@@ -6,24 +6,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 )
 
 var errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters")
-
-// userOf is the authenticated principal; "default" without authentication.
-func userOf(c echo.Context) string {
-	if u, ok := c.Get(userKey).(string); ok && u != "" {
-		return u
-	}
-	return defaultUser
-}
-
-const (
-	userKey     = "sandgate.user"
-	defaultUser = "default"
-)
 
 // proxied is what a data-plane handler reports for the access log and
 // metrics; route is nil when the request failed before reaching a sandbox.
@@ -31,44 +19,46 @@ type proxied struct {
 	route   *pool.Route
 	outcome pool.Outcome
 	bytesIn int64
+	user    string // the principal; "" when it was refused
 }
 
 // threadProxy serves ANY /threads/{thread}/v1/...: get or provision the
-// thread's sandbox, then stream the request to {sandbox}/v1/....
-func (rt *Router) threadProxy(c echo.Context) (proxied, error) {
+// principal's sandbox for the thread (another user's thread of the same
+// name is another sandbox), then stream the request to {sandbox}/v1/....
+func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	thread := c.Param("thread")
 	if err := lease.ValidThread(thread); err != nil {
 		return proxied{}, err
 	}
+	if err := open(p, thread); err != nil {
+		return proxied{}, err
+	}
 	r := c.Request()
-	route, outcome, err := rt.pool.Acquire(r.Context(), userOf(c), thread)
+	route, outcome, err := rt.pool.Acquire(r.Context(), p.User, thread)
 	if err != nil {
 		return proxied{}, err
 	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/threads/")+len(thread))
-	n := rt.proxy.Serve(c.Response(), r, route, path, raw)
-	return proxied{route, outcome, n}, nil
+	n := rt.proxy.Serve(c.Response(), r, route, path, raw, "")
+	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 
 // sandboxProxy serves ANY /sandboxes/{id}/v1/...: an existing sandbox by
-// id; it never provisions.
-func (rt *Router) sandboxProxy(c echo.Context) (proxied, error) {
+// id; it never provisions. Someone else's sandbox is as unknown as a
+// missing one (404), unless the principal is an admin.
+func (rt *Router) sandboxProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	sid := c.Param("id")
 	if !lease.ValidSandboxID(sid) {
 		return proxied{}, errBadSandboxID
 	}
 	r := c.Request()
-	route, outcome, err := rt.pool.Route(r.Context(), sid)
+	route, outcome, err := rt.pool.Route(r.Context(), sid, p)
 	if err != nil {
 		return proxied{}, err
 	}
-	if route.User != userOf(c) {
-		// Someone else's sandbox is as unknown as a missing one.
-		return proxied{}, pool.ErrNotFound
-	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/sandboxes/")+len(sid))
-	n := rt.proxy.Serve(c.Response(), r, route, path, raw)
-	return proxied{route, outcome, n}, nil
+	n := rt.proxy.Serve(c.Response(), r, route, path, raw, "")
+	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 
 // upstreamPath cuts the gateway prefix (whose length is n and which has no

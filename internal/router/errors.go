@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -26,17 +29,34 @@ type apiError struct {
 	retryAfter int // seconds; 0 = no header
 }
 
+// retryAfterOf rounds a wait up to whole seconds, at least one.
+func retryAfterOf(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
 // statusOf is the one place errors become statuses.
 func statusOf(err error) apiError {
 	var he *echo.HTTPError
 	var tooLarge *http.MaxBytesError
 	var unreachable *proxy.UnreachableError
 	var netErr net.Error
+	var rateLimited *pool.RateLimitError
 	switch {
-	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID), errors.Is(err, errBadProvisionerID):
+	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID),
+		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
-	case errors.Is(err, errCrossSite):
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return apiError{http.StatusUnauthorized, "unauthorized", auth.ErrUnauthenticated.Error(), 0}
+	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
+	case errors.Is(err, errAliasTaken):
+		return apiError{http.StatusConflict, "conflict", err.Error(), 0}
+	case errors.Is(err, errTooManyRequests):
+		return apiError{http.StatusTooManyRequests, "rate_limited", err.Error(), 1}
+	case errors.As(err, &rateLimited):
+		return apiError{http.StatusTooManyRequests, "rate_limited", "too many new sandboxes for this user; retry later", retryAfterOf(rateLimited.RetryAfter)}
+	case errors.Is(err, proxy.ErrUpgradeCapacity):
+		return apiError{http.StatusServiceUnavailable, "upgrade_capacity", "too many open WebSocket connections; retry later", 5}
 	case errors.Is(err, pool.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such sandbox", 0}
 	case errors.Is(err, pool.ErrProvisioning):
@@ -91,6 +111,9 @@ func codeOf(status int) string {
 
 type errorBody struct {
 	Error errorDetail `json:"error"`
+	// Detail repeats the message on the provisioner API, in the shape
+	// FastAPI (DeerFlow's provisioner) gives every error.
+	Detail string `json:"detail,omitempty"`
 }
 
 type errorDetail struct {
@@ -110,9 +133,16 @@ func writeError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	if e.status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="sandgate"`)
+	}
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
 	w.WriteHeader(e.status)
-	_ = jsonEncode(w, errorBody{errorDetail{e.code, e.message}})
+	body := errorBody{Error: errorDetail{e.code, e.message}}
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		body.Detail = e.message
+	}
+	_ = jsonEncode(w, body)
 }

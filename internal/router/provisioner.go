@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 )
@@ -61,15 +62,28 @@ func (rt *Router) provisionerHealth(c echo.Context) error {
 	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
 }
 
-func (rt *Router) provisionerCapabilities(c echo.Context) error {
+func (rt *Router) provisionerCapabilities(c echo.Context, _ *auth.Principal) error {
 	return c.JSON(http.StatusOK, map[string]int{"mount_contract_version": mountContractVersion})
 }
 
+// maxProvisionerBody bounds a create request's JSON (it is decoded whole).
+const maxProvisionerBody = 64 << 10
+
+// errAliasTaken: a client-chosen sandbox_id already names another user's sandbox.
+var errAliasTaken = errors.New("sandbox_id is in use by another user's sandbox")
+
 // provisionerCreate is POST /api/sandboxes: idempotent; the sandbox is
-// usable when it answers (status Running).
-func (rt *Router) provisionerCreate(c echo.Context) error {
+// usable when it answers (status Running). user_id other than the caller's
+// own needs the admin scope (DeerFlow creates for all of its users).
+func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	var req provisionerCreate
+	r := c.Request()
+	r.Body = http.MaxBytesReader(c.Response(), r.Body, maxProvisionerBody)
 	if err := c.Bind(&req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return tooLarge
+		}
 		return echo.NewHTTPError(http.StatusBadRequest)
 	}
 	if lease.ValidThread(req.SandboxID) != nil {
@@ -84,9 +98,15 @@ func (rt *Router) provisionerCreate(c echo.Context) error {
 	}
 	user := req.UserID
 	if user == "" {
-		user = userOf(c)
+		user = p.User
 	}
 	if err := lease.ValidUser(user); err != nil {
+		return err
+	}
+	if user != p.User && !p.Has(auth.ScopeAdmin) {
+		return errOtherUser
+	}
+	if err := open(p, thread); err != nil {
 		return err
 	}
 	if req.RequiredVersion != nil && *req.RequiredVersion != mountContractVersion {
@@ -94,7 +114,17 @@ func (rt *Router) provisionerCreate(c echo.Context) error {
 			"code": "mount_contract_changed", "expected": *req.RequiredVersion, "actual": mountContractVersion,
 		}})
 	}
-	ctx := c.Request().Context()
+	ctx := r.Context()
+	sid := lease.SandboxID(user, thread)
+	if req.SandboxID != sid {
+		// Client ids share one namespace: never re-point one at this
+		// sandbox while it names a sandbox the caller does not own.
+		if rec, ok, err := rt.lookup(ctx, req.SandboxID); err != nil {
+			return err
+		} else if ok && rec.SandboxID != sid && !p.Owns(rec.User, rec.Thread) {
+			return errAliasTaken
+		}
+	}
 	route, _, err := rt.pool.Acquire(ctx, user, thread)
 	if err != nil {
 		return err
@@ -110,17 +140,17 @@ func (rt *Router) provisionerCreate(c echo.Context) error {
 	})
 }
 
-// provisionerGet is GET /api/sandboxes/{id}: 404 unknown; Running only when
-// the sandbox is alive.
-func (rt *Router) provisionerGet(c echo.Context) error {
+// provisionerGet is GET /api/sandboxes/{id}: 404 unknown (or another
+// user's, to a non-admin); Running only when the sandbox is alive.
+func (rt *Router) provisionerGet(c echo.Context, p *auth.Principal) error {
 	id := c.Param("id")
 	ctx := c.Request().Context()
-	rec, ok, err := rt.lookup(ctx, id)
+	rec, ok, err := rt.owned(ctx, p, id)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return c.JSON(http.StatusNotFound, provisionerDetail{Detail: "Sandbox '" + id + "' not found"})
+		return notFound(c, id)
 	}
 	alive, err := rt.pool.Alive(ctx, rec)
 	if err != nil {
@@ -134,13 +164,17 @@ func (rt *Router) provisionerGet(c echo.Context) error {
 }
 
 // provisionerDelete is DELETE /api/sandboxes/{id}: destroy now; unknown ids
-// succeed too (DeerFlow treats delete as best effort).
-func (rt *Router) provisionerDelete(c echo.Context) error {
+// succeed too (DeerFlow treats delete as best effort); another user's is
+// 404 to a non-admin, and is left alone.
+func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
 	id := c.Param("id")
 	ctx := c.Request().Context()
 	rec, ok, err := rt.lookup(ctx, id)
 	if err != nil {
 		return err
+	}
+	if ok && !p.Owns(rec.User, rec.Thread) {
+		return notFound(c, id)
 	}
 	if ok {
 		if err := rt.pool.Destroy(ctx, rec.SandboxID, pool.ReasonProvisioner); err != nil && !errors.Is(err, pool.ErrNotFound) {
@@ -155,8 +189,13 @@ func (rt *Router) provisionerDelete(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"ok": true, "sandbox_id": id})
 }
 
-// provisionerList is GET /api/sandboxes.
-func (rt *Router) provisionerList(c echo.Context) error {
+func notFound(c echo.Context, id string) error {
+	return c.JSON(http.StatusNotFound, provisionerDetail{Detail: "Sandbox '" + id + "' not found"})
+}
+
+// provisionerList is GET /api/sandboxes: the caller's sandboxes; an
+// admin's lists every user's.
+func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 	ctx := c.Request().Context()
 	recs, err := rt.pool.Records(ctx)
 	if err != nil {
@@ -168,8 +207,8 @@ func (rt *Router) provisionerList(c echo.Context) error {
 	}
 	out := make([]provisionerSandbox, 0, len(recs))
 	for _, rec := range recs {
-		if rec.User != userOf(c) {
-			continue // a principal lists its own sandboxes only
+		if !p.Owns(rec.User, rec.Thread) {
+			continue
 		}
 		id := rec.SandboxID
 		if a, ok := aliases[id]; ok {
@@ -178,6 +217,15 @@ func (rt *Router) provisionerList(c echo.Context) error {
 		out = append(out, rt.provisionerView(c, id, rec, phaseRunning))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out, "count": len(out)})
+}
+
+// owned is lookup limited to what p owns.
+func (rt *Router) owned(ctx context.Context, p *auth.Principal, id string) (lease.Record, bool, error) {
+	rec, ok, err := rt.lookup(ctx, id)
+	if err != nil || !ok || !p.Owns(rec.User, rec.Thread) {
+		return rec, false, err
+	}
+	return rec, true, nil
 }
 
 // lookup resolves a client id (an alias or a sandbox id) to its record.

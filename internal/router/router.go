@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 
+	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -27,7 +28,7 @@ import (
 type Pool interface {
 	Acquire(ctx context.Context, user, thread string) (*pool.Route, pool.Outcome, error)
 	Reacquire(ctx context.Context, failed *pool.Route) (*pool.Route, pool.Outcome, error)
-	Route(ctx context.Context, sid string) (*pool.Route, pool.Outcome, error)
+	Route(ctx context.Context, sid string, who pool.Owner) (*pool.Route, pool.Outcome, error)
 	Record(ctx context.Context, sid string) (lease.Record, bool, error)
 	Release(ctx context.Context, user, thread string) error
 	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
@@ -54,19 +55,31 @@ type Deps struct {
 	Tracing *telemetry.Tracing
 	// Metrics are served at /metrics and record every data-plane request.
 	Metrics *telemetry.Metrics
+	// Auth authenticates clients; nil = no authentication: every request
+	// is the trusted local principal "default" (auth.Local).
+	Auth Authenticator
+	// Limits are the per-user limits; nil = none.
+	Limits *Limits
+	// HostSuffix turns on host routing ({sandbox_id}.{suffix}); "" = off.
+	// NormalizeHostSuffix gives its form.
+	HostSuffix string
 }
 
 // Router serves the gateway's HTTP API.
 type Router struct {
-	echo     *echo.Echo
-	pool     Pool
-	aliases  Aliases
-	proxy    *proxy.Proxy
-	ready    []Pinger
-	public   string
-	log      *slog.Logger
-	metrics  *telemetry.Metrics
-	draining atomic.Bool
+	echo       *echo.Echo
+	pool       Pool
+	aliases    Aliases
+	proxy      *proxy.Proxy
+	ready      []Pinger
+	public     string
+	log        *slog.Logger
+	metrics    *telemetry.Metrics
+	auth       Authenticator
+	limits     *Limits
+	hostSuffix string
+	hostChain  echo.HandlerFunc
+	draining   atomic.Bool
 }
 
 // New builds the router.
@@ -74,7 +87,8 @@ func New(d Deps) *Router {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics}
+	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics,
+		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 
 	e := echo.New()
@@ -86,37 +100,58 @@ func New(d Deps) *Router {
 		}
 		rt.writeError(c.Response(), c.Request(), err)
 	}
+	var mw []echo.MiddlewareFunc
 	if d.Tracing != nil {
-		e.Use(otelecho.Middleware("sandgate", otelecho.WithTracerProvider(d.Tracing.TracerProvider()),
+		mw = append(mw, otelecho.Middleware("sandgate", otelecho.WithTracerProvider(d.Tracing.TracerProvider()),
 			otelecho.WithPropagators(d.Tracing.Propagator()), otelecho.WithSkipper(untraced)))
 	}
-	e.Use(recoverJSON(d.Log), sameOrigin)
+	mw = append(mw, recoverJSON(d.Log), sameOrigin)
+	e.Use(mw...)
 
+	// Open: probes, and DeerFlow's provisioner health check.
 	e.GET("/healthz", rt.healthz)
 	e.GET("/readyz", rt.readyz)
+	e.GET("/health", rt.provisionerHealth)
 	if d.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(d.Metrics.Handler()))
+		// Any authenticated principal, even one without scopes (a scraper's key).
+		metrics := echo.WrapHandler(d.Metrics.Handler())
+		e.GET("/metrics", rt.need(anyone, func(c echo.Context, _ *auth.Principal) error { return metrics(c) }))
 	}
 
 	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))
 	e.Any("/sandboxes/:id/v1/*", rt.dataPlane(telemetry.RouteSandbox, rt.sandboxProxy))
 
-	e.PUT("/threads/:thread/sandbox", rt.acquireThread)
-	e.GET("/threads/:thread/sandbox", rt.getThread)
-	e.DELETE("/threads/:thread/sandbox", rt.releaseThread)
+	e.PUT("/threads/:thread/sandbox", rt.need(threads, rt.acquireThread))
+	e.GET("/threads/:thread/sandbox", rt.need(threads, rt.getThread))
+	e.DELETE("/threads/:thread/sandbox", rt.need(threads, rt.releaseThread))
 
-	e.GET("/health", rt.provisionerHealth)
-	e.GET("/api/capabilities", rt.provisionerCapabilities)
-	e.POST("/api/sandboxes", rt.provisionerCreate)
-	e.GET("/api/sandboxes", rt.provisionerList)
-	e.GET("/api/sandboxes/:id", rt.provisionerGet)
-	e.DELETE("/api/sandboxes/:id", rt.provisionerDelete)
+	e.GET("/api/capabilities", rt.need(provisioner, rt.provisionerCapabilities))
+	e.POST("/api/sandboxes", rt.need(provisioner, rt.provisionerCreate))
+	e.GET("/api/sandboxes", rt.need(provisioner, rt.provisionerList))
+	e.GET("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerGet))
+	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
 	rt.echo = e
+
+	if rt.hostSuffix != "" {
+		h := rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy)
+		for i := len(mw) - 1; i >= 0; i-- {
+			h = mw[i](h)
+		}
+		rt.hostChain = h
+	}
 	return rt
 }
 
 // ServeHTTP makes the router an http.Handler.
-func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.echo.ServeHTTP(w, r) }
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.hostSuffix != "" {
+		if _, _, match, _ := hostRoute(r.Host, rt.hostSuffix); match {
+			rt.serveHost(w, r)
+			return
+		}
+	}
+	rt.echo.ServeHTTP(w, r)
+}
 
 // Drain makes /readyz fail so load balancers stop sending new requests.
 func (rt *Router) Drain() { rt.draining.Store(true) }

@@ -69,7 +69,7 @@ func (s stubPool) Acquire(context.Context, string, string) (*pool.Route, pool.Ou
 func (s stubPool) Reacquire(context.Context, *pool.Route) (*pool.Route, pool.Outcome, error) {
 	return nil, "", s.err
 }
-func (s stubPool) Route(context.Context, string) (*pool.Route, pool.Outcome, error) {
+func (s stubPool) Route(context.Context, string, pool.Owner) (*pool.Route, pool.Outcome, error) {
 	return nil, "", s.err
 }
 func (s stubPool) Record(context.Context, string) (lease.Record, bool, error) {

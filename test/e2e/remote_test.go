@@ -78,10 +78,12 @@ func TestRemoteBackendAgainstSandgate(t *testing.T) {
 // TestGatewayWithRemoteBackendProxiesToSandgate chains two gateways: the
 // outer one's remote backend provisions through the inner one's
 // provisioner API, and the outer data plane proxies to the sandbox_url it
-// got back (the inner gateway's /sandboxes/{id}, a URL with a path).
+// got back (the inner gateway's /sandboxes/{id}, a URL with a path). The
+// inner gateway requires a key: the outer one sends it as X-API-Key to the
+// provisioner API and as a bearer token on the inner data plane.
 func TestGatewayWithRemoteBackendProxiesToSandgate(t *testing.T) {
 	t.Parallel()
-	inner := newFleet(t)
+	inner := newFleet(t, "--auth-api-keys", "deerflow="+sha("k")+":admin")
 	ig := inner.start()
 	outer := newFleet(t, "--backend", "remote", "--provisioner-url", ig.URL, "--provisioner-api-key", "k")
 	og := outer.start()

@@ -159,7 +159,7 @@ func (r *Remote) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	if err := checkCreated(sb, spec, version); err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
-	if err := backend.WaitReady(ctx, sb.SandboxURL); err != nil {
+	if err := r.waitReady(ctx, sb.SandboxURL); err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
 	log.Info("sandbox created", "url", sb.SandboxURL, "duration", time.Since(began))
@@ -222,6 +222,23 @@ func (r *Remote) Destroy(ctx context.Context, info backend.Info) error {
 	return nil
 }
 
+// waitReady probes a sandbox URL; one on the provisioner's own origin
+// (another Sandgate's /sandboxes/{id}) gets the API key as a bearer token,
+// as the gateway's proxy sends it there. A sandbox elsewhere never sees it.
+func (r *Remote) waitReady(ctx context.Context, sandboxURL string) error {
+	authorization := ""
+	if r.key != "" && sameOrigin(sandboxURL, r.base) {
+		authorization = "Bearer " + r.key
+	}
+	return backend.WaitReadyAs(ctx, sandboxURL, authorization)
+}
+
+func sameOrigin(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	return errA == nil && errB == nil && ua.Host != "" && ua.Scheme == ub.Scheme && ua.Host == ub.Host
+}
+
 // Alive is GET /api/sandboxes/{id}: status Running, at the same URL (the
 // provisioner reports no incarnation; a recreated sandbox gets a new
 // nodePort, so the URL stands in for one).
@@ -246,7 +263,7 @@ func (r *Remote) Discover(ctx context.Context, sid string) (backend.Info, bool, 
 	}
 	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
 	defer cancel()
-	if err := backend.WaitReady(rctx, sb.SandboxURL); err != nil {
+	if err := r.waitReady(rctx, sb.SandboxURL); err != nil {
 		if ctx.Err() != nil {
 			return backend.Info{}, false, fmt.Errorf("discover sandbox %s: %w", sid, ctx.Err())
 		}

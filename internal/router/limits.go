@@ -1,0 +1,199 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sandgate/sandgate/internal/auth"
+)
+
+// Per-user limits live in each replica's memory: N replicas behind a load
+// balancer let a user up to N times the limit. That is the trade: the
+// limits keep one runaway client from exhausting a replica (its sockets,
+// its sandboxes' CPU), which is a per-replica resource anyway, and a
+// fleet-wide count would cost a Redis round trip on every proxied request.
+
+// Rate is N events per Per, as a token bucket holding up to N.
+type Rate struct {
+	N   int
+	Per time.Duration
+}
+
+// ParseRate reads "N/duration" ("60/1m", "5/s"); "0" is no limit (N < 0).
+func ParseRate(s string) (Rate, error) {
+	s = strings.TrimSpace(s)
+	if s == "0" {
+		return Rate{N: -1}, nil
+	}
+	n, per, ok := strings.Cut(s, "/")
+	count, err := strconv.Atoi(strings.TrimSpace(n))
+	if !ok || err != nil || count <= 0 {
+		return Rate{}, fmt.Errorf("%q is not N/duration (e.g. 60/1m) or 0", s)
+	}
+	per = strings.TrimSpace(per)
+	if per != "" && (per[0] < '0' || per[0] > '9') {
+		per = "1" + per // "5/s"
+	}
+	d, err := time.ParseDuration(per)
+	if err != nil || d <= 0 {
+		return Rate{}, fmt.Errorf("%q is not N/duration (e.g. 60/1m) or 0", s)
+	}
+	return Rate{N: count, Per: d}, nil
+}
+
+func (r Rate) String() string {
+	if r.N < 0 {
+		return "0"
+	}
+	return strconv.Itoa(r.N) + "/" + r.Per.String()
+}
+
+// LimitsConfig are one replica's per-user limits. The zero value is the
+// documented default.
+type LimitsConfig struct {
+	// MaxRequests caps one user's requests in flight, WebSockets included
+	// (429 + Retry-After past it). Admin principals are not limited.
+	// 0 = 256; negative = no cap.
+	MaxRequests int
+	// CreateRate bounds how many sandboxes are created for one user: a
+	// token bucket of CreateRate.N refilled over CreateRate.Per. Only real
+	// creates count. Zero = 60/1m; negative N = no limit.
+	CreateRate Rate
+}
+
+// Defaults of LimitsConfig.
+const DefaultMaxRequestsPerUser = 256
+
+// DefaultCreateRate is the per-user sandbox create rate.
+var DefaultCreateRate = Rate{N: 60, Per: time.Minute}
+
+// maxTrackedUsers bounds the per-user state; idle users are evicted first.
+const maxTrackedUsers = 1 << 16
+
+// Limits holds one replica's per-user state: requests in flight and the
+// create token bucket. Users idle long enough for their bucket to refill
+// are evicted, so memory stays bounded.
+type Limits struct {
+	maxRequests int32
+	rate        rate.Limit // 0 = no create limit
+	burst       int
+	idleAfter   time.Duration
+	now         func() time.Time
+
+	mu    sync.RWMutex
+	users map[string]*userState
+}
+
+type userState struct {
+	inflight atomic.Int32
+	seen     atomic.Int64 // unix nanos
+	creates  *rate.Limiter
+}
+
+// NewLimits returns the limits of cfg.
+func NewLimits(cfg LimitsConfig) *Limits {
+	if cfg.MaxRequests == 0 {
+		cfg.MaxRequests = DefaultMaxRequestsPerUser
+	}
+	if cfg.CreateRate == (Rate{}) {
+		cfg.CreateRate = DefaultCreateRate
+	}
+	l := &Limits{maxRequests: int32(min(cfg.MaxRequests, math.MaxInt32)), idleAfter: 10 * time.Minute,
+		now: time.Now, users: map[string]*userState{}}
+	if cfg.CreateRate.N > 0 {
+		l.rate = rate.Limit(float64(cfg.CreateRate.N) / cfg.CreateRate.Per.Seconds())
+		l.burst = cfg.CreateRate.N
+		l.idleAfter = max(l.idleAfter, cfg.CreateRate.Per) // a full bucket again: forgetting loses nothing
+	}
+	return l
+}
+
+// errTooManyRequests: the user's requests in flight are at the cap.
+var errTooManyRequests = errors.New("too many requests in flight for this user")
+
+// begin counts a request of p in flight; end undoes it. Nothing is
+// allocated once the user is known.
+func (l *Limits) begin(p *auth.Principal) (*userState, error) {
+	if l == nil || l.maxRequests <= 0 || p.Has(auth.ScopeAdmin) {
+		return nil, nil
+	}
+	st := l.state(p.User)
+	if st.inflight.Add(1) > l.maxRequests {
+		st.inflight.Add(-1)
+		return nil, errTooManyRequests
+	}
+	return st, nil
+}
+
+func (l *Limits) end(st *userState) {
+	if st != nil {
+		st.seen.Store(l.now().UnixNano())
+		st.inflight.Add(-1)
+	}
+}
+
+// AllowCreate takes a token from user's create bucket (pool.CreateLimiter).
+func (l *Limits) AllowCreate(user string) (time.Duration, bool) {
+	if l == nil || l.rate == 0 {
+		return 0, true
+	}
+	now := l.now()
+	st := l.state(user)
+	if st.creates.AllowN(now, 1) {
+		return 0, true
+	}
+	missing := 1 - st.creates.TokensAt(now)
+	return time.Duration(missing / float64(l.rate) * float64(time.Second)), false
+}
+
+func (l *Limits) state(user string) *userState {
+	now := l.now().UnixNano()
+	l.mu.RLock()
+	st := l.users[user]
+	l.mu.RUnlock()
+	if st != nil {
+		st.seen.Store(now)
+		return st
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st = l.users[user]; st == nil {
+		if len(l.users) >= maxTrackedUsers {
+			l.evictLocked(now)
+		}
+		st = &userState{}
+		if l.rate > 0 {
+			st.creates = rate.NewLimiter(l.rate, l.burst)
+		}
+		l.users[user] = st
+	}
+	st.seen.Store(now)
+	return st
+}
+
+// evictLocked forgets users with nothing in flight: first those idle for
+// idleAfter, then, if that freed too little, any (their buckets restart full).
+func (l *Limits) evictLocked(now int64) {
+	cutoff := now - l.idleAfter.Nanoseconds()
+	for u, st := range l.users {
+		if st.inflight.Load() == 0 && st.seen.Load() < cutoff {
+			delete(l.users, u)
+		}
+	}
+	for u, st := range l.users {
+		if len(l.users) < maxTrackedUsers*3/4 {
+			return
+		}
+		if st.inflight.Load() == 0 {
+			delete(l.users, u)
+		}
+	}
+}
