@@ -169,18 +169,6 @@ func TestUpstreamPathDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func BenchmarkRouteParse(b *testing.B) {
-	path := "/threads/thread-1/v1/shell/exec"
-	b.ReportAllocs()
-	for range b.N {
-		thread := path[len("/threads/") : strings.IndexByte(path[len("/threads/"):], '/')+len("/threads/")]
-		if lease.ValidThread(thread) != nil {
-			b.Fatal("invalid")
-		}
-		_, _ = upstreamPath(path, "", len("/threads/")+len(thread))
-	}
-}
-
 func FuzzRoutes(f *testing.F) {
 	for _, s := range []string{"/threads/a/v1/x", "/threads/../v1", "/sandboxes/0123456789abcdef/v1/", "/threads/%00/sandbox", "/api/sandboxes/x"} {
 		f.Add("GET", s)
