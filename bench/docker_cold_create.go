@@ -24,11 +24,9 @@ import (
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
-const (
-	dockerColdRuns    = 20
-	dockerColdWarmups = 2 // image layers in the page cache, engine caches warm; not counted
-	dockerWarmRuns    = 30
-)
+// dockerColdWarmups are creates not counted: image layers in the page
+// cache, engine caches warm.
+const dockerColdWarmups = 2
 
 func init() { register("docker-cold-create", dockerColdCreate) }
 
@@ -42,7 +40,7 @@ func dockerColdCreate(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(tmp)
-	bin, err := buildGateway(ctx, tmp)
+	bin, err := buildGateway(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -65,7 +63,7 @@ func dockerColdCreate(ctx context.Context) (Result, error) {
 	}
 	defer d.Close()
 	var create, destroy []time.Duration
-	for i := range dockerColdWarmups + dockerColdRuns {
+	for i := range dockerColdWarmups + opts.DockerColdRuns {
 		c, x, err := dockerColdOnce(ctx, d, filepath.Join(tmp, "data"), fmt.Sprintf("cold-%d", i))
 		if err != nil {
 			return Result{}, err
@@ -107,12 +105,13 @@ func dockerColdCreate(ctx context.Context) (Result, error) {
 			statsRow("warm reclaim, HTTP PUT /threads/{t}/sandbox (pause_warm on: includes unpause)", summarize(warmPaused)),
 			statsRow("release, HTTP DELETE /threads/{t}/sandbox (pause_warm on: includes pause)", summarize(releasePaused)),
 		},
+		Figures: map[string]float64{figCreateP50: msF(cs.P50), figDockerRefP50: msF(ref.P50)},
 		Notes: []string{
 			fmt.Sprintf("%s. The reference rows, measured in the same run on the same image, are what the engine itself costs: "+
 				"Create p50 %s ms against `docker run` + ready p50 %s ms.", engine, ms(cs.P50), ms(ref.P50)),
 			fmt.Sprintf("%d cold creates after %d unmeasured warm-ups, each a fresh sandbox id with its real thread mounts; "+
 				"percentiles are nearest-rank, so with %d samples p99 is the maximum. %d reclaims per warm row.",
-				dockerColdRuns, dockerColdWarmups, dockerColdRuns, dockerWarmRuns),
+				opts.DockerColdRuns, dockerColdWarmups, opts.DockerColdRuns, opts.DockerWarmRuns),
 			"Create includes the image inspect (pull_policy never), ContainerCreate with the hardened host config (cap drop ALL, " +
 				"no-new-privileges, memory/CPU/pids limits, docker-init), start, the published port's inspect and backend.WaitReady; " +
 				"the CLI reference runs the image's own entrypoint with none of those options.",
@@ -146,7 +145,7 @@ func dockerColdOnce(ctx context.Context, d *docker.Docker, dataDir, thread strin
 // dockerCLIReference times what a shell-out costs: docker run, docker port,
 // wait for the first 200; then docker rm -f.
 func dockerCLIReference(ctx context.Context, image, prefix string) (run, rm []time.Duration, err error) {
-	for i := range dockerColdWarmups + dockerColdRuns {
+	for i := range dockerColdWarmups + opts.DockerColdRuns {
 		name := fmt.Sprintf("%s-ref-%d", prefix, i)
 		start := time.Now()
 		if _, err := dockerCLI(ctx, "run", "-d", "--label", backend.LabelManagedBy+"=bench", "-p", "127.0.0.1::8080", "--name", name, image); err != nil {
@@ -210,7 +209,7 @@ func warmReclaim(ctx context.Context, bin, image, prefix, dir string, extra ...s
 	if _, err := call(ctx, "PUT", url, "", nil); err != nil {
 		return nil, nil, err
 	}
-	for range dockerWarmRuns {
+	for range opts.DockerWarmRuns {
 		t0 := time.Now()
 		if _, err := call(ctx, "DELETE", url, "", nil); err != nil {
 			return nil, nil, err

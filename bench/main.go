@@ -1,12 +1,15 @@
 // Command bench runs Sandgate's benchmark suites and writes docs/BENCHMARKS.md.
 //
-//	go run ./bench                      # every suite
+//	go run ./bench                      # every suite (make bench)
 //	go run ./bench -suite a,b           # some suites; the doc keeps the others' last results
+//	go run ./bench -quick -out DIR -doc DIR/BENCHMARKS.md   # shorter runs (make bench-quick)
+//	go run ./bench -suite ''            # no suite: regenerate the doc and chart from the JSON files
 //
-// Each suite writes bench/results/<name>.json; the doc is then regenerated
-// from every JSON file there, so suites can run separately and the doc stays
-// whole. Benchmarks are not timed tests: nothing here passes or fails on a
-// number, the numbers are reported with the machine they came from.
+// Each suite writes bench/results/<name>.json; the doc, its Goals table and
+// the latency chart beside it are then regenerated from every JSON file
+// there, so suites can run separately and the doc stays whole. Benchmarks are
+// not timed tests: nothing here passes or fails on a number, the numbers are
+// reported with the machine they came from.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,10 +28,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
-// Result is what a suite reports; the harness fills in Name, Command and Machine.
+// Result is what a suite reports; the harness fills in Name, Command, Machine and Quick.
 type Result struct {
 	Name    string     `json:"name"`
 	Title   string     `json:"title"`
@@ -35,7 +40,12 @@ type Result struct {
 	Columns []string   `json:"columns"`
 	Rows    [][]string `json:"rows"`
 	Notes   []string   `json:"notes"`
-	Machine Machine    `json:"machine"`
+	// Figures are the numbers the Goals table and the chart are computed
+	// from, by key (see goals.go); the table above is for people.
+	Figures map[string]float64 `json:"figures,omitempty"`
+	Machine Machine            `json:"machine"`
+	// Quick marks a -quick run: fewer samples, shorter wrk runs.
+	Quick bool `json:"quick,omitempty"`
 }
 
 // Machine is where a result was measured.
@@ -58,9 +68,63 @@ var suites = map[string]Suite{}
 
 func register(name string, s Suite) { suites[name] = s }
 
+// suiteOrder is the order of a whole run: what the issue's goals and the
+// chart need first, so a run cut short by -timeout on a busy machine
+// loses the least of them.
+var suiteOrder = []string{"proxy-throughput", "lifecycle", "process-cold-create", "docker-cold-create", "go-bench",
+	"replicas", "threads-10k", "tracing"}
+
+// suiteNames are the registered suites in run order; one missing from
+// suiteOrder runs last.
+func suiteNames() []string {
+	names := slices.Clone(suiteOrder)
+	for _, n := range slices.Sorted(maps.Keys(suites)) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return slices.DeleteFunc(names, func(n string) bool { _, ok := suites[n]; return !ok })
+}
+
+// settings size the suites. They are chosen once, before any suite runs.
+type settings struct {
+	Quick bool
+	// ProxyWarmup is the unmeasured wrk run per target and cell;
+	// ProxyMeasure the measured time per target, split into ProxyRounds
+	// rounds for the fast workloads.
+	ProxyWarmup, ProxyMeasure time.Duration
+	ProxyRounds               int
+	LifecycleRuns             int // cached acquires and warm reclaims
+	LifecycleColdRuns         int // new threads through one gateway
+	ColdCreateRuns            int // process backend creates
+	DockerColdRuns            int // docker backend creates (and CLI references)
+	DockerWarmRuns            int // docker warm reclaims per gateway
+	ReplicaThreads            int // new threads over three replicas
+	ScaleThreads              int // threads driven through one gateway, records for the reaper
+	GoBenchCount              int // go test -count
+	GoBenchTime               string
+}
+
+var (
+	fullSettings = settings{ProxyWarmup: time.Second, ProxyMeasure: 4 * time.Second, ProxyRounds: 4,
+		LifecycleRuns: 200, LifecycleColdRuns: 30, ColdCreateRuns: 50, DockerColdRuns: 20, DockerWarmRuns: 30,
+		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s"}
+	quickSettings = settings{Quick: true, ProxyWarmup: time.Second, ProxyMeasure: 2 * time.Second, ProxyRounds: 2,
+		LifecycleRuns: 50, LifecycleColdRuns: 10, ColdCreateRuns: 15, DockerColdRuns: 5, DockerWarmRuns: 10,
+		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms"}
+	// opts is the run's settings; the suites read it, run sets it.
+	opts = fullSettings
+)
+
+// defaultTimeout bounds the suites of `make bench`: every suite measured
+// in full takes about 15 minutes on the 2-core machine; the rest is margin
+// for a busy one, and 2 minutes of the make target's 20 are left for its
+// builds and the cleanup after a suite that was stopped.
+const defaultTimeout = 18 * time.Minute
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx)
+	err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -68,22 +132,28 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range suites {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	suiteFlag := flag.String("suite", strings.Join(names, ","), "comma-separated suites to run: "+strings.Join(names, ", "))
-	out := flag.String("out", "bench/results", "directory of result JSON files")
-	doc := flag.String("doc", "docs/BENCHMARKS.md", "markdown file regenerated from every result in -out")
-	flag.Parse()
+func run(ctx context.Context, args []string) error {
+	names := suiteNames()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	suiteFlag := fs.String("suite", strings.Join(names, ","), "comma-separated suites to run: "+strings.Join(names, ", "))
+	out := fs.String("out", "bench/results", "directory of result JSON files")
+	doc := fs.String("doc", "docs/BENCHMARKS.md", "markdown file regenerated from every result in -out; the chart goes beside it")
+	quick := fs.Bool("quick", false, "shorter runs and fewer samples (a smoke run of the harness, not figures to publish)")
+	timeout := fs.Duration("timeout", defaultTimeout, "bound on the whole run: suites still running then are stopped, the doc is regenerated from what finished")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *quick {
+		opts = quickSettings
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	defer removeGatewayBuild()
 
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
+	began := time.Now()
 	var errs []error
 	for _, name := range strings.Split(*suiteFlag, ",") {
 		if name = strings.TrimSpace(name); name == "" {
@@ -93,21 +163,35 @@ func run(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("unknown suite %q (have: %s)", name, strings.Join(names, ", "))
 		}
-		fmt.Fprintf(os.Stderr, "bench: running %s\n", name)
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("suite %s: not run: %w", name, context.Cause(ctx)))
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: running %s (%s into the run)\n", name, time.Since(began).Round(time.Second))
 		res, err := s(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("suite %s: %w", name, err))
 			continue
 		}
-		res.Name, res.Command, res.Machine = name, "go run ./bench -suite "+name, machine()
+		res.Name, res.Command, res.Machine, res.Quick = name, suiteCommand(name), machine(), opts.Quick
 		if err := writeJSON(filepath.Join(*out, name+".json"), res); err != nil {
 			return err
 		}
 	}
-	if err := writeDoc(*out, *doc); err != nil {
+	head := collectHeader(context.WithoutCancel(ctx), "go run ./bench "+strings.Join(args, " "), time.Since(began))
+	if err := writeDoc(*out, *doc, head); err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "bench: wrote %s in %s\n", *doc, time.Since(began).Round(time.Second))
 	return errors.Join(errs...)
+}
+
+// suiteCommand reruns one suite the way it was run.
+func suiteCommand(name string) string {
+	if opts.Quick {
+		return "go run ./bench -quick -suite " + name
+	}
+	return "go run ./bench -suite " + name
 }
 
 func writeJSON(path string, res Result) error {
@@ -116,53 +200,6 @@ func writeJSON(path string, res Result) error {
 		return err
 	}
 	return os.WriteFile(path, append(data, '\n'), 0o644)
-}
-
-// writeDoc renders every result in dir into one markdown file.
-func writeDoc(dir, doc string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
-		return err
-	}
-	slices.Sort(files)
-	var b bytes.Buffer
-	b.WriteString("# Benchmarks\n\n")
-	b.WriteString("Generated by `go run ./bench` from `bench/results/*.json`; do not edit by hand.\n")
-	b.WriteString("Run every suite with `go run ./bench`, or one with `go run ./bench -suite NAME`\n")
-	b.WriteString("(the other sections keep their last results). Each section says when and where it was measured.\n")
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		var r Result
-		if err := json.Unmarshal(data, &r); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		fmt.Fprintf(&b, "\n## %s\n\n", r.Title)
-		m := r.Machine
-		fmt.Fprintf(&b, "`%s` — %s, %s, %d cores, %s, %s", r.Command, m.Date.UTC().Format("2006-01-02 15:04 MST"),
-			m.CPU, m.Cores, m.OS, m.GoVersion)
-		if m.Load != "" {
-			fmt.Fprintf(&b, ", load average %s", m.Load)
-		}
-		b.WriteString(".\n\n")
-		b.WriteString("| " + strings.Join(r.Columns, " | ") + " |\n")
-		b.WriteString("|" + strings.Repeat(" --- |", len(r.Columns)) + "\n")
-		for _, row := range r.Rows {
-			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
-		}
-		if len(r.Notes) > 0 {
-			b.WriteString("\n")
-			for _, n := range r.Notes {
-				b.WriteString("- " + n + "\n")
-			}
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(doc, b.Bytes(), 0o644)
 }
 
 func machine() Machine {
@@ -195,20 +232,42 @@ func cpuModel() string {
 
 // Shared helpers for suites.
 
-// buildGateway builds ./cmd/gateway as shipped (CGO_ENABLED=0) into dir.
-func buildGateway(ctx context.Context, dir string) (string, error) {
-	root, err := moduleRoot(ctx)
-	if err != nil {
-		return "", err
+// gatewayBuild is the run's one gateway binary: every suite measures the
+// same build, and a tree that changes during the run cannot change it.
+var gatewayBuild struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildGateway builds ./cmd/gateway as shipped (CGO_ENABLED=0), once per run.
+func buildGateway(ctx context.Context) (string, error) {
+	g := &gatewayBuild
+	g.once.Do(func() {
+		root, err := moduleRoot(ctx)
+		if err != nil {
+			g.err = err
+			return
+		}
+		if g.dir, g.err = os.MkdirTemp("", "sandgate-bench-bin-"); g.err != nil {
+			return
+		}
+		g.path = filepath.Join(g.dir, "gateway")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", g.path, "./cmd/gateway")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			g.err = fmt.Errorf("build gateway: %w\n%s", err, out)
+		}
+	})
+	return g.path, g.err
+}
+
+// removeGatewayBuild deletes the binary once no suite runs.
+func removeGatewayBuild() {
+	if gatewayBuild.dir != "" {
+		_ = os.RemoveAll(gatewayBuild.dir)
 	}
-	bin := filepath.Join(dir, "gateway")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gateway")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build gateway: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 func moduleRoot(ctx context.Context) (string, error) {
@@ -247,6 +306,9 @@ func ms(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond))
 }
+
+// msF is d in milliseconds, for figures.
+func msF(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // statsRow is a table row: label, n, then p50/p90/p99/max in ms.
 func statsRow(label string, s Stats) []string {

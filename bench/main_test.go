@@ -48,7 +48,9 @@ func TestWriteDocKeepsEverySuite(t *testing.T) {
 		}
 	}
 	doc := filepath.Join(dir, "docs", "BENCHMARKS.md")
-	if err := writeDoc(dir, doc); err != nil {
+	head := docHeader{Command: "go run ./bench -timeout 20m", Machine: machine(), Memory: "24.0 GiB", Kernel: "Linux 6.1",
+		Versions: []string{"go1.26", "redis-server v=7"}}
+	if err := writeDoc(dir, doc, head); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(doc)
@@ -56,9 +58,17 @@ func TestWriteDocKeepsEverySuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(data)
-	a, b := strings.Index(s, "## Title a-suite"), strings.Index(s, "## Title b-suite")
-	if a < 0 || b < a || !strings.Contains(s, "| 1 | 2 |") || !strings.Contains(s, "- note b-suite") ||
-		!strings.Contains(s, "`go run ./bench -suite a-suite`") {
-		t.Fatalf("doc lacks a suite or is out of order:\n%s", s)
+	goals, a, b := strings.Index(s, "## Goals"), strings.Index(s, "## Title a-suite"), strings.Index(s, "## Title b-suite")
+	if goals < 0 || a < goals || b < a || !strings.Contains(s, "| 1 | 2 |") || !strings.Contains(s, "- note b-suite") ||
+		!strings.Contains(s, "`go run ./bench -suite a-suite`") || !strings.Contains(s, "`go run ./bench -timeout 20m`") ||
+		!strings.Contains(s, "24.0 GiB") || !strings.Contains(s, "redis-server v=7") {
+		t.Fatalf("doc lacks its header, the goals, a suite, or is out of order:\n%s", s)
+	}
+	// No proxy figures: every goal says it was not measured, and there is no chart.
+	if strings.Count(s, "| not measured |") != len(goalRows(nil)) || !strings.Contains(s, "No chart") {
+		t.Fatalf("goals without figures:\n%s", s)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "docs", chartFile)); !os.IsNotExist(err) {
+		t.Fatalf("chart drawn without figures: %v", err)
 	}
 }

@@ -50,6 +50,9 @@ func startServiceEnv(name, logPath string, env []string, argv ...string) (*servi
 	return s, nil
 }
 
+// pid is the service's process id (and, with Setpgid, its process group).
+func (s *service) pid() int { return s.cmd.Process.Pid }
+
 // stop sends sig to the group, waits up to grace, then kills the group
 // (nginx's workers too, should the master be gone first).
 func (s *service) stop(sig syscall.Signal, grace time.Duration) {

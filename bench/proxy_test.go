@@ -126,47 +126,18 @@ func TestNginxConfigIsValid(t *testing.T) {
 	}
 }
 
-func TestGoalVerdict(t *testing.T) {
-	t.Parallel()
-	cell := func(directP99, nginxRPS, gwRPS, gwP99 int64) [3]wrkResult {
-		return [3]wrkResult{
-			{Requests: 100_000, DurationUS: 4e6, P99US: directP99},
-			{Requests: nginxRPS * 4, DurationUS: 4e6},
-			{Requests: gwRPS * 4, DurationUS: 4e6, P99US: gwP99},
-		}
-	}
-	for _, tc := range []struct {
-		name      string
-		at64, at1 [3]wrkResult
-		want      []string
-	}{
-		{"both met", cell(1000, 10000, 11000, 1500), cell(100, 0, 0, 400),
-			[]string{"nginx's: met (1.10×", "direct < 1ms: met (0.50 ms added)", "1 connection: met (0.30 ms added)"}},
-		{"both missed", cell(1000, 10000, 8000, 3500), cell(100, 0, 0, 1300),
-			[]string{"MISSED by 20% (0.80×", "direct < 1ms: MISSED by 1.50 ms (2.50 ms added)", "1 connection: MISSED by 0.20 ms (1.20 ms added)"}},
-		{"negative is noise", cell(5000, 10000, 10000, 2000), cell(100, 0, 0, 100),
-			[]string{"nginx's: met (1.00×", "met, but by noise (-3.00 ms", "1 connection: met (0.00 ms added)"}},
-	} {
-		got := goalVerdict(tc.at64, tc.at1)
-		for _, w := range tc.want {
-			if !strings.Contains(got, w) {
-				t.Errorf("%s: goalVerdict = %q, lacks %q", tc.name, got, w)
-			}
-		}
-	}
-}
-
 func TestCombineRounds(t *testing.T) {
 	t.Parallel()
 	rounds := []wrkResult{
-		{Requests: 1000, DurationUS: 1e6, Bytes: 10, P50US: 100, P99US: 900, P999US: 5000, Read: 1},
+		{Requests: 1000, DurationUS: 1e6, Bytes: 10, P50US: 100, P99US: 900, P999US: 5000, Read: 1, CPUUS: 100_000},
 		{Requests: 3000, DurationUS: 1e6, Bytes: 30, P50US: 300, P99US: 100_000, P999US: 200_000, Status: 2},
-		{Requests: 2000, DurationUS: 1e6, Bytes: 20, P50US: 200, P99US: 700, P999US: 3000},
+		{Requests: 2000, DurationUS: 1e6, Bytes: 20, P50US: 200, P99US: 700, P999US: 3000, CPUUS: 300_000},
 		{Requests: 2000, DurationUS: 1e6, Bytes: 20, P50US: 200, P99US: 800, P999US: 4000, Timeout: 3},
 	}
 	got := combineRounds(rounds)
-	want := wrkResult{Requests: 8000, DurationUS: 4e6, Bytes: 80, P50US: 200, P99US: 850, P999US: 4500, Read: 1, Status: 2, Timeout: 3}
-	if got != want || got.RPS() != 2000 || got.Errors() != 6 {
+	want := wrkResult{Requests: 8000, DurationUS: 4e6, Bytes: 80, P50US: 200, P99US: 850, P999US: 4500, Read: 1, Status: 2, Timeout: 3,
+		CPUUS: 400_000}
+	if got != want || got.RPS() != 2000 || got.Errors() != 6 || got.CPUPerRequestUS() != 50 {
 		t.Errorf("combineRounds = %+v (RPS %v), want %+v", got, got.RPS(), want)
 	}
 	if one := combineRounds(rounds[1:2]); one != rounds[1] {

@@ -45,6 +45,9 @@ type wrkResult struct {
 	Write      int64 `json:"write"`
 	Status     int64 `json:"status"`
 	Timeout    int64 `json:"timeout"`
+	// CPUUS is the target process's CPU time during the run, when known
+	// (measured by the bench, not printed by wrk).
+	CPUUS int64 `json:"-"`
 }
 
 // RPS is completed requests per second of the run.
@@ -53,6 +56,14 @@ func (r wrkResult) RPS() float64 {
 		return 0
 	}
 	return float64(r.Requests) / (float64(r.DurationUS) / 1e6)
+}
+
+// CPUPerRequestUS is the target's CPU microseconds per answered request (0 if not measured).
+func (r wrkResult) CPUPerRequestUS() float64 {
+	if r.Requests <= 0 {
+		return 0
+	}
+	return float64(r.CPUUS) / float64(r.Requests)
 }
 
 // Errors is non-2xx responses (as wrk counts them) plus socket errors.
@@ -73,6 +84,7 @@ func combineRounds(rs []wrkResult) wrkResult {
 		c.Write += r.Write
 		c.Status += r.Status
 		c.Timeout += r.Timeout
+		c.CPUUS += r.CPUUS
 		p50, p99, p999 = append(p50, r.P50US), append(p99, r.P99US), append(p999, r.P999US)
 	}
 	c.P50US, c.P99US, c.P999US = median(p50), median(p99), median(p999)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -88,28 +87,23 @@ func tracingSuite(ctx context.Context) (Result, error) {
 				fmt.Sprint(after[c.instance] - before[c.instance]), fmt.Sprint(r.Errors())})
 		}
 	}
-	benches, err := hotPathBenchmarks(ctx)
-	if err != nil {
-		return Result{}, err
-	}
 	notes := []string{
 		fmt.Sprintf("Small GET /v1/sandbox through four gateways over one Redis and one sandbox (a cached thread), differing only in "+
 			"telemetry: `--log-level warn` (no access log, tracing off: no OTEL_* set), the same at `--log-level info` (one "+
 			"access log line per request, JSON to a file), and tracing on with OTEL_EXPORTER_OTLP_ENDPOINT pointing at an "+
 			"OTLP/HTTP sink in the bench process, OTEL_TRACES_SAMPLER=parentbased_traceidratio at 1.0 and at 0.01 (SDK "+
 			"defaults otherwise: batch span processor, 2048-span queue, 512-span batches, 5 s delay). wrk -t1, %s warm-up per "+
-			"target, then %s per target in 4 rounds of 1 s whose target order rotates, req/s pooled and each percentile the "+
+			"target, then %s per target in %d rounds of 1 s whose target order rotates, req/s pooled and each percentile the "+
 			"median of the rounds' (as the proxy-throughput suite); compare within a connection count, not across runs.",
-			secs(proxyWarmup), secs(proxyMeasure)),
+			secs(opts.ProxyWarmup), secs(opts.ProxyMeasure), opts.ProxyRounds),
 		"A sampled cached request makes three gateway spans (the otelecho server span, the acquire hit, the proxy attempt); " +
 			"'spans received' is what the sink decoded from that gateway during the measured runs and warm-ups. Where it is below " +
 			"3 × requests, the SDK's queue was full and it dropped spans rather than slow requests down. The sandbox was " +
 			"provisioned by the tracing-off gateway, so it does not trace: the numbers are the gateway's cost only.",
 		"Tracing off costs the request path one context lookup per span site (no span, no attribute slice, no allocation): " +
-			"the Go benchmarks below run the cached paths with -benchmem; an allocation there fails TestCachedAcquireDoesNotAllocate, " +
-			"TestUpstreamPathDoesNotAllocate, TestAccountingWithoutAccessLogDoesNotAllocate and TestRequestMetricsDoNotAllocate.",
+			"the go-bench section runs the cached paths with -benchmem; an allocation there fails TestCachedAcquireDoesNotAllocate, " +
+			"TestCachedRouteByIDDoesNotAllocate, TestRouteMatchDoesNotAllocate, TestUpstreamPathDoesNotAllocate, TestAccountingWithoutAccessLogDoesNotAllocate and TestRequestMetricsDoNotAllocate.",
 	}
-	notes = append(notes, benches...)
 	notes = append(notes, fmt.Sprintf("Load average at start %s; the suite took %s.", loadStart, time.Since(began).Round(time.Second)))
 	return Result{
 		Title: "Tracing and access log: cost on the cached proxy path",
@@ -123,7 +117,7 @@ func tracingSuite(ctx context.Context) (Result, error) {
 // tracingSetup starts Redis and the gateways; the first gateway provisions
 // the thread's sandbox, which the others then find in Redis.
 func tracingSetup(ctx context.Context, tmp string, configs []tracingConfig, cleanup *cleanupStack) ([]target, error) {
-	bin, err := buildGateway(ctx, tmp)
+	bin, err := buildGateway(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -159,52 +153,7 @@ func tracingSetup(ctx context.Context, tmp string, configs []tracingConfig, clea
 				}
 			})
 		}
-		targets = append(targets, target{c.name, base})
+		targets = append(targets, target{name: c.name, base: base})
 	}
 	return targets, nil
-}
-
-// measureTargets is measureCell for any number of targets: a warm-up each,
-// then rounds in rotating order, combined per target.
-func measureTargets(ctx context.Context, targets []target, w workload, script string, conns int) ([]wrkResult, error) {
-	warm := wrkRun{script: script, conns: conns, dur: proxyWarmup, timeout: proxyTimeout}
-	for _, t := range targets {
-		if _, err := warm.run(ctx, t.base+w.path); err != nil {
-			return nil, err
-		}
-	}
-	rounds := make([][]wrkResult, len(targets))
-	run := wrkRun{script: script, conns: conns, dur: proxyMeasure / time.Duration(w.rounds), timeout: proxyTimeout}
-	for r := range w.rounds {
-		for i := range targets {
-			ti := (r + i) % len(targets)
-			res, err := run.run(ctx, targets[ti].base+w.path)
-			if err != nil {
-				return nil, err
-			}
-			rounds[ti] = append(rounds[ti], res)
-		}
-	}
-	out := make([]wrkResult, len(targets))
-	for i := range targets {
-		out[i] = combineRounds(rounds[i])
-	}
-	return out, nil
-}
-
-// hotPathBenchmarks runs the cached-path Go benchmarks with -benchmem and
-// returns one note line per benchmark (median ns/op of 5 runs).
-func hotPathBenchmarks(ctx context.Context) ([]string, error) {
-	root, err := moduleRoot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out, err := goBench(ctx, root, "BenchmarkAcquireCached|BenchmarkRouteParse|BenchmarkAccount|BenchmarkRecordRequest",
-		"./internal/pool", "./internal/router", "./internal/telemetry")
-	if err != nil {
-		return nil, err
-	}
-	lines := []string{"Go benchmarks (`go test -run '^$' -bench ... -benchmem -count 5`, median ns/op; B/op and allocs/op are the same in every run): " +
-		strings.Join(out, "; ") + "."}
-	return lines, nil
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the real services the tests run against (Debian packages), only
 # when missing, so the second `make test` on a machine does nothing here.
-# Usage: scripts/install-deps.sh [test|bench]
+# Usage: scripts/install-deps.sh
 set -euo pipefail
-want=(redis-server:redis-server busybox:busybox-static)
-if [ "${1:-test}" = bench ]; then
-  want+=(nginx:nginx wrk:wrk)
-fi
+# nginx and docker-compose: test/deploy runs the compose stack's nginx config
+# and validates compose.yaml with them.
+want=(redis-server:redis-server busybox:busybox-static nginx:nginx docker-compose:docker-compose)
+# wrk: make bench drives it, and bench/'s own tests (part of make test) run
+# its Lua script in the real wrk, so the tests need it too.
+want+=(wrk:wrk)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}

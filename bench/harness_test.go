@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"image/png"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gonum.org/v1/plot"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/remote"
+)
+
+// proxyFigures is a proxy-throughput result with small-GET figures.
+func proxyFigures(gwRPS, ngxRPS, gwP99, directP99 float64) Result {
+	f := map[string]float64{}
+	for _, c := range proxyConns {
+		for _, t := range []string{"direct", "nginx", "gateway"} {
+			f[proxyKey(c, t, "rps")] = 1000 * float64(c)
+			f[proxyKey(c, t, "p50_ms")] = 0.5 * float64(c)
+			f[proxyKey(c, t, "p99_ms")] = float64(c)
+		}
+	}
+	f[proxyKey(goalConns, "gateway", "rps")], f[proxyKey(goalConns, "nginx", "rps")] = gwRPS, ngxRPS
+	f[proxyKey(goalConns, "gateway", "p99_ms")], f[proxyKey(goalConns, "direct", "p99_ms")] = gwP99, directP99
+	return Result{Name: "proxy-throughput", Figures: f, Machine: Machine{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), Load: "1.00 2.00 3.00"}}
+}
+
+func TestGoalVerdicts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		results []Result
+		row     int // index in goalRows
+		verdict string
+	}{
+		{"req/s missed", []Result{proxyFigures(6600, 10000, 10, 9)}, 0, "missed by 34%"},
+		{"req/s met", []Result{proxyFigures(10500, 10000, 10, 9)}, 0, "met"},
+		{"p99 missed", []Result{proxyFigures(1, 1, 14.97, 9.45)}, 1, "missed by 4.52 ms"},
+		{"p99 met", []Result{proxyFigures(1, 1, 9.9, 9.45)}, 1, "met"},
+		{"p99 below direct", []Result{proxyFigures(1, 1, 9, 9.45)}, 1, "met (below the reference: noise)"},
+		{"route parse allocates", []Result{{Name: "go-bench", Figures: map[string]float64{benchKey(benchRouteParse, "allocs_max"): 2,
+			benchKey(benchRouteParse, "bytes_op"): 32, benchKey(benchRouteParse, "ns_op"): 9}}}, 2, "missed by 2 allocations"},
+		{"cache lookup zero", []Result{{Name: "go-bench", Figures: map[string]float64{benchKey(benchCacheHit, "allocs_max"): 0,
+			benchKey(benchCacheHit, "bytes_op"): 0, benchKey(benchCacheHit, "ns_op"): 300}}}, 3, "met"},
+		{"warm reclaim missed", []Result{{Name: "lifecycle", Figures: map[string]float64{figWarmPoolP99: 6.5, figWarmHTTPP99: 8}}}, 4, "missed by 1.50 ms"},
+		{"process create met", []Result{{Name: "process-cold-create", Figures: map[string]float64{figCreateP50: 29, figGoStartP50: 27}}}, 5, "met"},
+		{"process create at the machine's floor", []Result{{Name: "process-cold-create", Figures: map[string]float64{figCreateP50: 81.85, figGoStartP50: 87.6}}}, 5, "missed by 31.85 ms"},
+		{"docker within 100 ms", []Result{{Name: "docker-cold-create", Figures: map[string]float64{figCreateP50: 1200, figDockerRefP50: 1150}}}, 6, "met"},
+		{"docker too slow", []Result{{Name: "docker-cold-create", Figures: map[string]float64{figCreateP50: 1400, figDockerRefP50: 1150}}}, 6, "missed by 150 ms"},
+		{"suite missing", nil, 6, "not measured"},
+		{"suite without figures", []Result{{Name: "lifecycle"}}, 4, "not measured"},
+	} {
+		rs := map[string]Result{}
+		for _, r := range tc.results {
+			rs[r.Name] = r
+		}
+		rows := goalRows(rs)
+		if len(rows) != 7 {
+			t.Fatalf("%d goal rows, want 7", len(rows))
+		}
+		if got := rows[tc.row][2]; got != tc.verdict {
+			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])
+		}
+		if tc.name == "process create at the machine's floor" && !strings.Contains(rows[tc.row][3], "no slower than starting and exiting the Go binary alone (87.60 ms p50") {
+			t.Errorf("%s: why %q does not name the floor", tc.name, rows[tc.row][3])
+		}
+		if len(rows[tc.row]) != len(goalColumns) {
+			t.Errorf("%s: %d cells, want %d", tc.name, len(rows[tc.row]), len(goalColumns))
+		}
+	}
+}
+
+func TestDrawLatencyChart(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), chartFile)
+	if err := drawLatencyChart(proxyFigures(6600, 10000, 15, 9), path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != 13*96 || b.Dy() != 5*96 {
+		t.Fatalf("chart is %v, want 1248x480", b)
+	}
+	if err := drawLatencyChart(Result{Name: "proxy-throughput"}, path); err == nil {
+		t.Fatal("a chart without figures drew nothing and said nothing")
+	}
+}
+
+func TestParseBenchOutput(t *testing.T) {
+	t.Parallel()
+	out := `goos: linux
+pkg: github.com/sandgate/sandgate/internal/pool
+BenchmarkAcquireCached/tracing=off-2         	 3148722	       378.5 ns/op	       0 B/op	       0 allocs/op
+BenchmarkAcquireCached/tracing=off-2         	 3148722	       390.5 ns/op	       0 B/op	       1 allocs/op
+BenchmarkAcquireCached/tracing=off-2         	 3148722	       380.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkTouchFlush1000Routes-2   	     100	  1200000 ns/op	  345678 B/op	    2010 allocs/op
+PASS`
+	order, by := parseBenchOutput(out)
+	if len(order) != 2 || order[0] != "BenchmarkAcquireCached/tracing=off" || order[1] != "BenchmarkTouchFlush1000Routes" {
+		t.Fatalf("order %v", order)
+	}
+	figs := map[string]float64{}
+	row := benchRow(figs, order[0], goBenchmark{pkg: "./internal/pool", name: "BenchmarkAcquireCached", zeroAlloc: true}, by[order[0]])
+	if row[2] != "380.0" || row[4] != "0" || !strings.HasPrefix(row[5], "MISSED") {
+		t.Fatalf("row %v: want median 380.0 ns, median 0 allocs, goal missed (one run allocated)", row)
+	}
+	if figs[benchKey(order[0], "allocs_max")] != 1 || figs[benchKey(order[0], "ns_op")] != 380 {
+		t.Fatalf("figures %v", figs)
+	}
+}
+
+func TestProcStat(t *testing.T) {
+	t.Parallel()
+	st, err := parseProcStat("4242 (a (weird) name) S 1 4240 4240 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 1 0 5 1000 10")
+	if err != nil || st.pgrp != 4240 || st.cpu != 280*clockTick {
+		t.Fatalf("parse: %+v %v, want pgrp 4240 and 2.8s", st, err)
+	}
+	if _, err := parseProcStat("4242 no name"); err == nil {
+		t.Fatal("a line without a command name parsed")
+	}
+	if rss, err := vmRSS(os.Getpid()); err != nil || rss <= 0 {
+		t.Fatalf("own VmRSS: %d %v", rss, err)
+	}
+	if n, err := openFDs(os.Getpid()); err != nil || n < 3 {
+		t.Fatalf("own fds: %d %v", n, err)
+	}
+	if _, err := processCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPromValues(t *testing.T) {
+	t.Parallel()
+	text := "# HELP go_goroutines x\n# TYPE go_goroutines gauge\ngo_goroutines 12\ngo_memstats_heap_inuse_bytes 4.194304e+06\n" +
+		"sandgate_sandboxes{state=\"active\"} 3\n"
+	got := promValues(text, "go_goroutines", "go_memstats_heap_inuse_bytes", "sandgate_sandboxes")
+	if got["go_goroutines"] != 12 || got["go_memstats_heap_inuse_bytes"] != 4194304 || len(got) != 2 {
+		t.Fatalf("%v", got)
+	}
+}
+
+// The stand-in provisioner speaks the protocol of the real remote backend.
+func TestStandinProvisionerServesTheRemoteBackend(t *testing.T) {
+	t.Parallel()
+	sandbox := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/sandbox" {
+			http.NotFound(w, r)
+			return
+		}
+		writeJSONBody(w, http.StatusOK, map[string]any{"success": true})
+	}))
+	defer sandbox.Close()
+	prov, err := startStandinProvisioner(sandbox.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prov.close()
+	be, err := remote.New(remote.Config{URL: prov.url}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := backend.Spec{SandboxID: "0123456789abcdef", User: "default", Thread: "t-1"}
+	for range 2 { // create is idempotent
+		info, err := be.Create(ctx, spec)
+		if err != nil || info.URL != sandbox.URL || info.Thread != "t-1" {
+			t.Fatalf("create: %+v %v", info, err)
+		}
+	}
+	if n := prov.creates.Load(); n != 1 {
+		t.Fatalf("%d creates counted for one sandbox id", n)
+	}
+	if info, found, err := be.Discover(ctx, spec.SandboxID); err != nil || !found || info.URL != sandbox.URL {
+		t.Fatalf("discover: %+v %v %v", info, found, err)
+	}
+	if all, err := be.List(ctx); err != nil || len(all) != 1 || all[0].SandboxID != spec.SandboxID {
+		t.Fatalf("list: %+v %v", all, err)
+	}
+	if err := be.Destroy(ctx, backend.Info{SandboxID: spec.SandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := be.Discover(ctx, spec.SandboxID); err != nil || found {
+		t.Fatalf("discover after destroy: %v %v", found, err)
+	}
+}
+
+func TestAxisTicks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		marker plot.Ticker
+		lo, hi float64
+		want   string
+	}{
+		{roundTicks{}, 0, 27964, "0 5000 10000 15000 20000 25000"},
+		{roundTicks{}, 0, 900, "0 200 400 600 800"},
+		{roundTicks{}, 0, 12, "0 2 4 6 8 10 12"},
+		{roundTicks{}, 5, 5, "5"},
+		{logTicks{}, 0.18, 61, "0.2 0.5 1 2 5 10 20 50"},
+		{logTicks{}, 1, 10, "1 2 5 10"},
+		{logTicks{}, 0, 10, ""},
+	} {
+		var got []string
+		for _, tk := range tc.marker.Ticks(tc.lo, tc.hi) {
+			got = append(got, tk.Label)
+		}
+		if s := strings.Join(got, " "); s != tc.want {
+			t.Errorf("%T.Ticks(%v, %v) = %q, want %q", tc.marker, tc.lo, tc.hi, s, tc.want)
+		}
+	}
+}
+
+func TestSuiteOrderNamesEverySuite(t *testing.T) {
+	t.Parallel()
+	if got := suiteNames(); !slices.Equal(got, suiteOrder) {
+		t.Fatalf("suites in run order %v, want suiteOrder %v: a suite is registered but not ordered, or ordered but gone", got, suiteOrder)
+	}
+}
+
+// TestDocFromFixture regenerates the doc from the result files in
+// testdata: the Goals table is computed from their figures, the chart is
+// drawn, and the sections follow the run order.
+func TestDocFromFixture(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "BENCHMARKS.md")
+	head := docHeader{Command: "go run ./bench", Took: 14 * time.Minute, Machine: Machine{CPU: "Fixture CPU", Cores: 2,
+		OS: "linux/amd64", GoVersion: "go1.26.8", Date: time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC), Load: "0.1 0.2 0.3"},
+		Memory: "8.0 GiB", Kernel: "Linux 6.1", Versions: []string{"go1.26.8", "nginx version: nginx/1.22.1"}}
+	if err := writeDoc(filepath.Join("testdata", "results"), doc, head); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	// Every goal, as computed from the fixture's figures: by how much it is met or missed.
+	for _, want := range []string{
+		"| gateway req/s ≥ nginx's, small GET, 64 connections | gateway 9000, nginx 12000 req/s (0.75×) | missed by 25% | " +
+			"against direct to the sandbox: nginx 0.60×, gateway 0.45×.",
+		": gateway 67.0 µs, nginx 50.0 µs; Sandgate's own hot path (",
+		"is 0.79 µs of the gateway's",
+		"| p99 added over direct < 1 ms, cached thread (small GET, 64 connections) | 1.50 ms added (gateway p99 10.50, direct 9.00) | missed by 0.50 ms | " +
+			"at 1 connection, where nothing queues, the gateway adds 0.25 ms (met)",
+		"| zero allocations per request: route parse | 0 allocs/op (most in any run), 0 B/op, 85.5 ns/op (`BenchmarkRouteMatch/thread`) | met |",
+		"| zero allocations per request: cache lookup (cached acquire) | 0 allocs/op (most in any run), 0 B/op, 41.2 ns/op (`BenchmarkAcquireCached/tracing=off`) | met |",
+		"| warm reclaim < 5 ms p99 | pool API p99 2.50 ms; over HTTP p99 3.90 ms | met |",
+		"| process cold create < 50 ms p50 | p50 31.20 ms | met | starting and exiting the Go binary alone takes 24.00 ms p50 here; the backend adds 7.20 ms",
+		"| docker cold create within 100 ms of `docker run` + ready | Create p50 1280 ms, `docker run` + ready p50 1150 ms (+130 ms) | missed by 30 ms |",
+		"2026-01-02 03:04 UTC, load 0.50 0.40 0.30, quick run |",
+		"- Regenerated by: `go run ./bench` (14m0s), 2026-01-02 04:00 UTC.",
+		"- Machine: Fixture CPU, 2 cores, 8.0 GiB, Linux 6.1, linux/amd64; load average 0.1 0.2 0.3",
+		"![p50 and p99 latency and req/s by connections, gateway vs nginx vs direct](bench-latency.png)",
+		"| `BenchmarkRewrite/plain` (./internal/proxy) | header rewrite | 420.0 | 96 | 3 | — |",
+		"| small GET /v1/sandbox | 64 | 20000 | 12000 | 9000 | 0.75 | 0.45 | 3.00 / 9.00 / 15.00 |",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("doc lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "not measured") {
+		t.Error("a goal is not measured although the fixture has every figure")
+	}
+	var at []int
+	for _, title := range []string{"## Goals", "## Latency and throughput", "## Proxy throughput", "## Pool lifecycle",
+		"## Process backend", "## Docker backend", "## Go benchmarks"} {
+		at = append(at, strings.Index(s, title))
+	}
+	if slices.Contains(at, -1) || !slices.IsSorted(at) {
+		t.Errorf("sections missing or out of run order (offsets %v):\n%s", at, s)
+	}
+	f, err := os.Open(filepath.Join(dir, chartFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatalf("chart: %v", err)
+	}
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"time"
+)
+
+// suiteEnv is what the suites that run gateways start from: a scratch
+// directory, the run's gateway build and a real redis-server.
+type suiteEnv struct {
+	tmp, bin, redisAddr string
+	// cleanup stops what the suite started, last in first out, before
+	// Redis (pushed first) stops.
+	cleanup cleanupStack
+}
+
+func startSuiteEnv(ctx context.Context, name string) (_ *suiteEnv, err error) {
+	e := &suiteEnv{}
+	if e.tmp, err = os.MkdirTemp("", "sandgate-bench-"+name+"-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	if e.bin, err = buildGateway(ctx); err != nil {
+		return nil, err
+	}
+	rs, addr, err := startRedis(ctx, e.tmp)
+	if err != nil {
+		return nil, err
+	}
+	e.redisAddr = addr
+	e.cleanup.push(func(context.Context) { rs.stop(syscall.SIGTERM, 5*time.Second) })
+	return e, nil
+}
+
+// close runs the cleanup, then removes the scratch directory.
+func (e *suiteEnv) close() {
+	e.cleanup.run()
+	_ = os.RemoveAll(e.tmp)
+}
