@@ -86,7 +86,8 @@ func TestBodyLimitStopsAStreamedBody(t *testing.T) {
 	}
 }
 
-// rawEcho is an upstream that upgrades to a raw echo stream.
+// rawEcho is an upstream that answers any request with 101 and then
+// echoes every byte.
 func rawEcho(t *testing.T) *upstream {
 	return newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()
@@ -138,7 +139,7 @@ func TestUpgradedConnectionLimits(t *testing.T) {
 	tg := newTarget(t, rawEcho(t).URL)
 	t.Run("idle", func(t *testing.T) {
 		t.Parallel()
-		p := New(Config{WSIdleTimeout: 300 * time.Millisecond}, &fixedResolver{}, errWriter, nil)
+		p := New(Config{WSIdleTimeout: 1500 * time.Millisecond}, &fixedResolver{}, errWriter, nil)
 		gw := gatewayFor(t, p, func() Upstream { return tg })
 		conn, br, code := upgrade(t, gw)
 		if code != 101 {
@@ -146,14 +147,14 @@ func TestUpgradedConnectionLimits(t *testing.T) {
 		}
 		// Traffic keeps it open past the idle timeout...
 		for range 8 {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(250 * time.Millisecond)
 			fmt.Fprint(conn, "x\n")
 			if line, err := br.ReadString('\n'); err != nil || line != "x\n" {
 				t.Fatalf("echo: %q %v", line, err)
 			}
 		}
 		// ...silence closes it.
-		if took := closedWithin(t, conn, br, 3*time.Second); took < 200*time.Millisecond {
+		if took := closedWithin(t, conn, br, 10*time.Second); took < time.Second {
 			t.Errorf("closed after %s of silence, before the idle timeout", took)
 		}
 		waitUntil(t, func() bool { return p.Upgraded() == 0 })
@@ -176,7 +177,7 @@ func TestUpgradedConnectionLimits(t *testing.T) {
 				}
 			}
 		}()
-		closedWithin(t, conn, br, 3*time.Second)
+		closedWithin(t, conn, br, 10*time.Second)
 		if took := time.Since(start); took < 450*time.Millisecond {
 			t.Errorf("closed after %s, before its lifetime", took)
 		}

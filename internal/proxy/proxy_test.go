@@ -327,21 +327,7 @@ func TestClientGoneClosesUpstreamRequest(t *testing.T) {
 
 func TestUpgradePassesThroughAndClosesOnDrain(t *testing.T) {
 	t.Parallel()
-	// A raw upgrade handler: 101, then echo every byte.
-	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "test-proto" {
-			http.Error(w, "no upgrade", 400)
-			return
-		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test-proto\r\n\r\n")
-		brw.Flush()
-		_, _ = io.Copy(conn, brw)
-	}))
+	up := rawEcho(t) // 101, then echo every byte
 	tg := newTarget(t, up.URL)
 	p := New(Config{}, &fixedResolver{}, errWriter, nil)
 	gw := gatewayFor(t, p, func() Upstream { return tg })
