@@ -9,7 +9,7 @@ build:
 
 deps:
 	./scripts/install-deps.sh
-	./scripts/kube-test-bins.sh >/dev/null  # kube-apiserver + etcd, cached in .cache/kube (~6.5 min cold)
+	./scripts/kube-test-bins.sh >/dev/null  # kube-apiserver, etcd and kubectl, cached in .cache/kube (~6.5 min cold)
 
 # The whole suite against real services (redis-server, this machine's Docker
 # engine). Under CI=true a missing service fails instead of skipping.

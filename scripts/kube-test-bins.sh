@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the binaries the Kubernetes integration tests run against — kube-apiserver v1.37.2 and etcd
-# v3.7.3 — from the Go module proxy into .cache/kube/bin (ignored by git). Each is built once per machine;
+# Builds the binaries the Kubernetes integration tests run against — kube-apiserver v1.37.2, etcd v3.7.3
+# and kubectl v1.37.2 (test/deploy renders and dry-runs the manifests with it) — from the Go module proxy
+# into .cache/kube/bin (ignored by git). Each is built once per machine;
 # a rebuild happens only when a binary is missing. An flock keeps two test packages from building at once,
 # and the builds run under nice so they do not starve other work on the machine.
 #
@@ -46,12 +47,14 @@ EOF
 	mv "$bin/etcd.tmp" "$bin/etcd"
 }
 
-build_apiserver() {
+# kube_module prepares the scratch module both Kubernetes commands build in: k8s.io/kubernetes replaces
+# its staging modules with ./staging/...; each is pointed at the tagged release instead.
+kube_module() {
 	local dir=$src/kube-apiserver
 	mkdir -p "$dir"
 	cd "$dir"
 	[ -f go.mod ] || go mod init sandgate.local/kube >/dev/null 2>&1
-	# k8s.io/kubernetes replaces its staging modules with ./staging/...; point each at the tagged release.
+	grep -q '^replace k8s.io/api ' go.mod && return 0
 	local kgomod
 	kgomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')
 	[ -n "$kgomod" ] || { echo "kube-test-bins: no go.mod for k8s.io/kubernetes@$KUBE_VERSION" >&2; exit 1; }
@@ -61,15 +64,22 @@ build_apiserver() {
 	local m args=()
 	for m in $mods; do args+=("-replace=$m=$m@$STAGING_VERSION"); done
 	go mod edit "${args[@]}"
-	nice -n 19 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION"
+}
+
+# build_kube CMD builds k8s.io/kubernetes/cmd/CMD with the release's version stamped in.
+build_kube() {
+	local cmd=$1
+	kube_module
+	nice -n 19 go get -tool "k8s.io/kubernetes/cmd/$cmd@$KUBE_VERSION"
 	nice -n 19 go build -trimpath -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
 		-X k8s.io/component-base/version.gitMajor=1 \
 		-X k8s.io/component-base/version.gitMinor=37" \
-		-o "$bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-	mv "$bin/kube-apiserver.tmp" "$bin/kube-apiserver"
+		-o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+	mv "$bin/$cmd.tmp" "$bin/$cmd"
 }
 
 [ -x "$bin/etcd" ] || (build_etcd) >&2
-[ -x "$bin/kube-apiserver" ] || (build_apiserver) >&2
+[ -x "$bin/kube-apiserver" ] || (build_kube kube-apiserver) >&2
+[ -x "$bin/kubectl" ] || (build_kube kubectl) >&2
 echo "$bin"
