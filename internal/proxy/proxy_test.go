@@ -362,3 +362,27 @@ func TestUpgradePassesThroughAndClosesOnDrain(t *testing.T) {
 		t.Fatal("connection still open after drain")
 	}
 }
+
+// A route retired while a request held it (its pool closed) is retried on
+// the replacement like a dial failure: nothing was sent, so it is safe for
+// any method, and the client never sees the pool's internal error.
+func TestRetiredPoolIsRetriedOnTheReplacement(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "got %s", b)
+	})
+	retired := newTarget(t, newUpstream(t, h).URL)
+	retired.rt.CloseIdleConnections()
+	res := &fixedResolver{next: newTarget(t, newUpstream(t, h).URL)}
+	gw := gatewayFor(t, New(Config{}, res, errWriter, nil), func() Upstream { return retired })
+	resp, err := gw.Client().Post(gw.URL+"/v1/x", "text/plain", strings.NewReader("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "got payload" || res.calls.Load() != 1 {
+		t.Fatalf("POST on a retired route: %d %q after %d re-resolves", resp.StatusCode, b, res.calls.Load())
+	}
+}

@@ -84,11 +84,12 @@ func retarget(req *http.Request, base *url.URL) *http.Request {
 	return &r
 }
 
-// isDial reports a failure to connect at all (refused, unreachable, dial
-// timeout): nothing was sent.
+// isDial reports a failure before anything was sent: no connection at all
+// (refused, unreachable, dial timeout), or the incarnation's pool closed
+// because the pool retired it while this request held its route.
 func isDial(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, errTransportClosed)
 }
 
 // guardedBody lets a request body survive a failed attempt: the Transport
