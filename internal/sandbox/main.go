@@ -20,6 +20,8 @@ import (
 //
 //	--listen ADDR          listen address (default 127.0.0.1:8080)
 //	--listen-fd N          serve on an inherited listening socket (fd N) instead
+//	--recorded-fd N        exit unless a byte arrives on this inherited pipe before
+//	                       EOF: the process backend's creator recorded this server
 //	--map VIRTUAL=HOST     read-write path mapping (repeatable); none = container mode
 //	--map-ro VIRTUAL=HOST  read-only path mapping (repeatable)
 //	--home DIR             virtual home/workspace dir and default cwd
@@ -32,6 +34,7 @@ func Main(ctx context.Context, args []string) error {
 	var maps, mapsRO multiFlag
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.IntVar(&cfg.ListenFD, "listen-fd", 0, "serve on this inherited listening socket fd")
+	recordedFD := fs.Int("recorded-fd", 0, "exit unless the creator confirms on this inherited pipe fd")
 	fs.StringVar(&cfg.Home, "home", "", "virtual home dir (default: /mnt/user-data/workspace if mapped, else $HOME)")
 	fs.Int64Var(&cfg.MaxOutput, "max-output", DefaultMaxOutput, "cap on returned command output in bytes")
 	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
@@ -58,6 +61,12 @@ func Main(ctx context.Context, args []string) error {
 		}
 	}
 	log := slog.New(telemetry.WithTraceIDs(slog.NewJSONHandler(os.Stderr, nil))).With("component", "sandbox")
+	if *recordedFD > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go awaitRecorded(*recordedFD, cancel, log)
+	}
 	cfg.Logger = log
 	// The gateway passes its OTEL_* variables down, so with tracing on the
 	// server's spans continue the gateway's traces (traceparent).
@@ -84,6 +93,25 @@ func Main(ctx context.Context, args []string) error {
 		return err
 	}
 	return serve(ctx, srv, telemetry.ServerSpans(tracing, srv.Handler()), ln, log)
+}
+
+// awaitRecorded reads the creator's confirmation from fd; EOF first means
+// the creator died before recording this server anywhere, so nobody could
+// ever find, use or stop it: it shuts down (cancel).
+func awaitRecorded(fd int, cancel context.CancelFunc, log *slog.Logger) {
+	f := os.NewFile(uintptr(fd), "recorded")
+	if f == nil {
+		log.Error("recorded-fd: invalid descriptor; exiting", "fd", fd)
+		cancel()
+		return
+	}
+	defer f.Close()
+	var b [1]byte
+	if n, _ := f.Read(b[:]); n == 1 {
+		return
+	}
+	log.Warn("creator exited before recording this sandbox; shutting down")
+	cancel()
 }
 
 func parseMapping(spec string, ro bool) (Mapping, error) {

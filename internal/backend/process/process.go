@@ -133,10 +133,20 @@ func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, 
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 	}
 	st, err := p.record(ctx, spec, c, url)
-	if err == nil {
-		err = p.waitReady(ctx, c, url)
-	}
 	if err != nil {
+		p.abandon(c, st, sid)
+		return backend.Info{}, fmt.Errorf("create sandbox %s (log %s): %w", sid, p.logPath(sid), err)
+	}
+	c.confirm() // recorded: from now on the sandbox outlives this process
+	if err := p.waitReady(ctx, c, url); err != nil {
+		if ctx.Err() != nil && p.waitReady(context.Background(), c, url) == nil {
+			// The caller gave up (its lock lost, its client gone), not the
+			// sandbox, and another replica may already have discovered and
+			// be serving it: leave it recorded for Discover or the reconciler.
+			keepLock = true
+			log.Warn("creation cancelled; sandbox left running for adoption", "pid", c.pid)
+			return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, ctx.Err())
+		}
 		p.abandon(c, st, sid)
 		return backend.Info{}, fmt.Errorf("create sandbox %s (log %s): %w", sid, p.logPath(sid), err)
 	}
@@ -223,6 +233,7 @@ func (p *Process) waitReady(ctx context.Context, c *child, url string) error {
 
 // abandon kills a child whose creation failed and removes its state.
 func (p *Process) abandon(c *child, st *state, sid string) {
+	_ = c.recorded.Close() // unconfirmed: the child exits on its own too
 	// A fresh context: the caller's may be what ended the creation.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*termGrace)
 	defer cancel()

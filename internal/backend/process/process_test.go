@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 func TestCreateServesAndMapsThreadDirs(t *testing.T) {
@@ -53,7 +55,7 @@ func TestCreateServesAndMapsThreadDirs(t *testing.T) {
 	args := procList(t, pid, "cmdline")
 	ws := filepath.Join(backend.ThreadDir(dataDir, "alice", "t1"), "workspace")
 	for _, want := range [][]string{
-		{"sandbox", "--listen-fd", "3", "--home", backend.VirtualWorkspace},
+		{"sandbox", "--listen-fd", "3", "--recorded-fd", "4", "--home", backend.VirtualWorkspace},
 		{"--map", backend.VirtualWorkspace + "=" + ws},
 		{"--map-ro", backend.VirtualSkills + "=" + skills},
 	} {
@@ -468,4 +470,65 @@ func TestUnresponsiveSandboxIsReplacedOnlyByCreate(t *testing.T) {
 		t.Fatal("replacement does not answer")
 	}
 	eventually(t, "the hung sandbox is gone", func() bool { return !exists(pid) })
+}
+
+// A gateway killed between spawning a sandbox and writing its state file
+// (its end of the recorded pipe closes with it) must not leave a server
+// nobody can find: the child exits by itself, so the next create makes the
+// only one. Found by the soak (a duplicate after kill -9 mid-create).
+func TestUnrecordedChildExitsWhenItsCreatorDies(t *testing.T) {
+	t.Parallel()
+	p := newProcess(t, t.TempDir())
+	spec := backend.Spec{SandboxID: sidFor("alice", "orphan"), User: "alice", Thread: "orphan"}
+	c, url, err := p.start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.WaitReady(context.Background(), url); err != nil {
+		t.Fatalf("child never served: %v", err)
+	}
+	_ = c.recorded.Close() // what the kernel does when the creator dies
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		signalGroup(c.pid, syscall.SIGKILL)
+		t.Fatal("an unrecorded sandbox server kept running after its creator's end of the pipe closed")
+	}
+	if _, ok, _ := p.Discover(context.Background(), spec.SandboxID); ok {
+		t.Fatal("Discover found a sandbox that was never recorded")
+	}
+}
+
+// A create whose caller gives up after the sandbox is recorded (its lock
+// lost to a Redis flush, say) leaves a sandbox that comes up running and
+// recorded: another replica may already have discovered and be serving it.
+// Found by the soak (a serving sandbox killed by its creator's abandon).
+func TestCancelledCreateLeavesARecordedSandboxForAdoption(t *testing.T) {
+	t.Parallel()
+	stateDir := t.TempDir()
+	script := filepath.Join(t.TempDir(), "slow.sh")
+	body := "#!/bin/sh\nsleep 1\nexec " + testutil.GatewayBinary(t) + ` "$@"` + "\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := newProcessWith(t, Config{Binary: script, StateDir: stateDir, Instance: "test"})
+	spec := threadSpec(t, t.TempDir(), "lee", "flushed")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	go func() { // give up as soon as the sandbox is recorded
+		for !fileExists(filepath.Join(stateDir, spec.SandboxID+".json")) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
+	if _, err := p.Create(ctx, spec); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Create with its context cancelled after recording: %v, want context.Canceled", err)
+	}
+	info, ok, err := p.Discover(testCtx(t), spec.SandboxID)
+	if err != nil || !ok {
+		t.Fatalf("the recorded sandbox was not left for adoption: found=%v err=%v", ok, err)
+	}
+	t.Cleanup(func() { _ = p.Destroy(context.Background(), info) })
+	if alive, err := p.Alive(testCtx(t), info); err != nil || !alive {
+		t.Fatalf("adopted sandbox not alive: %v %v", alive, err)
+	}
 }

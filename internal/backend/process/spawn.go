@@ -21,6 +21,18 @@ import (
 type child struct {
 	pid  int
 	done chan struct{} // closed once the process has exited and been reaped
+	// recorded is the write end of the child's --recorded-fd pipe: one
+	// byte tells it its state file exists. Should this gateway die before
+	// (kill -9 between spawn and record), the child reads EOF and exits, so
+	// no sandbox runs that neither Discover nor the reconciler can see.
+	recorded *os.File
+}
+
+// confirm tells the child it is recorded; closing without it (abandon, or
+// this process dying) makes the child exit.
+func (c *child) confirm() {
+	_, _ = c.recorded.Write([]byte{1})
+	_ = c.recorded.Close()
 }
 
 // validateSpec rejects what cannot be passed to the child unambiguously.
@@ -45,9 +57,10 @@ func validateSpec(spec backend.Spec) error {
 }
 
 // serverArgs is the sandbox server's command line (the contract of
-// `gateway sandbox`): the listening socket is fd 3, each mount a mapping.
+// `gateway sandbox`): the listening socket is fd 3, the recorded pipe fd 4,
+// each mount a mapping.
 func serverArgs(mounts []backend.Mount) ([]string, error) {
-	args := []string{"sandbox", "--listen-fd", "3", "--home", backend.VirtualWorkspace}
+	args := []string{"sandbox", "--listen-fd", "3", "--recorded-fd", "4", "--home", backend.VirtualWorkspace}
 	for _, m := range mounts {
 		host, err := filepath.Abs(m.HostPath)
 		if err != nil {
@@ -120,15 +133,22 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 	}
 	defer logf.Close()
 
+	recordedR, recordedW, err := os.Pipe()
+	if err != nil {
+		return nil, "", fmt.Errorf("sandbox recorded pipe: %w", err)
+	}
+	defer recordedR.Close()
+
 	cmd := exec.Command(p.cfg.Binary, args...)
 	cmd.Env = childEnv(os.Environ(), spec.Env)
-	cmd.Stdout, cmd.Stderr = logf, logf // the file itself, no pipe: the child outlives us
-	cmd.ExtraFiles = []*os.File{sock}   // fd 3
+	cmd.Stdout, cmd.Stderr = logf, logf          // the file itself, no pipe: the child outlives us
+	cmd.ExtraFiles = []*os.File{sock, recordedR} // fd 3, fd 4
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		_ = recordedW.Close()
 		return nil, "", fmt.Errorf("start sandbox server: %w", err)
 	}
-	c := &child{pid: cmd.Process.Pid, done: make(chan struct{})}
+	c := &child{pid: cmd.Process.Pid, done: make(chan struct{}), recorded: recordedW}
 	p.mu.Lock()
 	p.children[c.pid] = c
 	p.mu.Unlock()
