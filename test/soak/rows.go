@@ -1,0 +1,169 @@
+package main
+
+// row is one failure the service is built against: what happens, the
+// mechanism, and the tests that would fail if it broke. The report renders
+// these rows; edit them here, not in docs/RELIABILITY.md.
+type row struct {
+	failure, happens, mechanism string
+	tests                       []testRef
+	note                        string // shown in the test column after the tests
+}
+
+type testRef struct{ pkg, name string }
+
+const (
+	e2e      = "./test/e2e"
+	poolPkg  = "./internal/pool"
+	leasePkg = "./internal/lease"
+	procPkg  = "./internal/backend/process"
+)
+
+var rows = []row{
+	{
+		failure:   "Many first requests for one thread, on many replicas",
+		happens:   "exactly one sandbox",
+		mechanism: "single-flight per replica; `{p}lock:{sid}` (bsm/redislock, refreshed while held) across replicas; re-check of the record and `Discover` under the lock before `Create`",
+		tests:     []testRef{{e2e, "TestReplicasCreateExactlyOneSandboxPerThread"}, {poolPkg, "TestConcurrentAcquiresCreateOncePerThread"}},
+		note:      "(3 replicas, 300 requests, 30 threads → 30 sandboxes, 0 errors)",
+	},
+	{
+		failure:   "A replica is `kill -9`ed while it creates",
+		happens:   "no duplicate, no orphan",
+		mechanism: "the lock expires after `lock_ttl`; the process backend writes its state file before waiting for readiness, so the next replica's `Discover` adopts the half-made sandbox",
+		tests:     []testRef{{e2e, "TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan"}},
+		note:      "; soak fault “replica kill -9 + restart”",
+	},
+	{
+		failure:   "Two replicas reap the same expired sandbox",
+		happens:   "destroyed once",
+		mechanism: "per-sandbox lock, then `scriptClaim` (Lua) re-checks the expiry and takes it out of the index atomically",
+		tests:     []testRef{{poolPkg, "TestThreeReapersDestroyEachExactlyOnce"}},
+		note:      "(3 replicas, 200 expired sandboxes)",
+	},
+	{
+		failure:   "A 20-minute command on an idle-timeout of 10 minutes",
+		happens:   "not reaped",
+		mechanism: "a request in flight keeps its route touched; each replica flushes touches every `touch_interval`; the reaper also skips sandboxes with a request in flight on its own replica",
+		tests:     []testRef{{poolPkg, "TestInFlightIsNeverReaped"}, {e2e, "TestIdleSandboxesAreReapedButNotBusyOnes"}},
+	},
+	{
+		failure:   "A warm sandbox dies while parked",
+		happens:   "never handed out",
+		mechanism: "liveness check before reclaim; the dead record is dropped (incarnation-guarded) and a new sandbox created",
+		tests:     []testRef{{poolPkg, "TestWarmReclaimAndDeadWarmNeverReturned"}},
+	},
+	{
+		failure:   "A sandbox is killed behind the gateway's back",
+		happens:   "next request recreates it transparently, files intact",
+		mechanism: "the proxy checks a pooled connection for a close from the sandbox before reuse, so a dead sandbox shows as a refused dial; dial failures re-acquire (verifying liveness) and retry",
+		tests:     []testRef{{e2e, "TestKilledSandboxIsRecreatedWithFiles"}, {"./internal/proxy", "TestDeadUpstreamIsADialErrorAndRetried"}},
+		note:      "; soak fault “sandbox process kill -9”",
+	},
+	{
+		failure:   "A sandbox is killed mid-request",
+		happens:   "502 `sandbox_connection_lost`; the next call recreates",
+		mechanism: "a broken connection after the request was sent is never replayed (the sandbox may have acted on it)",
+		tests:     []testRef{{e2e, "TestSandboxKilledMidRequestIs502ThenRecreated"}},
+	},
+	{
+		failure:   "Redis is down",
+		happens:   "503 `state_unavailable` + `Retry-After`; `/readyz` fails; cached threads keep working for `cache_ttl`",
+		mechanism: "every Redis error maps to `ErrState`",
+		tests:     []testRef{{e2e, "TestRedisDownAnswers503AndRecovers"}, {poolPkg, "TestCachedAcquireNeedsNoRedis"}},
+		note:      "; soak fault “Redis crash + empty restart”",
+	},
+	{
+		failure:   "Redis restarts empty, or is flushed",
+		happens:   "no sandbox lost or duplicated",
+		mechanism: "acquire runs `Discover` under the lock and adopts the running sandbox; with no traffic the reconciler adopts it into the warm pool after `reconcile_grace`",
+		tests:     []testRef{{e2e, "TestRedisFlushThenTrafficKeepsEverySandbox"}, {e2e, "TestReconcilerRestoresRecordsAfterRedisLoss"}, {poolPkg, "TestRedisFlushLosesNoSandbox"}},
+		note:      "; soak faults “Redis crash + empty restart”, “Redis FLUSHALL”",
+	},
+	{
+		failure:   "A record points at a sandbox that is gone",
+		happens:   "record dropped",
+		mechanism: "reconciler confirms with `Alive` before dropping",
+		tests:     []testRef{{poolPkg, "TestReconcilerAdoptsAndDrops"}},
+	},
+	{
+		failure:   "A destroy is interrupted (replica died)",
+		happens:   "finished later",
+		mechanism: "the record stays `destroying`; the next acquire (under the lock) or the reconciler finishes it",
+		note:      "`provision` / `Reconciler.settle`; no test of its own yet (the soak's replica kills land on destroys only by chance)",
+	},
+	{
+		failure:   "The pool is full",
+		happens:   "soft: least recently released warm sandbox evicted, else created beyond the cap with a warning; hard: 503 `capacity` + `Retry-After`",
+		mechanism: "`scriptReserve` counts active + warm + creating fleet-wide; reservations of dead replicas expire",
+		tests:     []testRef{{poolPkg, "TestSoftCapEvictsLeastRecentlyReleased"}, {poolPkg, "TestHardCap"}, {e2e, "TestHardCapAnswers503"}, {leasePkg, "TestReserve"}},
+	},
+	{
+		failure:   "A create takes longer than the client waits",
+		happens:   "503 `provisioning` + `Retry-After`; the create goes on",
+		mechanism: "the attempt runs detached from the request (single-flight), bounded by `create_timeout`",
+		tests:     []testRef{{e2e, "TestProvisioningPastItsBudgetAnswers503ThenServes"}},
+	},
+	{
+		failure:   "A create fails",
+		happens:   "502 `sandbox_start_failed`; capacity given back",
+		mechanism: "the reservation is removed",
+		tests:     []testRef{{poolPkg, "TestCreateFailureGivesCapacityBack"}},
+	},
+	{
+		failure:   "The sandbox binary cannot start (exits at once, never answers, no longer executable, deleted)",
+		happens:   "502 `sandbox_start_failed`, no host path in the body; nothing leaked: no record, no capacity reservation, no lock, no process (the never-answering one's whole tree is killed at `create_timeout`); the thread works once the binary is repaired. Not executable at start: the gateway refuses to start and names it",
+		mechanism: "the process backend kills the child's group and removes its state on a failed create; the pool removes the reservation; the binary is checked at start",
+		tests:     []testRef{{e2e, "TestSandboxBinaryThatCannotStartLeaksNothing"}, {e2e, "TestUnexecutableSandboxBinaryRefusedAtStart"}, {procPkg, "TestCreateFailsFastWhenServerExits"}, {procPkg, "TestCreateHonoursReadyTimeout"}},
+	},
+	{
+		failure:   "The Docker engine is down (socket missing, connection refused) or hung (accepts, never answers)",
+		happens:   "503 `backend_unavailable` (or `provisioning` while a hung create runs) + `Retry-After`, no address or host path in the body; `/readyz` fails; nothing leaked once `create_timeout` passes; repaired, the thread gets exactly one container; `backend: auto` falls back to `process`",
+		mechanism: "engine connection errors map to `backend.ErrUnavailable`; a create is bounded by `create_timeout` and gives its lock and reservation back",
+		tests:     []testRef{{e2e, "TestDockerEngineUnreachableOrHungIs503AndLeaksNothing"}, {e2e, "TestDockerEngineDownIs503AndAutoFallsBack"}},
+	},
+	{
+		failure:   "The thread's data directory cannot be made: a file in its place, permission denied (immutable, binds root), read-only filesystem, disk full",
+		happens:   "507 `storage_unavailable`, no `Retry-After`, no host path in the body; nothing leaked; the thread works once repaired",
+		mechanism: "`backend.ThreadMounts` errors map to `pool.ErrStorage`, before any sandbox starts",
+		tests:     []testRef{{e2e, "TestDataDirErrorsAre507WithoutHostPath"}},
+		note:      "; soak probes below",
+	},
+	{
+		failure:   "The disk fills under a running sandbox",
+		happens:   "its writes answer 507 naming only the virtual path; shell writes fail with a non-zero exit code; reads and the sandbox itself carry on; once space is freed the same incarnation writes again",
+		mechanism: "the sandbox server maps `ENOSPC`/`EDQUOT` to 507 with the virtual path",
+		tests:     []testRef{{e2e, "TestDiskFullUnderARunningSandbox"}},
+	},
+	{
+		failure:   "The backend's state dir (`{data_dir}/sandboxes`) is full",
+		happens:   "502 `sandbox_start_failed` (not 507: the process backend's `ENOSPC` is not told apart from a failed start), no host path; nothing leaked; the thread's files are intact once space is freed",
+		mechanism: "the failed create removes its reservation and state",
+		tests:     []testRef{{e2e, "TestFullStateDirIsAClearError"}},
+	},
+	{
+		failure:   "The gateway shuts down",
+		happens:   "in-flight requests finish; sandboxes keep running",
+		mechanism: "`/readyz` fails first, `http.Server.Shutdown`, upgraded connections closed last, a final touch flush",
+		tests:     []testRef{{e2e, "TestShutdownDrainsAndLeavesSandboxes"}},
+	},
+	{
+		failure:   "A recycled pid",
+		happens:   "never taken for the sandbox",
+		mechanism: "process incarnation = pid + start time from `/proc/<pid>/stat`",
+		tests:     []testRef{{procPkg, "TestRecycledPidIsNeverKilled"}, {procPkg, "TestParseIncarnation"}},
+	},
+	{
+		failure:   "A browser page on another site calls the gateway or a sandbox on loopback",
+		happens:   "403",
+		mechanism: "`Origin` / `Sec-Fetch-Site` checks; sandbox JSON endpoints require `application/json`",
+		tests:     []testRef{{"./internal/router", "TestRequestsMapToStatuses"}, {"./internal/sandbox", "TestCrossSiteRequestsRefused"}, {"./internal/sandbox", "TestJSONEndpointsRefuseOtherContentTypes"}},
+		note:      "; soak probes below",
+	},
+	{
+		failure:   "Bad thread or sandbox ids",
+		happens:   "400 before any I/O (even with Redis down); no sandbox made",
+		mechanism: "`lease.ValidThread` and the sandbox id check run first in every handler",
+		tests:     []testRef{{e2e, "TestBadThreadIDsRejectedBeforeIO"}},
+		note:      "; soak probes below",
+	},
+}
