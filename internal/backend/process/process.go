@@ -139,10 +139,11 @@ func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, 
 	}
 	c.confirm() // recorded: from now on the sandbox outlives this process
 	if err := p.waitReady(ctx, c, url); err != nil {
-		if ctx.Err() != nil && p.waitReady(context.Background(), c, url) == nil {
+		if errors.Is(ctx.Err(), context.Canceled) && p.waitReady(context.Background(), c, url) == nil {
 			// The caller gave up (its lock lost, its client gone), not the
 			// sandbox, and another replica may already have discovered and
 			// be serving it: leave it recorded for Discover or the reconciler.
+			// A deadline is the sandbox being too slow: abandoned below.
 			keepLock = true
 			log.Warn("creation cancelled; sandbox left running for adoption", "pid", c.pid)
 			return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, ctx.Err())
