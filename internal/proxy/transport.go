@@ -156,7 +156,11 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 32<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, nil
+	// Small buffers: every cached thread keeps an idle connection, so their
+	// size is the gateway's memory per thread. A response head fits in 4 KiB
+	// and larger body reads (ReverseProxy copies 32 KiB at a time) bypass the
+	// buffer; 8 KiB sends a request head with a 4 KiB body in one write.
+	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, nil
 }
 
 // release returns c to the pool, or closes it.
