@@ -31,25 +31,8 @@ type gateway struct {
 	t      *testing.T
 	URL    string
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *testutil.LogBuffer
 	done   chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fleet is what replicas of one test share: Redis and the data dir.
@@ -83,7 +66,7 @@ func (f *fleet) start(extra ...string) *gateway {
 		"--log-level", "debug",
 	}, f.extra...)
 	args = append(args, extra...)
-	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &syncBuffer{}, done: make(chan struct{}),
+	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &testutil.LogBuffer{}, done: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
 	clients.Store(g.URL, g.client)
 	g.cmd = exec.Command(f.bin, args...)

@@ -1,10 +1,7 @@
 package applecontainer
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -14,37 +11,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/sandbox"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func sidFor(user, thread string) string {
-	sum := sha256.Sum256([]byte(user + ":" + thread))
-	return hex.EncodeToString(sum[:])[:16]
-}
 
 func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backend.Spec {
 	t.Helper()
@@ -52,7 +27,7 @@ func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backe
 	if err != nil {
 		t.Fatal(err)
 	}
-	return backend.Spec{SandboxID: sidFor(user, thread), User: user, Thread: thread, Mounts: mounts}
+	return backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -62,10 +37,10 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // newWithStandIn returns a backend driving a fresh stand-in CLI.
-func newWithStandIn(t *testing.T, old bool) (*AppleContainer, string, *syncBuffer) {
+func newWithStandIn(t *testing.T, old bool) (*AppleContainer, string, *testutil.LogBuffer) {
 	t.Helper()
 	bin := newFakeCLI(t, fakeSettings{Gateway: testutil.GatewayBinary(t), Old: old})
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	a, err := New(Config{Binary: bin, Image: "sandgate-sandbox:latest", ContainerPrefix: "sgt", Port: testutil.FreePort(t),
 		Memory: 2 << 30, CPUs: 2, CapAdd: []string{"CHOWN"}, Instance: "test", ReadyTimeout: 20 * time.Second},
 		slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), logs), nil)))
@@ -279,7 +254,7 @@ func TestForeignContainerNameIsRefused(t *testing.T) {
 	t.Parallel()
 	a, bin, _ := newWithStandIn(t, false)
 	ctx := testCtx(t)
-	sid := sidFor("carol", "x")
+	sid := lease.SandboxID("carol", "x")
 	// A running container under the name, without Sandgate's labels (its
 	// "process" is this test, which is certainly alive).
 	foreign, _ := json.Marshal(fakeContainer{ID: "sgt-" + sid, Labels: map[string]string{"app": "mine"}, IP: "127.9.9.9", PID: os.Getpid()})

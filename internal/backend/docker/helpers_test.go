@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,26 +18,9 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
-
-// syncBuffer collects a backend's logs for assertions.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // harness is one test's view of the real engine: a container prefix of its
 // own, whose containers are all removed at cleanup.
@@ -48,13 +29,13 @@ type harness struct {
 	api    *client.Client
 	image  string
 	prefix string
-	logs   *syncBuffer
+	logs   *testutil.LogBuffer
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	h := &harness{t: t, image: testutil.SandboxImage(t), api: testutil.DockerClient(t),
-		prefix: "sgt-" + randHex(4), logs: &syncBuffer{}}
+		prefix: "sgt-" + randHex(4), logs: &testutil.LogBuffer{}}
 	t.Cleanup(h.removeAll)
 	return h
 }
@@ -119,12 +100,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// sidFor is the gateway's formula: hex(sha256(user:thread))[:16].
-func sidFor(user, thread string) string {
-	sum := sha256.Sum256([]byte(user + ":" + thread))
-	return hex.EncodeToString(sum[:])[:16]
-}
-
 // threadSpec is a spec with the thread's real mounts under dataDir.
 func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backend.Spec {
 	t.Helper()
@@ -132,7 +107,7 @@ func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backe
 	if err != nil {
 		t.Fatalf("ThreadMounts: %v", err)
 	}
-	return backend.Spec{SandboxID: sidFor(user, thread), User: user, Thread: thread, Mounts: mounts}
+	return backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -2,8 +2,6 @@ package process
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -33,12 +32,6 @@ func newProcessWith(t *testing.T, cfg Config) *Process {
 	return p
 }
 
-// sidFor is the gateway's formula: hex(sha256(user:thread))[:16].
-func sidFor(user, thread string) string {
-	sum := sha256.Sum256([]byte(user + ":" + thread))
-	return hex.EncodeToString(sum[:])[:16]
-}
-
 // threadSpec is a spec with the thread's real mounts under dataDir.
 func threadSpec(t *testing.T, dataDir, user, thread string) backend.Spec {
 	t.Helper()
@@ -46,7 +39,7 @@ func threadSpec(t *testing.T, dataDir, user, thread string) backend.Spec {
 	if err != nil {
 		t.Fatalf("ThreadMounts: %v", err)
 	}
-	return backend.Spec{SandboxID: sidFor(user, thread), User: user, Thread: thread, Mounts: mounts}
+	return backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
 }
 
 func testCtx(t *testing.T) context.Context {

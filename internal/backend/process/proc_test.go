@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/lease"
 )
 
 func TestParseIncarnation(t *testing.T) {
@@ -67,7 +69,7 @@ func TestLogRotatesWhenLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sid := sidFor("rot", "t")
+	sid := lease.SandboxID("rot", "t")
 	big := make([]byte, maxLogSize+1)
 	if err := os.WriteFile(p.logPath(sid), big, 0o600); err != nil {
 		t.Fatal(err)
