@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -123,12 +122,10 @@ func dockerColdCreate(ctx context.Context) (Result, error) {
 
 // dockerColdOnce creates one sandbox, then destroys it, timing both.
 func dockerColdOnce(ctx context.Context, d *docker.Docker, dataDir, thread string) (time.Duration, time.Duration, error) {
-	mounts, err := backend.ThreadMounts(backend.MountConfig{DataDir: dataDir}, "bench", thread)
+	spec, err := benchSpec(dataDir, thread)
 	if err != nil {
 		return 0, 0, err
 	}
-	sum := sha256.Sum256([]byte("bench:" + thread))
-	spec := backend.Spec{SandboxID: hex.EncodeToString(sum[:])[:16], User: "bench", Thread: thread, Mounts: mounts}
 	start := time.Now()
 	info, err := d.Create(ctx, spec)
 	create := time.Since(start)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +11,6 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
 )
 
@@ -86,12 +83,10 @@ func processColdCreate(ctx context.Context) (Result, error) {
 }
 
 func coldCreateOnce(ctx context.Context, p *process.Process, dataDir, thread string) (create, get, destroy time.Duration, err error) {
-	mounts, err := backend.ThreadMounts(backend.MountConfig{DataDir: dataDir}, "bench", thread)
+	spec, err := benchSpec(dataDir, thread)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	sum := sha256.Sum256([]byte("bench:" + thread))
-	spec := backend.Spec{SandboxID: hex.EncodeToString(sum[:])[:16], User: "bench", Thread: thread, Mounts: mounts}
 
 	start := time.Now()
 	info, err := p.Create(ctx, spec)

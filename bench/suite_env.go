@@ -5,6 +5,9 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
 )
 
 // suiteEnv is what the suites that run gateways start from: a scratch
@@ -42,4 +45,14 @@ func startSuiteEnv(ctx context.Context, name string) (_ *suiteEnv, err error) {
 func (e *suiteEnv) close() {
 	e.cleanup.run()
 	_ = os.RemoveAll(e.tmp)
+}
+
+// benchSpec is the spec of the bench user's thread, with its real mounts
+// under dataDir and the gateway's sandbox id.
+func benchSpec(dataDir, thread string) (backend.Spec, error) {
+	mounts, err := backend.ThreadMounts(backend.MountConfig{DataDir: dataDir}, "bench", thread)
+	if err != nil {
+		return backend.Spec{}, err
+	}
+	return backend.Spec{SandboxID: lease.SandboxID("bench", thread), User: "bench", Thread: thread, Mounts: mounts}, nil
 }
