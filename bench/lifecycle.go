@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -55,7 +56,7 @@ func lifecycle(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	cleanup.push(func(ctx context.Context) {
-		if err := be.Destroy(ctx, backend.Info{SandboxID: lease.SandboxID("bench", "warm")}); err != nil {
+		if err := be.Destroy(ctx, backend.Info{SandboxID: identity.SandboxID("bench", "warm")}); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: destroy sandbox: %v\n", err)
 		}
 	})

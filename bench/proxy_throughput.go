@@ -19,7 +19,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 const (
@@ -238,7 +238,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	if err != nil {
 		return nil, err
 	}
-	sid := lease.SandboxID(proxyUser, proxyThread)
+	sid := identity.SandboxID(proxyUser, proxyThread)
 	cleanup.push(func(ctx context.Context) {
 		if err := p.Destroy(ctx, backend.Info{SandboxID: sid}); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: destroy sandbox %s: %v\n", sid, err)

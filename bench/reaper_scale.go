@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 )
@@ -29,7 +30,7 @@ func reaperAtScale(ctx context.Context, rdb *redis.Client, log *slog.Logger, rec
 	clock := &benchClock{now: time.Now()}
 	for i := range records {
 		thread := "t" + strconv.Itoa(i)
-		rec := lease.Record{SandboxID: lease.SandboxID("bench", thread), User: "bench", Thread: thread,
+		rec := lease.Record{SandboxID: identity.SandboxID("bench", thread), User: "bench", Thread: thread,
 			Backend: "null", Incarnation: "inc-" + strconv.Itoa(i), URL: "http://127.0.0.1:1", State: lease.StateActive,
 			CreatedAt: clock.now}
 		at := clock.now

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // suiteEnv is what the suites that run gateways start from: a scratch
@@ -54,5 +54,5 @@ func benchSpec(dataDir, thread string) (backend.Spec, error) {
 	if err != nil {
 		return backend.Spec{}, err
 	}
-	return backend.Spec{SandboxID: lease.SandboxID("bench", thread), User: "bench", Thread: thread, Mounts: mounts}, nil
+	return backend.Spec{SandboxID: identity.SandboxID("bench", thread), User: "bench", Thread: thread, Mounts: mounts}, nil
 }

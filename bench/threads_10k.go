@@ -19,7 +19,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // scaleClients drive the threads through the gateway concurrently.
@@ -55,7 +55,7 @@ func threadsAtScale(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	upstream, err := be.Create(ctx, backend.Spec{SandboxID: lease.SandboxID("bench", "upstream"), User: "bench", Thread: "upstream", Mounts: mounts})
+	upstream, err := be.Create(ctx, backend.Spec{SandboxID: identity.SandboxID("bench", "upstream"), User: "bench", Thread: "upstream", Mounts: mounts})
 	if err != nil {
 		return Result{}, err
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // APIKey is one static key as configured: only its SHA-256 is stored.
@@ -87,7 +87,7 @@ func redact(item string) string {
 }
 
 func (k APIKey) validate() error {
-	if err := lease.ValidUser(k.Name); err != nil {
+	if err := identity.ValidUser(k.Name); err != nil {
 		return fmt.Errorf("key name %q: %w", k.Name, err)
 	}
 	if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // FuzzCredential feeds arbitrary Authorization and X-API-Key values (API
@@ -48,7 +47,7 @@ func FuzzCredential(f *testing.F) {
 			}
 			return
 		}
-		if lease.ValidUser(p.User) != nil || p.Has(ScopeAdmin) && !p.Has(ScopeThreads) {
+		if identity.ValidUser(p.User) != nil || p.Has(ScopeAdmin) && !p.Has(ScopeThreads) {
 			t.Fatalf("accepted principal %+v", p)
 		}
 	})

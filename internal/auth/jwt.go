@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // JWTConfig selects how bearer JWTs are verified. Any mix of the three key
@@ -198,7 +197,7 @@ func (f *fields) UnmarshalJSON(b []byte) error {
 }
 
 func (cl *claims) principal() (*Principal, error) {
-	if err := lease.ValidUser(cl.Subject); err != nil {
+	if err := identity.ValidUser(cl.Subject); err != nil {
 		return nil, fmt.Errorf("sub %q: %w", cl.Subject, err)
 	}
 	var threads []string

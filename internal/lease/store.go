@@ -1,3 +1,7 @@
+// Package lease keeps the fleet-wide sandbox state in Redis: one record per
+// sandbox, the active and warm indexes, the capacity reservations and the
+// per-sandbox provisioning lock. Every conditional write is one Lua script,
+// so replicas never interleave a read and a write.
 package lease
 
 import (

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 )
 
@@ -41,7 +42,7 @@ func TestConcurrentAcquiresCreateOncePerThread(t *testing.T) {
 		t.Error(err)
 	}
 	for i := range threads {
-		sid := lease.SandboxID("u", fmt.Sprintf("t%d", i))
+		sid := identity.SandboxID("u", fmt.Sprintf("t%d", i))
 		if n := e.be.count(e.be.creates, sid); n != 1 {
 			t.Errorf("thread t%d: %d creates", i, n)
 		}

@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -23,7 +24,7 @@ func hotPool(tb testing.TB) (*Pool, *Route) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := p.newRoute(lease.Record{SandboxID: lease.SandboxID("u", "hot"), User: "u", Thread: "hot",
+	r, err := p.newRoute(lease.Record{SandboxID: identity.SandboxID("u", "hot"), User: "u", Thread: "hot",
 		Incarnation: "i", URL: "http://127.0.0.1:9"})
 	if err != nil {
 		tb.Fatal(err)
@@ -114,7 +115,7 @@ func BenchmarkTouchFlush1000Routes(b *testing.B) {
 	p := e.replica()
 	routes := make([]*Route, 0, 1000)
 	for i := range 1000 {
-		rec := lease.Record{SandboxID: lease.SandboxID("u", strconv.Itoa(i)), User: "u",
+		rec := lease.Record{SandboxID: identity.SandboxID("u", strconv.Itoa(i)), User: "u",
 			Thread: "t", Incarnation: "i", URL: "http://127.0.0.1:9"}
 		if err := p.store.PutActive(ctx, rec, e.clock.Now()); err != nil {
 			b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 )
 
@@ -223,7 +224,7 @@ func TestRedisFlushLosesNoSandbox(t *testing.T) {
 		}
 	}
 	for th := range incs {
-		if c := e.be.count(e.be.creates, lease.SandboxID("u", th)); c != 1 {
+		if c := e.be.count(e.be.creates, identity.SandboxID("u", th)); c != 1 {
 			t.Fatalf("%s created %d times", th, c)
 		}
 	}

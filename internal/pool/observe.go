@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -56,7 +57,7 @@ func (p *Pool) hit(ctx context.Context, r *Route, start time.Time) {
 func (p *Pool) startAcquire(ctx context.Context, user, thread string) (context.Context, trace.Span) {
 	ctx, span := telemetry.Child(ctx, spanAcquire)
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.SandboxAttrs(lease.SandboxID(user, thread), thread, p.name)...)
+		span.SetAttributes(telemetry.SandboxAttrs(identity.SandboxID(user, thread), thread, p.name)...)
 	}
 	return ctx, span
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -167,7 +168,7 @@ type acquired struct {
 }
 
 func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*Route, Outcome, error) {
-	sid := lease.SandboxID(user, thread)
+	sid := identity.SandboxID(user, thread)
 	key := sid
 	if verify {
 		key += "/verify"
@@ -241,7 +242,7 @@ func (p *Pool) Record(ctx context.Context, sid string) (lease.Record, bool, erro
 // Release parks the thread's sandbox in the warm pool (paused, with
 // PauseWarm and a backend that can).
 func (p *Pool) Release(ctx context.Context, user, thread string) error {
-	sid := lease.SandboxID(user, thread)
+	sid := identity.SandboxID(user, thread)
 	pauser := p.pauser()
 	if pauser != nil {
 		// Pause and a concurrent reclaim's resume must not interleave.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 )
 
@@ -62,7 +63,7 @@ func TestCreateLimiterCountsOnlyRealCreates(t *testing.T) {
 	if !errors.As(err, &rl) || !errors.Is(err, ErrRateLimited) || rl.RetryAfter != 7*time.Second || rl.User != "alice" {
 		t.Fatalf("over the limit: %v", err)
 	}
-	sid := lease.SandboxID("alice", "t2")
+	sid := identity.SandboxID("alice", "t2")
 	if _, ok, _ := p.Record(ctx, sid); ok || e.be.count(e.be.creates, sid) != 0 {
 		t.Fatal("a refused create left a record or a sandbox")
 	}

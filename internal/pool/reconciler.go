@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -118,7 +119,7 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 		user, thread = info.Labels[backend.LabelUser], info.Labels[backend.LabelThread]
 	}
 	// The identity must reproduce the id, or this is not a sandbox we made.
-	if lease.ValidUser(user) != nil || lease.ValidThread(thread) != nil || lease.SandboxID(user, thread) != info.SandboxID {
+	if identity.ValidUser(user) != nil || identity.ValidThread(thread) != nil || identity.SandboxID(user, thread) != info.SandboxID {
 		p.log.WarnContext(ctx, "reconciler: managed sandbox with an inconsistent identity; left alone",
 			"sandbox_id", info.SandboxID, "thread", thread)
 		return errSkip

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 )
@@ -26,7 +27,7 @@ type sandboxView struct {
 // threadParam is the validated {thread} of a control-plane route that p may open.
 func threadParam(c echo.Context, p *auth.Principal) (string, error) {
 	t := c.Param("thread")
-	if err := lease.ValidThread(t); err != nil {
+	if err := identity.ValidThread(t); err != nil {
 		return "", err
 	}
 	return t, open(p, t)
@@ -55,7 +56,7 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	rec, ok, err := rt.pool.Record(c.Request().Context(), lease.SandboxID(p.User, thread))
+	rec, ok, err := rt.pool.Record(c.Request().Context(), identity.SandboxID(p.User, thread))
 	if err != nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func (rt *Router) releaseThread(c echo.Context, p *auth.Principal) error {
 	case "", "false", "0":
 		err = rt.pool.Release(ctx, user, thread)
 	case "true", "1":
-		err = rt.pool.Destroy(ctx, lease.SandboxID(user, thread), pool.ReasonClient)
+		err = rt.pool.Destroy(ctx, identity.SandboxID(user, thread), pool.ReasonClient)
 	default:
 		return echo.NewHTTPError(http.StatusBadRequest)
 	}

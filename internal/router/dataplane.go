@@ -7,7 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 )
 
@@ -27,7 +27,7 @@ type proxied struct {
 // name is another sandbox), then stream the request to {sandbox}/v1/....
 func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	thread := c.Param("thread")
-	if err := lease.ValidThread(thread); err != nil {
+	if err := identity.ValidThread(thread); err != nil {
 		return proxied{}, err
 	}
 	if err := open(p, thread); err != nil {
@@ -48,7 +48,7 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 // missing one (404), unless the principal is an admin.
 func (rt *Router) sandboxProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	sid := c.Param("id")
-	if !lease.ValidSandboxID(sid) {
+	if !identity.ValidSandboxID(sid) {
 		return proxied{}, errBadSandboxID
 	}
 	r := c.Request()

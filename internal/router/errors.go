@@ -15,7 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 )
@@ -42,7 +42,7 @@ func statusOf(err error) apiError {
 	var netErr net.Error
 	var rateLimited *pool.RateLimitError
 	switch {
-	case errors.Is(err, lease.ErrBadThread), errors.Is(err, lease.ErrBadUser), errors.Is(err, errBadSandboxID),
+	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
 		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, auth.ErrUnauthenticated):

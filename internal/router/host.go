@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Host routing (host_suffix): {sandbox_id}.{suffix} proxies the whole
@@ -44,7 +44,7 @@ func hostRoute(host, suffix string) (sid, port string, match bool, err error) {
 		}
 	}
 	sid = strings.ToLower(label) // hosts are case-insensitive; no copy when already lowercase
-	if !lease.ValidSandboxID(sid) {
+	if !identity.ValidSandboxID(sid) {
 		return "", "", true, errBadHost
 	}
 	return sid, port, true, nil

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 )
 
@@ -84,7 +84,7 @@ func TestHostRoutedRequests(t *testing.T) {
 	down := stubPool{err: fmt.Errorf("%w: x", pool.ErrState)}
 	srv := httptest.NewServer(New(Deps{Pool: down, Aliases: down, HostSuffix: suffix}))
 	defer srv.Close()
-	sid := lease.SandboxID("default", "t")
+	sid := identity.SandboxID("default", "t")
 	for _, c := range []struct {
 		host, path string
 		hdr        []string
@@ -130,7 +130,7 @@ func FuzzHostRoute(f *testing.F) {
 	rt := New(Deps{Pool: down, Aliases: down, HostSuffix: suffix})
 	f.Fuzz(func(t *testing.T, host string) {
 		sid, port, match, err := hostRoute(host, suffix)
-		if match && err == nil && (!lease.ValidSandboxID(sid) || port != "" && !validPort(port)) {
+		if match && err == nil && (!identity.ValidSandboxID(sid) || port != "" && !validPort(port)) {
 			t.Fatalf("%q: sid %q port %q", host, sid, port)
 		}
 		if !match && (sid != "" || port != "" || err != nil) {

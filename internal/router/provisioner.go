@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 )
@@ -86,21 +87,21 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 		}
 		return echo.NewHTTPError(http.StatusBadRequest)
 	}
-	if lease.ValidThread(req.SandboxID) != nil {
+	if identity.ValidThread(req.SandboxID) != nil {
 		return errBadProvisionerID
 	}
 	thread := req.ThreadID
 	if thread == "" {
 		thread = req.SandboxID // DeerFlow: effective thread id = thread_id or sandbox_id
 	}
-	if err := lease.ValidThread(thread); err != nil {
+	if err := identity.ValidThread(thread); err != nil {
 		return err
 	}
 	user := req.UserID
 	if user == "" {
 		user = p.User
 	}
-	if err := lease.ValidUser(user); err != nil {
+	if err := identity.ValidUser(user); err != nil {
 		return err
 	}
 	if user != p.User && !p.Has(auth.ScopeAdmin) {
@@ -115,7 +116,7 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 		}})
 	}
 	ctx := r.Context()
-	sid := lease.SandboxID(user, thread)
+	sid := identity.SandboxID(user, thread)
 	if req.SandboxID != sid {
 		// Client ids share one namespace: never re-point one at this
 		// sandbox while it names a sandbox the caller does not own.
@@ -230,7 +231,7 @@ func (rt *Router) owned(ctx context.Context, p *auth.Principal, id string) (leas
 
 // lookup resolves a client id (an alias or a sandbox id) to its record.
 func (rt *Router) lookup(ctx context.Context, id string) (lease.Record, bool, error) {
-	if lease.ValidThread(id) != nil {
+	if identity.ValidThread(id) != nil {
 		return lease.Record{}, false, errBadProvisionerID
 	}
 	sid := id
@@ -239,7 +240,7 @@ func (rt *Router) lookup(ctx context.Context, id string) (lease.Record, bool, er
 	} else if ok {
 		sid = alias
 	}
-	if !lease.ValidSandboxID(sid) {
+	if !identity.ValidSandboxID(sid) {
 		return lease.Record{SandboxID: sid}, false, nil
 	}
 	rec, ok, err := rt.pool.Record(ctx, sid)

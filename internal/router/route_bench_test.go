@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // routeCases are the two data-plane routes as a request reaches them.
@@ -13,9 +13,9 @@ var routeCases = []struct {
 	valid                           func(string) bool
 }{
 	{name: "thread", path: "/threads/thread-1/v1/shell/exec", param: "thread", prefix: "/threads/", want: "/v1/shell/exec",
-		valid: func(s string) bool { return lease.ValidThread(s) == nil }},
+		valid: func(s string) bool { return identity.ValidThread(s) == nil }},
 	{name: "sandbox", path: "/sandboxes/0123456789abcdef/v1/file/read", param: "id", prefix: "/sandboxes/", want: "/v1/file/read",
-		valid: lease.ValidSandboxID},
+		valid: identity.ValidSandboxID},
 }
 
 // routeMatcher parses a path as the gateway does per request: echo's

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -28,7 +29,7 @@ func TestStatusTable(t *testing.T) {
 		code   string
 		retry  bool
 	}{
-		{lease.ErrBadThread, 400, "bad_request", false},
+		{identity.ErrBadThread, 400, "bad_request", false},
 		{errBadSandboxID, 400, "bad_request", false},
 		{errCrossSite, 403, "forbidden", false},
 		{pool.ErrNotFound, 404, "not_found", false},
@@ -156,7 +157,7 @@ func TestUpstreamPathDoesNotAllocate(t *testing.T) {
 	thread := "thread-1"
 	path, raw := "/threads/thread-1/v1/file/read", "/threads/thread-1/v1/file%2Fread"
 	allocs := testing.AllocsPerRun(1000, func() {
-		if lease.ValidThread(thread) != nil {
+		if identity.ValidThread(thread) != nil {
 			t.Fatal("invalid")
 		}
 		p, r := upstreamPath(path, raw, len("/threads/")+len(thread))

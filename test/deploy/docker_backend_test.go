@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
@@ -130,7 +131,7 @@ func TestGatewayImageDockerBackend(t *testing.T) {
 	}
 
 	const thread = "deploy-check"
-	sid := lease.SandboxID(user, thread)
+	sid := identity.SandboxID(user, thread)
 	execCmd := `{"command": "echo hello from $(hostname) && id -u && pwd && printf proof > /mnt/user-data/workspace/proof.txt"}`
 	if status := post(t, hc, base+"/threads/"+thread+"/v1/shell/exec", "", execCmd).StatusCode; status != http.StatusUnauthorized {
 		t.Errorf("exec without the key: status %d, want 401", status)

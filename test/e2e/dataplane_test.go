@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 func TestThreadKeepsItsSandboxAndFiles(t *testing.T) {
@@ -27,7 +27,7 @@ func TestThreadKeepsItsSandboxAndFiles(t *testing.T) {
 		t.Fatalf("first exec: %+v", first)
 	}
 	v1 := sandboxOf(t, g.URL, "alpha")
-	if v1.SandboxID != lease.SandboxID("default", "alpha") || v1.State != "active" {
+	if v1.SandboxID != identity.SandboxID("default", "alpha") || v1.State != "active" {
 		t.Fatalf("sandbox view: %+v", v1)
 	}
 	again := shell(t, g.URL, "alpha", "cat /mnt/user-data/workspace/a.txt")
@@ -53,7 +53,7 @@ func TestThreadKeepsItsSandboxAndFiles(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), "hello") {
 		t.Fatalf("read by sandbox id: %d %s", code, body)
 	}
-	code, body, _ = call(t, "GET", g.URL+"/sandboxes/"+lease.SandboxID("default", "nobody")+"/v1/sandbox", nil)
+	code, body, _ = call(t, "GET", g.URL+"/sandboxes/"+identity.SandboxID("default", "nobody")+"/v1/sandbox", nil)
 	if code != 404 || errorCode(t, body) != "not_found" {
 		t.Fatalf("unknown sandbox id: %d %s", code, body)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 )
 
@@ -23,7 +24,7 @@ import (
 // sandbox process and no state file.
 func assertNothingLeaked(t *testing.T, f *fleet, g *gateway, thread string) {
 	t.Helper()
-	sid := lease.SandboxID("default", thread)
+	sid := identity.SandboxID("default", thread)
 	if code, body, _ := call(t, "GET", g.URL+"/threads/"+thread+"/sandbox", nil); code != 404 {
 		t.Errorf("record left for %s: %d %s", thread, code, body)
 	}
@@ -45,7 +46,7 @@ func assertNothingLeaked(t *testing.T, f *fleet, g *gateway, thread string) {
 // leftKeys counts what a failed acquire of thread may leave in Redis: its
 // record, its provisioning lock and capacity reservations.
 func leftKeys(ctx context.Context, f *fleet, thread string) (int64, error) {
-	sid := lease.SandboxID("default", thread)
+	sid := identity.SandboxID("default", thread)
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
 	defer rdb.Close()
 	keys := lease.NewKeys("")

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -69,7 +69,7 @@ func TestKubernetesBackendThroughTheGateway(t *testing.T) {
 	if strings.TrimSpace(d.Output) != "kube" {
 		t.Fatalf("exec output %q", d.Output)
 	}
-	sid := lease.SandboxID("default", "k1")
+	sid := identity.SandboxID("default", "k1")
 	name := "sandgate-sandbox-" + sid
 	pod, err := pods.Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {

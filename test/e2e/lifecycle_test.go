@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 func incarnations(f *fleet) []string {
@@ -132,7 +131,7 @@ func TestIdleSandboxesAreReapedButNotBusyOnes(t *testing.T) {
 	go func() {
 		res <- shell(t, g.URL, "busy", "while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.05; done; echo survived")
 	}()
-	idleID := lease.SandboxID("default", "idle")
+	idleID := identity.SandboxID("default", "idle")
 	waitFor(t, func() bool {
 		for _, s := range f.sandboxes() {
 			if s.SandboxID == idleID {

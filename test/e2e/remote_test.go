@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/remote"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // TestRemoteBackendAgainstSandgate puts Sandgate in front of Sandgate: the
@@ -25,7 +25,7 @@ func TestRemoteBackendAgainstSandgate(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	spec := backend.Spec{SandboxID: lease.SandboxID("default", "remote-1"), User: "default", Thread: "remote-1"}
+	spec := backend.Spec{SandboxID: identity.SandboxID("default", "remote-1"), User: "default", Thread: "remote-1"}
 
 	info, err := r.Create(ctx, spec)
 	if err != nil {

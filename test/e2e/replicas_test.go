@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // 300 concurrent first requests for 30 new threads, spread over three
@@ -50,7 +50,7 @@ func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 		t.Fatalf("%d sandbox processes, %d distinct ids, want %d of each", len(live), len(ids), threads)
 	}
 	for i := range threads {
-		sid := lease.SandboxID("default", fmt.Sprintf("burst-%02d", i))
+		sid := identity.SandboxID("default", fmt.Sprintf("burst-%02d", i))
 		if ids[sid] != 1 {
 			t.Errorf("thread burst-%02d has %d sandboxes", i, ids[sid])
 		}

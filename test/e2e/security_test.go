@@ -15,8 +15,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 const (
@@ -106,7 +105,7 @@ func TestIsolationMatrix(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("%s writes its marker: %d %s", user, code, body)
 		}
-		sids[user] = lease.SandboxID(user, "shared")
+		sids[user] = identity.SandboxID(user, "shared")
 	}
 	if sids["alice"] == sids["bob"] {
 		t.Fatal("two users' threads share a sandbox id")

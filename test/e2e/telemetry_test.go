@@ -25,7 +25,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -207,7 +207,7 @@ func TestTraceOfColdWarmAndCachedCallsCrossesIntoTheSandbox(t *testing.T) {
 	f := newFleet(t)
 	f.env = tracingEnv(rcv)
 	g := f.start("--instance", "gw-trace")
-	sid := lease.SandboxID("default", "traced")
+	sid := identity.SandboxID("default", "traced")
 
 	// Cold: the whole first call in one trace, continuing the client's.
 	const coldTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -391,7 +391,7 @@ func TestMetricsFollowCreatesEvictionsReapsAndAdoptions(t *testing.T) {
 	// No series names a sandbox or a thread.
 	sids := []string{}
 	for _, th := range threads {
-		sids = append(sids, lease.SandboxID("default", th))
+		sids = append(sids, identity.SandboxID("default", th))
 	}
 	for _, body := range bodies {
 		for _, s := range append(sids, threads...) {

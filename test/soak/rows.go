@@ -162,7 +162,7 @@ var rows = []row{
 	{
 		failure:   "Bad thread or sandbox ids",
 		happens:   "400 before any I/O (even with Redis down); no sandbox made",
-		mechanism: "`lease.ValidThread` and the sandbox id check run first in every handler",
+		mechanism: "`identity.ValidThread` and the sandbox id check run first in every handler",
 		tests:     []testRef{{e2e, "TestBadThreadIDsRejectedBeforeIO"}},
 		note:      "; soak probes below",
 	},

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/sandbox"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
@@ -27,7 +27,7 @@ func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backe
 	if err != nil {
 		t.Fatal(err)
 	}
-	return backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
+	return backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -254,7 +254,7 @@ func TestForeignContainerNameIsRefused(t *testing.T) {
 	t.Parallel()
 	a, bin, _ := newWithStandIn(t, false)
 	ctx := testCtx(t)
-	sid := lease.SandboxID("carol", "x")
+	sid := identity.SandboxID("carol", "x")
 	// A running container under the name, without Sandgate's labels (its
 	// "process" is this test, which is certainly alive).
 	foreign, _ := json.Marshal(fakeContainer{ID: "sgt-" + sid, Labels: map[string]string{"app": "mine"}, IP: "127.9.9.9", PID: os.Getpid()})

@@ -21,7 +21,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -181,7 +181,7 @@ func TestPauseResumeDestroy(t *testing.T) {
 	if ok, err := d.Alive(ctx, info); ok || err != nil {
 		t.Fatalf("destroyed sandbox Alive = %v, %v", ok, err)
 	}
-	for _, i := range []backend.Info{info, {SandboxID: info.SandboxID}, {SandboxID: lease.SandboxID("nobody", "x")}} {
+	for _, i := range []backend.Info{info, {SandboxID: info.SandboxID}, {SandboxID: identity.SandboxID("nobody", "x")}} {
 		if err := d.Destroy(ctx, i); err != nil {
 			t.Errorf("Destroy(%+v) again: %v", i, err)
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -107,7 +107,7 @@ func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backe
 	if err != nil {
 		t.Fatalf("ThreadMounts: %v", err)
 	}
-	return backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
+	return backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
 }
 
 func testCtx(t *testing.T) context.Context {

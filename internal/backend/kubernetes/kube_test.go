@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -83,7 +83,7 @@ func testCtx(t *testing.T) context.Context {
 }
 
 func spec(user, thread string) backend.Spec {
-	s := backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"}}
+	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"}}
 	s.Labels = backend.IdentityLabels(s, "test", map[string]string{"team": "x"})
 	return s
 }
@@ -443,7 +443,7 @@ func TestUnreachableAPIServerIsUnavailable(t *testing.T) {
 	t.Cleanup(func() { _ = k.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	info := backend.Info{SandboxID: lease.SandboxID("u", "t")}
+	info := backend.Info{SandboxID: identity.SandboxID("u", "t")}
 	if _, err := k.Alive(ctx, info); !errors.Is(err, backend.ErrUnavailable) {
 		t.Errorf("Alive = %v, want ErrUnavailable", err)
 	}

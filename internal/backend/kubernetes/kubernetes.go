@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Name is the backend's name in Info.Backend and logs.
@@ -155,7 +155,7 @@ func (k *Kubernetes) Close() error {
 // already there under that name, and returns once the Pod is Ready and the
 // sandbox answers at its URL. A finished Pod in the way is replaced.
 func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
-	if !lease.ValidSandboxID(spec.SandboxID) {
+	if !identity.ValidSandboxID(spec.SandboxID) {
 		return backend.Info{}, fmt.Errorf("invalid sandbox id %q", spec.SandboxID)
 	}
 	want, err := k.podFor(spec)
@@ -370,7 +370,7 @@ func (k *Kubernetes) deleteObject(ctx context.Context, resource, name string, ui
 // unknown sandbox is nil. It does not wait for the Pod to terminate:
 // Create waits out a Pod still deleting under the same name.
 func (k *Kubernetes) Destroy(ctx context.Context, info backend.Info) error {
-	if !lease.ValidSandboxID(info.SandboxID) {
+	if !identity.ValidSandboxID(info.SandboxID) {
 		return fmt.Errorf("invalid sandbox id %q", info.SandboxID)
 	}
 	name, uid := k.name(info.SandboxID), types.UID(info.Incarnation)
@@ -411,7 +411,7 @@ func (k *Kubernetes) Alive(ctx context.Context, info backend.Info) (bool, error)
 // Succeeded) and Pods still starting are not found: Create replaces the
 // former and waits for the latter.
 func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
-	if !lease.ValidSandboxID(sid) {
+	if !identity.ValidSandboxID(sid) {
 		return backend.Info{}, false, fmt.Errorf("invalid sandbox id %q", sid)
 	}
 	name := k.name(sid)
@@ -469,7 +469,7 @@ func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
 	for i := range podList.Items {
 		pod := &podList.Items[i]
 		sid := pod.Labels[backend.LabelSandboxID]
-		if pod.Name != k.name(sid) || !lease.ValidSandboxID(sid) {
+		if pod.Name != k.name(sid) || !identity.ValidSandboxID(sid) {
 			continue // another deployment's prefix, or not ours
 		}
 		switch stateOf(pod) {

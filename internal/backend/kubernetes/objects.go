@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Annotations on every sandbox Pod. User and thread ids may hold ':' and run
@@ -183,7 +183,7 @@ func (k *Kubernetes) serviceFor(pod *corev1.Pod) *corev1.Service {
 // mounts) are node directories (hostPath): their host paths must exist on
 // the nodes, as with DeerFlow's provisioner.
 func (k *Kubernetes) volumes(spec backend.Spec) ([]corev1.Volume, []corev1.VolumeMount, error) {
-	if lease.ValidUser(spec.User) != nil || lease.ValidThread(spec.Thread) != nil {
+	if identity.ValidUser(spec.User) != nil || identity.ValidThread(spec.Thread) != nil {
 		return nil, nil, fmt.Errorf("sandbox %s: user and thread must be path-safe ids", spec.SandboxID)
 	}
 	userData := corev1.Volume{Name: volUserData}

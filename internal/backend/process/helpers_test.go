@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -39,7 +39,7 @@ func threadSpec(t *testing.T, dataDir, user, thread string) backend.Spec {
 	if err != nil {
 		t.Fatalf("ThreadMounts: %v", err)
 	}
-	return backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
+	return backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 func TestParseIncarnation(t *testing.T) {
@@ -69,7 +69,7 @@ func TestLogRotatesWhenLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sid := lease.SandboxID("rot", "t")
+	sid := identity.SandboxID("rot", "t")
 	big := make([]byte, maxLogSize+1)
 	if err := os.WriteFile(p.logPath(sid), big, 0o600); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -30,7 +30,7 @@ func TestCreateServesAndMapsThreadDirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := backend.Spec{SandboxID: lease.SandboxID("alice", "t1"), User: "alice", Thread: "t1", Mounts: mounts,
+	spec := backend.Spec{SandboxID: identity.SandboxID("alice", "t1"), User: "alice", Thread: "t1", Mounts: mounts,
 		Labels: map[string]string{"team": "x"}}
 	info := mustCreate(t, p, spec)
 
@@ -144,7 +144,7 @@ func TestDiscoverFromSecondInstance(t *testing.T) {
 	if ok, err := other.Alive(testCtx(t), got); err != nil || !ok {
 		t.Fatalf("Alive = %v, %v", ok, err)
 	}
-	if _, found, err := other.Discover(testCtx(t), lease.SandboxID("carol", "never")); err != nil || found {
+	if _, found, err := other.Discover(testCtx(t), identity.SandboxID("carol", "never")); err != nil || found {
 		t.Fatalf("Discover of unknown id = %v, %v", found, err)
 	}
 }
@@ -246,7 +246,7 @@ func TestListReturnsLiveOnly(t *testing.T) {
 	// Files that are not sandbox state are ignored; a stale one is dropped.
 	_ = os.WriteFile(filepath.Join(stateDir, "notes.txt"), []byte("x"), 0o600)
 	_ = os.WriteFile(filepath.Join(stateDir, "NOT-AN-ID.json"), []byte("{}"), 0o600)
-	stale := exitedProcessState(t, lease.SandboxID("gina", "stale"))
+	stale := exitedProcessState(t, identity.SandboxID("gina", "stale"))
 	if err := p.writeState(stale); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestRecycledPidIsNeverKilled(t *testing.T) {
 			}
 			start, _ := strconv.Atoi(pr.Start)
 			wrong := strconv.Itoa(start + 1)
-			st := &state{SandboxID: lease.SandboxID("hank", tc.name), URL: "http://127.0.0.1:1", PID: pid, StartTime: wrong,
+			st := &state{SandboxID: identity.SandboxID("hank", tc.name), URL: "http://127.0.0.1:1", PID: pid, StartTime: wrong,
 				Incarnation: incarnation(pid, wrong), CreatedAt: time.Now()}
 			if err := p.writeState(st); err != nil {
 				t.Fatal(err)
@@ -348,7 +348,7 @@ func TestRecycledPidIsNeverKilled(t *testing.T) {
 func TestInvalidInputRejected(t *testing.T) {
 	t.Parallel()
 	p := newProcess(t, t.TempDir())
-	valid := lease.SandboxID("ivy", "t")
+	valid := identity.SandboxID("ivy", "t")
 	for _, sid := range []string{"", "abc", valid + "0", strings.ToUpper(valid), "../../../etc/pa", "0123456789abcde/", "0123456789abcdeg"} {
 		t.Run("id "+sid, func(t *testing.T) {
 			t.Parallel()
@@ -403,7 +403,7 @@ func TestCreateFailsFastWhenServerExits(t *testing.T) {
 		t.Errorf("Create took %v to notice the exit", d)
 	}
 	for _, ext := range []string{".json", ".lock"} {
-		if fileExists(filepath.Join(stateDir, lease.SandboxID("jo", "t")+ext)) {
+		if fileExists(filepath.Join(stateDir, identity.SandboxID("jo", "t")+ext)) {
 			t.Errorf("failed create left its %s file", ext)
 		}
 	}
@@ -425,7 +425,7 @@ func TestCreateHonoursReadyTimeout(t *testing.T) {
 	if d := time.Since(began); d > 5*time.Second {
 		t.Errorf("Create took %v with a 300ms ready timeout", d)
 	}
-	if fileExists(filepath.Join(stateDir, lease.SandboxID("kim", "t")+".json")) {
+	if fileExists(filepath.Join(stateDir, identity.SandboxID("kim", "t")+".json")) {
 		t.Error("timed-out create left its state")
 	}
 	if got, _ := p.List(testCtx(t)); len(got) != 0 {
@@ -480,7 +480,7 @@ func TestUnresponsiveSandboxIsReplacedOnlyByCreate(t *testing.T) {
 func TestUnrecordedChildExitsWhenItsCreatorDies(t *testing.T) {
 	t.Parallel()
 	p := newProcess(t, t.TempDir())
-	spec := backend.Spec{SandboxID: lease.SandboxID("alice", "orphan"), User: "alice", Thread: "orphan"}
+	spec := backend.Spec{SandboxID: identity.SandboxID("alice", "orphan"), User: "alice", Thread: "orphan"}
 	c, url, err := p.start(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -183,7 +183,7 @@ func testCtx(t *testing.T) context.Context {
 }
 
 func threadSpec(user, thread string) backend.Spec {
-	s := backend.Spec{SandboxID: lease.SandboxID(user, thread), User: user, Thread: thread}
+	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread}
 	s.Labels = backend.IdentityLabels(s, "", nil)
 	return s
 }

@@ -1,8 +1,7 @@
-// Package lease keeps the fleet-wide sandbox state in Redis: one record per
-// sandbox, the active and warm indexes, the capacity reservations and the
-// per-sandbox provisioning lock. Every conditional write is one Lua script,
-// so replicas never interleave a read and a write.
-package lease
+// Package identity holds the rules that name a sandbox: which user names and
+// thread ids are valid, and the id derived from them. It is a leaf: auth,
+// lease and the backends import it, so none of them needs Redis code for it.
+package identity
 
 import (
 	"crypto/sha256"
@@ -16,10 +15,14 @@ const MaxThreadLen = 128
 // ErrBadThread is returned for a thread id outside [A-Za-z0-9._:-]{1,128}.
 var ErrBadThread = errors.New("thread id must be 1-128 characters of [A-Za-z0-9._:-], not . or ..")
 
-// ErrBadUser is returned for a user name that cannot be a path component.
-var ErrBadUser = errors.New("user name must be 1-128 characters of [A-Za-z0-9._:@-], not . or ..")
+// ErrBadUser is returned for a user name that cannot be a path component or
+// would make the id formula ambiguous.
+var ErrBadUser = errors.New("user name must be 1-128 characters of [A-Za-z0-9._@-] (no ':'), not . or ..")
 
 // SandboxID is DeerFlow's deterministic id: hex(sha256(user:thread))[:16].
+// A user name never contains ':' (ValidUser), so the first ':' ends the user
+// and no two (user, thread) pairs hash the same input: "alice:proj" + "1"
+// cannot stand in for "alice" + "proj:1".
 func SandboxID(user, thread string) string {
 	var buf [256 + 1 + 2]byte
 	b := append(append(append(buf[:0], user...), ':'), thread...)
@@ -43,7 +46,9 @@ func ValidUser(user string) error {
 	return nil
 }
 
-func validName(s string, allowAt bool) bool {
+// validName: threads allow ':' (DeerFlow's ids use it); users allow '@'
+// (e-mail subjects) but never ':', the separator of the id formula.
+func validName(s string, user bool) bool {
 	if len(s) == 0 || len(s) > MaxThreadLen || s == "." || s == ".." {
 		return false
 	}
@@ -51,8 +56,8 @@ func validName(s string, allowAt bool) bool {
 		c := s[i]
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '.', c == '_', c == ':', c == '-':
-		case c == '@' && allowAt:
+		case c == '.', c == '_', c == '-':
+		case c == ':' && !user, c == '@' && user:
 		default:
 			return false
 		}
