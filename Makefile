@@ -11,14 +11,20 @@ deps:
 	./scripts/install-deps.sh
 	./scripts/kube-test-bins.sh >/dev/null  # kube-apiserver, etcd and kubectl, cached in .cache/kube (~6.5 min cold)
 
-# The whole suite against real services (redis-server, this machine's Docker
-# engine). Under CI=true a missing service fails instead of skipping.
-# Then every fuzz target for a few seconds on top of its committed corpus
-# (testdata/fuzz, which the plain run above already replays).
+# Every fuzz target for a few seconds on top of its committed corpus
+# (testdata/fuzz, which the plain run below also replays), then the whole
+# suite against real services (redis-server, this machine's Docker engine)
+# through scripts/testreport: go test's lines per package, the output of
+# failed tests, the skipped tests by name, and a closing
+# "N passed, N failed, N skipped". Under CI=true a missing service fails
+# instead of skipping, and any skipped test fails the run.
+# TEST_TIMEOUT bounds each package's test binary (go test -timeout is per
+# package), so a hang costs that package, not the whole run.
+TEST_TIMEOUT ?= 12m
 test: deps
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m ./...
 	./scripts/fuzz.sh 5s
+	$(GO) run ./scripts/testreport -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # What ships for deployment, checked offline with real tools (test/deploy):
 # the gateway image built from a host binary and run next to a real Redis,
