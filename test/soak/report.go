@@ -16,11 +16,36 @@ import (
 
 // testResult is how one mapped test ended when the report was generated.
 type testResult struct {
-	action  string // pass, fail, skip
+	action  string // pass, fail, skip: the test's own result
 	elapsed float64
+	// subtests counts its subtests' results by action: a parent passes
+	// even when a subtest skipped, so the row's verdict needs them too.
+	subtests map[string]int
 	// measured are the test's "measured: ..." log lines (test/e2e's
 	// measured helper), prefixed with the subtest they came from.
 	measured []string
+}
+
+// verdict is the row's word: FAIL when the test or any subtest failed,
+// SKIP when any of them skipped, else PASS.
+func (tr testResult) verdict() string {
+	switch {
+	case tr.action == "fail" || tr.subtests["fail"] > 0:
+		return "FAIL"
+	case tr.action == "skip" || tr.subtests["skip"] > 0:
+		return "SKIP"
+	}
+	return "PASS"
+}
+
+// cell is the result column's entry: the verdict and time, and the
+// subtests' counts when not all of them passed.
+func (tr testResult) cell() string {
+	s := fmt.Sprintf("%s %.1fs", tr.verdict(), tr.elapsed)
+	if n := tr.subtests["fail"] + tr.subtests["skip"]; n > 0 {
+		s += fmt.Sprintf(" (subtests: %d passed, %d failed, %d skipped)", tr.subtests["pass"], tr.subtests["fail"], tr.subtests["skip"])
+	}
+	return s
 }
 
 // runMappedTests runs every test the rows name, once, and returns their
@@ -43,6 +68,15 @@ func runMappedTests(ctx context.Context, logf func(string, ...any)) map[string]t
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if err != nil {
+		logf("go test: %v %s", err, tailLines(stderr.String(), 5))
+	}
+	return parseTestEvents(out)
+}
+
+// parseTestEvents folds go test -json events into results by top-level
+// test name.
+func parseTestEvents(out []byte) map[string]testResult {
 	res := map[string]testResult{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -67,6 +101,10 @@ func runMappedTests(ctx context.Context, logf func(string, ...any)) map[string]t
 		case ev.Action != "pass" && ev.Action != "fail" && ev.Action != "skip":
 			continue
 		case sub != "":
+			if tr.subtests == nil {
+				tr.subtests = map[string]int{}
+			}
+			tr.subtests[ev.Action]++
 			// A parent of parallel subtests ends before they run: its own
 			// time is ~0, the longest subtest's is the test's.
 			tr.elapsed = max(tr.elapsed, ev.Elapsed)
@@ -74,9 +112,6 @@ func runMappedTests(ctx context.Context, logf func(string, ...any)) map[string]t
 			tr.action, tr.elapsed = ev.Action, max(tr.elapsed, ev.Elapsed)
 		}
 		res[top] = tr
-	}
-	if err != nil {
-		logf("go test: %v %s", err, tailLines(stderr.String(), 5))
 	}
 	return res
 }
@@ -173,7 +208,7 @@ func writeReport(path string, o *outcome) error {
 		for _, t := range r.tests {
 			names = append(names, "`"+t.name+"`")
 			if tr, ok := o.tests[t.name]; ok && tr.action != "" {
-				results = append(results, fmt.Sprintf("%s %.1fs", strings.ToUpper(tr.action), tr.elapsed))
+				results = append(results, tr.cell())
 				for _, m := range tr.measured {
 					results = append(results, "· "+m)
 				}
