@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,10 +236,14 @@ func TestHardTimeoutKillsProcessGroup(t *testing.T) {
 func TestShellExecTimeoutOnlyStopsWaiting(t *testing.T) {
 	t.Parallel()
 	ts := newHostServer(t)
-	start := time.Now()
-	res := shellRun(t, ts, map[string]any{"command": "echo started; sleep 1; echo finished", "timeout": 0.3})
-	if res.Status != statusRunning || res.ExitCode != nil || res.Output != "started\n" || time.Since(start) > 900*time.Millisecond {
-		t.Fatalf("want running with partial output at the timeout: %+v after %s", res, time.Since(start))
+	// The command cannot finish before the test creates the gate, so an
+	// answer at all is the timeout; 2s lets "started" out on a loaded machine.
+	res := shellRun(t, ts, map[string]any{"command": "echo started; while [ ! -f gate ]; do sleep 0.02; done; echo finished", "timeout": 2})
+	if res.Status != statusRunning || res.ExitCode != nil || res.Output != "started\n" {
+		t.Fatalf("want running with partial output at the timeout: %+v", res)
+	}
+	if err := os.WriteFile(filepath.Join(ts.ws, "gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "command to finish on its own", func() bool {
 		v := okData[shellResult](t, ts, "/v1/shell/view", map[string]any{"id": res.SessionID})
@@ -264,16 +270,21 @@ func TestShellExecTimeoutOnlyStopsWaiting(t *testing.T) {
 func TestNoChangeTimeoutThenView(t *testing.T) {
 	t.Parallel()
 	ts := newHostServer(t)
-	res := shellRun(t, ts, map[string]any{"command": "echo start; sleep 1.5; echo end", "no_change_timeout": 0.4})
+	// Gated as above: the answer can only be the no-change timer's.
+	res := shellRun(t, ts, map[string]any{"command": "echo start; while [ ! -f gate ]; do sleep 0.02; done; echo end", "no_change_timeout": 2})
 	if res.Status != statusNoChange || res.ExitCode != nil || res.Output != "start\n" {
 		t.Fatalf("want no_change_timeout with partial output, before the command ends: %+v", res)
+	}
+	if err := os.WriteFile(filepath.Join(ts.ws, "gate"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "command to finish", func() bool {
 		v := okData[shellResult](t, ts, "/v1/shell/view", map[string]any{"id": res.SessionID})
 		return v.Status == statusCompleted && v.Output == "start\nend\n" && v.ExitCode != nil && *v.ExitCode == 0
 	})
-	// output keeps the timer from firing
-	res = shellRun(t, ts, map[string]any{"command": "for i in 1 2 3 4 5; do echo $i; sleep 0.2; done", "no_change_timeout": 0.6})
+	// Output keeps the timer from firing: 4s of output every 0.4s under a
+	// 2s timer (a gap would have to stretch five-fold to trip it).
+	res = shellRun(t, ts, map[string]any{"command": "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.4; done", "no_change_timeout": 2})
 	if res.Status != statusCompleted {
 		t.Fatalf("steady output must not trip no_change_timeout: %+v", res)
 	}
