@@ -95,12 +95,21 @@ func TestInFlightIsNeverReaped(t *testing.T) {
 
 func TestIdleTimeoutDisabled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{IdleTimeout: -1})
-	p := e.replica()
-	_, _, _ = p.Acquire(ctx, "u", "forever")
-	e.clock.Advance(1000 * time.Hour)
-	if n, _ := NewReaper(p).Pass(ctx); n != 0 {
-		t.Fatalf("reaped with idle_timeout 0: %d", n)
+	// The same sandbox and clock with a timeout set is reaped: the pass
+	// that reaps nothing with the timeout off had something to reap.
+	for _, c := range []struct {
+		idle time.Duration
+		want int
+	}{{-1, 0}, {time.Hour, 1}} {
+		e := newEnv(t, Config{IdleTimeout: c.idle})
+		p := e.replica()
+		if _, _, err := p.Acquire(ctx, "u", "forever"); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		e.clock.Advance(1000 * time.Hour)
+		if n, err := NewReaper(p).Pass(ctx); err != nil || n != c.want {
+			t.Fatalf("idle_timeout %s, 1000h idle: reaped %d (%v), want %d", c.idle, n, err, c.want)
+		}
 	}
 }
 

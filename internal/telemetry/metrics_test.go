@@ -102,19 +102,46 @@ func TestMetricsRecord(t *testing.T) {
 	}
 }
 
+// A gateway without metrics holds a nil *Metrics: every recording method
+// must be a no-op on it, not a panic on the request path. Each call is
+// checked by name, and the same call on a real Metrics must record, so a
+// call that does nothing anyway cannot hide in the list.
 func TestNilMetricsRecordNothing(t *testing.T) {
 	t.Parallel()
-	var m *Metrics
-	m.Acquired("hit", 0)
-	m.Proxied(RouteThread, 200, 0)
-	m.Created(true)
-	m.Destroyed("idle")
-	m.Evicted()
-	m.Adopted("acquire")
-	m.ReaperClaimed("idle_active")
-	m.Reconciled(1, 1, 1, 1)
-	m.DialRetried()
-	m.RedisError()
+	for _, c := range []struct {
+		name   string
+		call   func(*Metrics)
+		metric string
+		labels map[string]string
+	}{
+		{"Acquired", func(m *Metrics) { m.Acquired("hit", 0) }, "sandgate_acquire_duration_seconds", map[string]string{"outcome": "hit"}},
+		{"Proxied", func(m *Metrics) { m.Proxied(RouteThread, 200, 0) }, "sandgate_proxy_requests_total", map[string]string{"route": "thread", "class": "2xx"}},
+		{"Created", func(m *Metrics) { m.Created(true) }, "sandgate_sandbox_creates_total", map[string]string{"result": "ok"}},
+		{"Destroyed", func(m *Metrics) { m.Destroyed("idle") }, "sandgate_sandbox_destroys_total", map[string]string{"reason": "idle"}},
+		{"Evicted", func(m *Metrics) { m.Evicted() }, "sandgate_sandbox_evictions_total", nil},
+		{"Adopted", func(m *Metrics) { m.Adopted("acquire") }, "sandgate_sandbox_adoptions_total", map[string]string{"source": "acquire"}},
+		{"ReaperClaimed", func(m *Metrics) { m.ReaperClaimed("idle_active") }, "sandgate_reaper_claims_total", map[string]string{"reason": "idle_active"}},
+		{"Reconciled", func(m *Metrics) { m.Reconciled(1, 1, 1, 1) }, "sandgate_reconciler_actions_total", map[string]string{"action": "adopted"}},
+		{"DialRetried", func(m *Metrics) { m.DialRetried() }, "sandgate_upstream_dial_retries_total", nil},
+		{"RedisError", func(m *Metrics) { m.RedisError() }, "sandgate_redis_errors_total", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("%s on a nil *Metrics panicked: %v", c.name, r)
+					}
+				}()
+				c.call(nil)
+			}()
+			real := NewMetrics()
+			c.call(real)
+			if got := value(t, real, c.metric, c.labels); got <= 0 {
+				t.Errorf("%s on a real Metrics recorded nothing in %s (%v)", c.name, c.metric, got)
+			}
+		})
+	}
 }
 
 func TestRequestMetricsDoNotAllocate(t *testing.T) {
