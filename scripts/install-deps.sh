@@ -9,6 +9,9 @@ want=(redis-server:redis-server busybox:busybox-static nginx:nginx docker-compos
 # wrk: make bench drives it, and bench/'s own tests (part of make test) run
 # its Lua script in the real wrk, so the tests need it too.
 want+=(wrk:wrk)
+# chattr: test/e2e's permission-denied case sets the immutable attribute (the
+# one permission that binds root); under CI=true it fails without it.
+want+=(chattr:e2fsprogs)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}

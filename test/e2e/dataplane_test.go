@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -213,27 +215,93 @@ func TestShutdownDrainsAndLeavesSandboxes(t *testing.T) {
 	f := newFleet(t)
 	g := f.start()
 	shell(t, g.URL, "drain", "true")
-	gate := filepath.Join(f.dataDir, "users", "default", "threads", "drain", "user-data", "workspace", "go")
-	res := make(chan execData, 1)
-	go func() {
-		res <- shell(t, g.URL, "drain", "while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.02; done; echo finished")
-	}()
-	// Wait until the request is in flight, then ask the gateway to stop.
-	waitFor(t, func() bool { return strings.Contains(g.logs.String(), `"drain"`) || true })
-	time.Sleep(200 * time.Millisecond)
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	time.Sleep(200 * time.Millisecond)
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+	ws := filepath.Join(f.dataDir, "users", "default", "threads", "drain", "user-data", "workspace")
+	res := execAsync(g.URL, "drain", "touch /mnt/user-data/workspace/started; "+
+		"while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.02; done; echo finished")
+	// The command made its marker: the request is in flight in the sandbox.
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(ws, "started")); return err == nil })
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	d := <-res
+	// The gateway is draining: it said so, and its listener is closed.
+	waitFor(t, func() bool {
+		if !strings.Contains(g.logs.String(), `"msg":"draining"`) {
+			return false
+		}
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(g.URL, "http://"), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := await(t, res, 30*time.Second)
 	if strings.TrimSpace(d.Output) != "finished" {
 		t.Fatalf("in-flight request during drain: %+v", d)
 	}
-	<-g.done
+	select {
+	case <-g.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gateway did not exit within 30s of its last request finishing")
+	}
 	if n := len(f.sandboxes()); n != 1 {
 		t.Fatalf("shutdown destroyed sandboxes: %d left", n)
 	}
+}
+
+// execResult is how an exec sent by execAsync ended.
+type execResult struct {
+	code int
+	body []byte
+	err  error
+}
+
+// execAsync sends an exec to thread's sandbox from another goroutine; the
+// outcome, error included, comes back on the channel (no t.Fatal off the
+// test's goroutine, which would leave the test waiting forever).
+func execAsync(base, thread, command string) <-chan execResult {
+	res := make(chan execResult, 1)
+	go func() {
+		b, _ := json.Marshal(map[string]any{"command": command})
+		req, err := http.NewRequest("POST", base+"/threads/"+thread+"/v1/shell/exec", bytes.NewReader(b))
+		if err != nil {
+			res <- execResult{err: err}
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := clientFor(req.URL.String()).Do(req)
+		if err != nil {
+			res <- execResult{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		res <- execResult{code: resp.StatusCode, body: body, err: err}
+	}()
+	return res
+}
+
+// await waits up to bound for an execAsync result and fails the test unless
+// it is a completed command.
+func await(t *testing.T, res <-chan execResult, bound time.Duration) execData {
+	t.Helper()
+	var r execResult
+	select {
+	case r = <-res:
+	case <-time.After(bound):
+		t.Fatalf("no answer to the exec in %s", bound)
+	}
+	if r.err != nil || r.code != 200 {
+		t.Fatalf("exec: status %d, err %v: %s", r.code, r.err, r.body)
+	}
+	var env envelope
+	var d execData
+	if err := json.Unmarshal(r.body, &env); err != nil || json.Unmarshal(env.Data, &d) != nil {
+		t.Fatalf("exec: bad body %s", r.body)
+	}
+	return d
 }
 
 func TestRefusesPublicListenWithoutAuth(t *testing.T) {
@@ -245,12 +313,14 @@ func TestRefusesPublicListenWithoutAuth(t *testing.T) {
 	}
 }
 
+// waitFor polls cond for up to 30s: long enough for a 2-core machine at
+// load 20, short enough that a broken feature fails by name in seconds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
+			t.Fatal("condition not met in 30s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -261,23 +331,7 @@ func TestSandboxKilledMidRequestIs502ThenRecreated(t *testing.T) {
 	f := newFleet(t)
 	g := f.start()
 	shell(t, g.URL, "crash", "echo safe > /mnt/user-data/workspace/s.txt")
-	res := make(chan []byte, 1)
-	codes := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", g.URL+"/threads/crash/v1/shell/exec",
-			strings.NewReader(`{"command":"sleep 30"}`))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := clientFor(req.URL.String()).Do(req)
-		if err != nil {
-			codes <- 0
-			res <- []byte(err.Error())
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		codes <- resp.StatusCode
-		res <- b
-	}()
+	res := execAsync(g.URL, "crash", "sleep 30")
 	var pid int
 	waitFor(t, func() bool {
 		s := f.sandboxes()
@@ -285,19 +339,65 @@ func TestSandboxKilledMidRequestIs502ThenRecreated(t *testing.T) {
 			return false
 		}
 		pid, _ = strconv.Atoi(strings.SplitN(s[0].Incarnation, "-", 2)[0])
-		// the sleep is running inside the sandbox
-		out, _ := exec.Command("pgrep", "-f", "sleep 30").Output()
-		return len(out) > 0
+		// The sleep runs inside this test's sandbox: a descendant of its
+		// pid, not any "sleep 30" another test happens to run.
+		for _, c := range descendants(pid) {
+			if cmdline(c) == "sleep 30" {
+				return true
+			}
+		}
+		return false
 	})
 	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	code, body := <-codes, <-res
-	if code != 502 || errorCode(t, body) != "sandbox_connection_lost" {
-		t.Fatalf("killed mid-request: %d %s", code, body)
+	var r execResult
+	select {
+	case r = <-res:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer 30s after the sandbox was killed mid-request")
+	}
+	if r.err != nil || r.code != 502 || errorCode(t, r.body) != "sandbox_connection_lost" {
+		t.Fatalf("killed mid-request: %d %v %s", r.code, r.err, r.body)
 	}
 	waitFor(t, func() bool { return len(f.sandboxes()) == 0 })
 	if d := shell(t, g.URL, "crash", "cat /mnt/user-data/workspace/s.txt"); strings.TrimSpace(d.Output) != "safe" {
 		t.Fatalf("next call: %+v", d)
 	}
+}
+
+// descendants lists every live process below pid, from /proc.
+func descendants(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		children[ppid] = append(children[ppid], p)
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// cmdline is pid's command line, arguments joined by spaces.
+func cmdline(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }

@@ -111,7 +111,8 @@ const (
 type engineSwitch struct {
 	t    *testing.T
 	addr string
-	real string // the real engine's unix socket
+	// network and real are the real engine's address (DOCKER_HOST).
+	network, real string
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -121,15 +122,15 @@ type engineSwitch struct {
 
 func newEngineSwitch(t *testing.T) *engineSwitch {
 	t.Helper()
-	sock := "/var/run/docker.sock"
+	network, real := "unix", "/var/run/docker.sock"
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
-		rest, ok := strings.CutPrefix(h, "unix://")
-		if !ok {
-			t.Skipf("DOCKER_HOST %s is not a unix socket; the forwarder needs one", h)
+		var ok bool
+		network, real, ok = strings.Cut(h, "://")
+		if !ok || (network != "unix" && network != "tcp") {
+			requireOrSkip(t, "DOCKER_HOST %s is neither unix:// nor tcp://; the forwarder needs one of them", h)
 		}
-		sock = rest
 	}
-	e := &engineSwitch{t: t, addr: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)), real: sock}
+	e := &engineSwitch{t: t, addr: "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)), network: network, real: real}
 	t.Cleanup(func() { e.set(engineDown) })
 	return e
 }
@@ -173,15 +174,15 @@ func (e *engineSwitch) serve(ln net.Listener) {
 		e.conns = append(e.conns, c)
 		e.mu.Unlock()
 		if mode == engineForward {
-			go forward(c, e.real)
+			go forward(c, e.network, e.real)
 		}
 	}
 }
 
-// forward pipes c to the unix socket at sock until either side closes.
-func forward(c net.Conn, sock string) {
+// forward pipes c to the engine at network/addr until either side closes.
+func forward(c net.Conn, network, addr string) {
 	defer c.Close()
-	up, err := net.Dial("unix", sock)
+	up, err := net.Dial(network, addr)
 	if err != nil {
 		return
 	}

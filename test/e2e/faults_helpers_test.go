@@ -139,18 +139,29 @@ func writeScript(t *testing.T, path, body string) {
 	}
 }
 
+// requireOrSkip skips the test for a reason this machine gives, or fails it
+// under CI=true, where every check must run (CI runs as root on a host that
+// can mount and set attributes).
+func requireOrSkip(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format+" (required under CI=true)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
 // mountTmpfs mounts a tmpfs with opts (e.g. "size=512k,nr_inodes=64") on
-// dir, detached at cleanup. It skips the test when this machine does not
-// let the tests mount (an unprivileged container): the disk-full and
-// read-only cases need a real filesystem limit, and there is no honest
-// stand-in for one.
+// dir, detached at cleanup. Where this machine does not let the tests mount
+// (an unprivileged container) it skips, or fails under CI=true: the
+// disk-full and read-only cases need a real filesystem limit, and there is
+// no honest stand-in for one.
 func mountTmpfs(t *testing.T, dir, opts string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v): the disk-full and read-only cases need one", err)
+		requireOrSkip(t, "cannot mount a tmpfs here (%v): the disk-full and read-only cases need one", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 }
@@ -211,7 +222,7 @@ func fill(t *testing.T, dir string) (free func()) {
 func immutable(t *testing.T, path string, on bool) {
 	t.Helper()
 	if _, err := exec.LookPath("chattr"); err != nil {
-		t.Skip("chattr (e2fsprogs) not installed: the permission-denied case needs it")
+		requireOrSkip(t, "chattr (e2fsprogs) not installed: the permission-denied case needs it")
 	}
 	flag := "-i"
 	if on {
@@ -219,7 +230,7 @@ func immutable(t *testing.T, path string, on bool) {
 	}
 	if out, err := exec.Command("chattr", flag, path).CombinedOutput(); err != nil {
 		if on {
-			t.Skipf("this filesystem refuses the immutable attribute: %v %s", err, out)
+			requireOrSkip(t, "this filesystem refuses the immutable attribute: %v %s", err, out)
 		}
 		t.Fatalf("chattr %s %s: %v %s", flag, path, err, out)
 	}

@@ -85,7 +85,8 @@ func TestRedisFlushThenTrafficKeepsEverySandbox(t *testing.T) {
 func TestProvisioningPastItsBudgetAnswers503ThenServes(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
-	g := f.start("--process-binary", slowSandbox(t, f, "2"), "--provision-wait", "300ms")
+	slow, _ := slowSandbox(t, f, "2")
+	g := f.start("--process-binary", slow, "--provision-wait", "300ms")
 	code, body, hdr := call(t, "POST", g.URL+"/threads/slowpoke/v1/shell/exec", map[string]any{"command": "echo hi"})
 	if code != 503 || errorCode(t, body) != "provisioning" || hdr.Get("Retry-After") == "" {
 		t.Fatalf("within the create: %d %s retry-after=%q", code, body, hdr.Get("Retry-After"))
@@ -126,11 +127,11 @@ func TestIdleSandboxesAreReapedButNotBusyOnes(t *testing.T) {
 	g := f.start()
 	shell(t, g.URL, "idle", "true")
 	shell(t, g.URL, "busy", "true")
-	gate := filepath.Join(f.dataDir, "users", "default", "threads", "busy", "user-data", "workspace", "go")
-	res := make(chan execData, 1)
-	go func() {
-		res <- shell(t, g.URL, "busy", "while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.05; done; echo survived")
-	}()
+	ws := filepath.Join(f.dataDir, "users", "default", "threads", "busy", "user-data", "workspace")
+	res := execAsync(g.URL, "busy", "touch /mnt/user-data/workspace/started; "+
+		"while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.05; done; echo survived")
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(ws, "started")); return err == nil })
+	started := time.Now()
 	idleID := identity.SandboxID("default", "idle")
 	waitFor(t, func() bool {
 		for _, s := range f.sandboxes() {
@@ -140,12 +141,13 @@ func TestIdleSandboxesAreReapedButNotBusyOnes(t *testing.T) {
 		}
 		return true
 	})
-	// The busy thread's command has now run longer than idle_timeout.
-	time.Sleep(4 * time.Second)
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+	// Not a synchronisation: the busy command must run for longer than
+	// idle_timeout (3s) plus a few reap intervals while the reaper runs.
+	time.Sleep(time.Until(started.Add(4 * time.Second)))
+	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if d := <-res; strings.TrimSpace(d.Output) != "survived" {
+	if d := await(t, res, 30*time.Second); strings.TrimSpace(d.Output) != "survived" {
 		t.Fatalf("long command: %+v", d)
 	}
 }
@@ -178,13 +180,16 @@ func TestReconcilerRestoresRecordsAfterRedisLoss(t *testing.T) {
 	}
 }
 
-// slowSandbox is a sandbox binary that sleeps before it starts.
-func slowSandbox(t *testing.T, f *fleet, seconds string) string {
+// slowSandbox is a sandbox binary that sleeps before it starts. Each run
+// first appends its pid (which stays the sandbox's after the exec) to the
+// file pids names.
+func slowSandbox(t *testing.T, f *fleet, seconds string) (bin, pids string) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "slow-sandbox")
-	script := "#!/bin/sh\nsleep " + seconds + "\nexec " + f.bin + " \"$@\"\n"
-	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+	dir := t.TempDir()
+	bin, pids = filepath.Join(dir, "slow-sandbox"), filepath.Join(dir, "pids")
+	script := "#!/bin/sh\necho $$ >> " + pids + "\nsleep " + seconds + "\nexec " + f.bin + " \"$@\"\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return bin, pids
 }

@@ -3,7 +3,9 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +65,7 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, "--lock-ttl", "1s")
 	// A sandbox binary that takes a while to start, so the kill lands mid-create.
-	slow := slowSandbox(t, f, "1")
+	slow, pids := slowSandbox(t, f, "1")
 	a := f.start("--process-binary", slow)
 	b := f.start("--process-binary", slow)
 
@@ -76,19 +78,35 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 		}
 		res <- err
 	}()
-	// Kill replica a once its create is under way (the child exists).
+	// Kill replica a once its create is under way: the child runs and a
+	// recorded it, and it cannot answer for another second.
 	waitFor(t, func() bool {
-		return strings.Contains(a.logs.String(), "sandbox process started") || len(f.sandboxes()) > 0
+		b, _ := os.ReadFile(pids)
+		return len(b) > 0 && len(f.sandboxes()) > 0
 	})
 	a.kill()
-	<-res // the client sees a broken connection; what matters is the fleet state
+	select { // the client sees a broken connection; what matters is the fleet state
+	case <-res:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request to the killed replica did not end in 30s")
+	}
 
 	d := shell(t, b.URL, "victim", "echo alive")
 	if strings.TrimSpace(d.Output) != "alive" {
 		t.Fatalf("via replica b: %+v", d)
 	}
-	// Let any stray create finish, then count.
-	time.Sleep(1500 * time.Millisecond)
+	// Every sandbox process any create started has either exited or become
+	// a sandbox (exec'd the binary): no create is still on its way.
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(pids)
+		for _, s := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(s)
+			if running(pid) && !strings.HasPrefix(cmdline(pid), f.bin+" ") {
+				return false
+			}
+		}
+		return true
+	})
 	live := f.sandboxes()
 	if len(live) != 1 {
 		t.Fatalf("%d sandboxes for one thread after a replica died mid-create: %+v", len(live), live)

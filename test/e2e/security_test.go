@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 const (
@@ -227,29 +231,100 @@ func ownerOnly(owner bool) int {
 
 // TestNoCredentialReachesTheSandbox: the sandbox runs untrusted code, so
 // the client's credential (which opens other sandboxes of its user) must not
-// reach it, and the gateway's sandbox key must not come back.
+// reach it; the gateway's sandbox key must, and must not come back. The
+// sandbox here is the real server behind a recorder (testdata/recordsandbox)
+// that writes down every header it receives and answers with the sandbox
+// key it was sent, as a leaking sandbox would.
 func TestNoCredentialReachesTheSandbox(t *testing.T) {
 	t.Parallel()
-	g := securedFleet(t, "--sandbox-api-key", "inner-secret")
-	// The sandbox server echoes nothing of headers, so look at what a
-	// command started by it inherits and what its answers carry.
-	code, body, hdr := req{"POST", "/threads/x/v1/shell/exec", "", map[string]any{"command": "env"}, bearer("alice-key")}.do(t, g)
-	if code != 200 {
-		t.Fatalf("exec: %d %s", code, body)
-	}
-	for _, secret := range []string{"alice-key", "inner-secret"} {
-		if strings.Contains(string(body), secret) {
-			t.Errorf("%q reached the sandbox's environment", secret)
+	bin, headers := recordingSandbox(t)
+	g := securedFleet(t, "--sandbox-api-key", "inner-secret", "--process-binary", bin)
+	// The client authenticates with its bearer token and also sends its key
+	// as X-API-Key, and tries to choose the sandbox key itself.
+	hdr := append(bearer("alice-key"), "X-API-Key", "alice-key", "X-Aio-Api-Key", "client-forged")
+	for _, path := range []string{"/threads/x/v1/shell/exec", "/sandboxes/" + identity.SandboxID("alice", "x") + "/v1/shell/exec"} {
+		code, body, h := req{"POST", path, "", map[string]any{"command": "env"}, hdr}.do(t, g)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", path, code, body)
 		}
-		for k, v := range hdr {
-			if strings.Contains(strings.Join(v, " "), secret) {
-				t.Errorf("%q came back in header %s", secret, k)
+		for _, secret := range []string{"alice-key", "inner-secret", "client-forged"} {
+			if strings.Contains(string(body), secret) {
+				t.Errorf("%s: %q reached the sandbox's environment", path, secret)
+			}
+		}
+		for k, v := range h {
+			if strings.Contains(strings.Join(v, " "), "inner-secret") {
+				t.Errorf("%s: the sandbox key came back to the client in header %s", path, k)
 			}
 		}
 	}
-	if g.logs.String() != "" && strings.Contains(g.logs.String(), "alice-key") {
-		t.Error("the API key was logged")
+	seen := 0
+	for _, r := range receivedHeaders(t, headers) {
+		for k, v := range r.Header {
+			for _, secret := range []string{"alice-key", "client-forged"} {
+				if strings.Contains(strings.Join(v, " "), secret) {
+					t.Errorf("the sandbox received %q in header %s of %s", secret, k, r.Path)
+				}
+			}
+		}
+		if r.Path != "/v1/shell/exec" {
+			continue // the backend's own readiness probes
+		}
+		seen++
+		if got := r.Header.Values("Authorization"); len(got) != 0 {
+			t.Errorf("the sandbox received Authorization %q", got)
+		}
+		if got := r.Header.Values("X-Api-Key"); len(got) != 0 {
+			t.Errorf("the sandbox received X-API-Key %q", got)
+		}
+		if got := r.Header.Values("X-Aio-Api-Key"); len(got) != 1 || got[0] != "inner-secret" {
+			t.Errorf("the sandbox received X-Aio-Api-Key %q, want the gateway's key alone", got)
+		}
 	}
+	if seen != 2 {
+		t.Fatalf("the recorder saw %d execs, want 2", seen)
+	}
+	if strings.Contains(g.logs.String(), "alice-key") || strings.Contains(g.logs.String(), "inner-secret") {
+		t.Error("a credential was logged")
+	}
+}
+
+// recordingSandbox builds testdata/recordsandbox into a directory of its own
+// and returns it and the file it records headers to.
+func recordingSandbox(t *testing.T) (bin, headers string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin = filepath.Join(dir, "recordsandbox")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/testdata/recordsandbox")
+	cmd.Dir = testutil.ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the recording sandbox: %v\n%s", err, out)
+	}
+	return bin, filepath.Join(dir, "headers.jsonl")
+}
+
+type receivedRequest struct {
+	Path   string
+	Header http.Header
+}
+
+// receivedHeaders reads what the recording sandbox received.
+func receivedHeaders(t *testing.T, file string) []receivedRequest {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("the recording sandbox wrote nothing: %v", err)
+	}
+	var out []receivedRequest
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r receivedRequest
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("recorded line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // TestPerUserLimits against a real gateway: the create rate (429 +
