@@ -24,7 +24,8 @@ TEST_TIMEOUT ?= 12m
 test: deps
 	$(GO) vet ./...
 	./scripts/fuzz.sh 5s
-	$(GO) run ./scripts/testreport -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) build -o bin/testreport ./scripts/testreport
+	./bin/testreport -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # What ships for deployment, checked offline with real tools (test/deploy):
 # the gateway image built from a host binary and run next to a real Redis,

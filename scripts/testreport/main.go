@@ -3,7 +3,10 @@
 // Under CI=true a skipped test is a failure: every service the suite needs
 // is installed by `make test`, so a skip there means a check did not run.
 //
-// Usage: go run ./scripts/testreport [go test flags] [packages]
+// Usage: testreport [go test flags] [packages]
+//
+// `make test` builds it first and runs the binary: `go run` would add its
+// own "exit status 1" after the closing line CI reads.
 //
 // It prints one line per package (`ok  pkg 1.2s`, `FAIL pkg 3.4s`), the
 // whole output of every failed test (and of a package that crashed or timed

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -104,7 +105,11 @@ func TestSSEStreamsEventByEvent(t *testing.T) {
 	g := f.start()
 	shell(t, g.URL, "sse", "true") // provision first
 	gate := filepath.Join(f.dataDir, "users", "default", "threads", "sse", "user-data", "workspace", "go")
-	req, _ := http.NewRequest("POST", g.URL+"/threads/sse/v1/shell/exec", strings.NewReader(
+	// A gateway that buffered the stream would never show first-chunk and
+	// the command would wait for its gate forever: the deadline ends that.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.URL+"/threads/sse/v1/shell/exec", strings.NewReader(
 		`{"command":"echo first-chunk; while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.02; done; echo second-chunk"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
