@@ -31,14 +31,21 @@ func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 			g := replicas[i%len(replicas)]
 			thread := fmt.Sprintf("burst-%02d", (i/len(replicas))%threads)
 			<-start
-			code, body, _ := call(t, "POST", g.URL+"/threads/"+thread+"/v1/shell/exec", map[string]any{"command": "echo ok"})
-			if code != 200 || !strings.Contains(string(body), `"output":"ok\n"`) {
-				errs <- fmt.Sprintf("%s via %s: %d %s", thread, g.URL, code, body)
+			// Errors travel back on errs: t.Fatal is for the test's goroutine.
+			r := <-execAsync(g.URL, thread, "echo ok")
+			if r.err != nil || r.code != 200 || !strings.Contains(string(r.body), `"output":"ok\n"`) {
+				errs <- fmt.Sprintf("%s via %s: %d %v %s", thread, g.URL, r.code, r.err, r.body)
 			}
 		}()
 	}
 	close(start)
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("300 first requests for 30 threads not all answered in 3 minutes")
+	}
 	close(errs)
 	for e := range errs {
 		t.Error(e)
