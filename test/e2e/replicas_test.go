@@ -88,8 +88,8 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	// Kill replica a once its create is under way: the child runs and a
 	// recorded it, and it cannot answer for another second.
 	waitFor(t, func() bool {
-		b, _ := os.ReadFile(pids)
-		return len(b) > 0 && len(f.sandboxes()) > 0
+		started, _ := os.ReadFile(pids)
+		return len(started) > 0 && len(f.sandboxes()) > 0
 	})
 	a.kill()
 	select { // the client sees a broken connection; what matters is the fleet state
@@ -105,8 +105,8 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	// Every sandbox process any create started has either exited or become
 	// a sandbox (exec'd the binary): no create is still on its way.
 	waitFor(t, func() bool {
-		b, _ := os.ReadFile(pids)
-		for _, s := range strings.Fields(string(b)) {
+		started, _ := os.ReadFile(pids)
+		for _, s := range strings.Fields(string(started)) {
 			pid, _ := strconv.Atoi(s)
 			if running(pid) && !strings.HasPrefix(cmdline(pid), f.bin+" ") {
 				return false
