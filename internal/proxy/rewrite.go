@@ -30,8 +30,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		out.Header["X-Forwarded-For"] = prior
 	}
 	pr.SetXForwarded()
-	if p.cfg.SandboxAPIKey != "" {
-		out.Header.Set(SandboxAPIKeyHeader, p.cfg.SandboxAPIKey)
+	// The sandbox's own secret, else the shared key. The value slices are
+	// built once and shared: setting them allocates nothing per request.
+	if key := st.up.SandboxKey(); key != nil {
+		out.Header[SandboxAPIKeyHeader] = key
+	} else if p.apiKey != nil {
+		out.Header[SandboxAPIKeyHeader] = p.apiKey
 	}
 	if st.port != "" {
 		out.Header.Set(ProxyPortHeader, st.port)
