@@ -179,6 +179,7 @@ type engine interface {
 	ContainerCreate(ctx context.Context, cfg *container.Config, host *container.HostConfig,
 		net *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
 	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
+	CopyToContainer(ctx context.Context, id, dstPath string, content io.Reader, opts container.CopyToContainerOptions) error
 	ContainerWait(ctx context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
 	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
