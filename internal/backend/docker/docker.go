@@ -29,9 +29,11 @@
 //
 // Images built from deployments/sandbox-image carry the label
 // LabelServer=/gateway: the backend then runs `/gateway sandbox --listen
-// 0.0.0.0:{port} --home /mnt/user-data/workspace`. Any other image (the
-// all-in-one sandbox DeerFlow uses) runs its own entrypoint and must serve
-// the sandbox API on Port.
+// 0.0.0.0:{port} --home /mnt/user-data/workspace --secret-file ...`, with
+// the sandbox's own secret delivered as a file (secret.go). Any other image
+// (the all-in-one sandbox DeerFlow uses) runs its own entrypoint, must serve
+// the sandbox API on Port, and gets no secret: the gateway sends it the
+// shared sandbox_api_key.
 package docker
 
 import (

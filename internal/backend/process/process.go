@@ -3,7 +3,9 @@
 // thread's host directories mapped to the virtual paths. A state file per
 // sandbox ({StateDir}/{sid}.json) makes sandboxes discoverable by other
 // gateway processes and after a restart; a pid plus its start time is the
-// incarnation, so a recycled pid is never taken for a sandbox.
+// incarnation, so a recycled pid is never taken for a sandbox. The
+// sandbox's secret reaches the server on an inherited pipe (--secret-fd)
+// and is kept in the state file for Discover and List.
 package process
 
 import (
