@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +54,34 @@ func TestSandboxKeyPerUpstream(t *testing.T) {
 				t.Fatalf("the route's shared header value was modified: %q", tg.key)
 			}
 		})
+	}
+}
+
+// TestRetryCarriesTheReplacementsKey: after a dial failure the request goes
+// to the replacement incarnation with the replacement's secret, not the dead
+// one's (each incarnation has its own).
+func TestRetryCarriesTheReplacementsKey(t *testing.T) {
+	t.Parallel()
+	seen := make(chan []string, 1)
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Values(SandboxAPIKeyHeader)
+	}))
+	fresh := newTarget(t, up.URL)
+	fresh.key = []string{"new-incarnation-secret"}
+	dead := newTarget(t, "http://127.0.0.1:1")
+	dead.key = []string{"dead-incarnation-secret"}
+	res := &fixedResolver{next: fresh}
+	p := New(Config{SandboxAPIKey: "shared"}, res, errWriter, nil)
+	gw := gatewayFor(t, p, func() Upstream { return dead })
+	resp, err := gw.Client().Post(gw.URL+"/v1/file/write", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || res.calls.Load() != 1 {
+		t.Fatalf("status %d after %d retries", resp.StatusCode, res.calls.Load())
+	}
+	if got := <-seen; len(got) != 1 || got[0] != "new-incarnation-secret" {
+		t.Fatalf("the replacement saw %s = %q", SandboxAPIKeyHeader, got)
 	}
 }
