@@ -122,11 +122,17 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 	var cleanup cleanupStack
 	defer func() { cleanup.run(); _ = os.RemoveAll(tmp) }()
 
-	targets, err := proxySetup(ctx, tmp, &cleanup)
+	targets, secret, err := proxySetup(ctx, tmp, &cleanup)
 	if err != nil {
 		return Result{}, err
 	}
 	workloads := proxyWorkloads()
+	// The sandbox requires its secret: every client sends it, so the direct
+	// and nginx targets pass it on; the gateway drops it and sends its own
+	// copy, as it does for any client's.
+	for i := range workloads {
+		workloads[i].headers = append(workloads[i].headers, [2]string{backend.SecretHeader, secret})
+	}
 	for _, w := range workloads {
 		for _, t := range targets {
 			if err := sanityCheck(ctx, t, w); err != nil {
@@ -206,28 +212,28 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 }
 
 // proxySetup starts Redis, the gateway (which provisions the sandbox) and
-// nginx, and returns the targets in measuring order; everything started is
-// on cleanup, which stops it in reverse order.
-func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]target, error) {
+// nginx, and returns the targets in measuring order and the sandbox's
+// secret; everything started is on cleanup, which stops it in reverse order.
+func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]target, string, error) {
 	bin, err := buildGateway(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for _, d := range []string{"redis", "data", "nginx"} {
 		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	redis, redisAddr, err := startRedis(ctx, filepath.Join(tmp, "redis"))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cleanup.push(func(context.Context) { redis.stop(syscall.SIGTERM, 5*time.Second) })
 
 	dataDir := filepath.Join(tmp, "data")
 	gw, gwAddr, err := startGateway(ctx, bin, redisAddr, dataDir, filepath.Join(tmp, "gateway.log"))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cleanup.push(func(context.Context) { gw.stop(syscall.SIGTERM, 10*time.Second) })
 
@@ -236,7 +242,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "sandboxes", "process"), Binary: bin},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	sid := identity.SandboxID(proxyUser, proxyThread)
 	cleanup.push(func(ctx context.Context) {
@@ -246,36 +252,36 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	})
 	gwBase := "http://" + gwAddr + "/threads/" + proxyThread
 	if _, err := call(ctx, http.MethodPut, gwBase+"/sandbox", "", nil); err != nil {
-		return nil, fmt.Errorf("provision thread: %w", err)
+		return nil, "", fmt.Errorf("provision thread: %w", err)
 	}
 	info, found, err := p.Discover(ctx, sid)
 	if err != nil || !found {
-		return nil, fmt.Errorf("discover sandbox %s: found=%v: %w", sid, found, err)
+		return nil, "", fmt.Errorf("discover sandbox %s: found=%v: %w", sid, found, err)
 	}
 
 	nginxAddr, err := freeAddr()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ngx, err := startNginx(ctx, nginxConfig{Dir: filepath.Join(tmp, "nginx"), Listen: nginxAddr,
 		Upstream: strings.TrimPrefix(info.URL, "http://"), Prefix: "/threads/" + proxyThread + "/", SSEPath: "v1/shell/exec"})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cleanup.push(func(context.Context) { ngx.stop(syscall.SIGTERM, 5*time.Second) })
 
-	if err := writeBigFile(ctx, info.URL); err != nil {
-		return nil, err
+	if err := writeBigFile(ctx, info.URL, info.Secret); err != nil {
+		return nil, "", err
 	}
 	return []target{
 		{name: "direct", base: info.URL},
 		{name: "nginx", base: "http://" + nginxAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) }},
 		{name: "gateway", base: gwBase, cpu: func() (time.Duration, error) { return processCPU(gw.pid()) }},
-	}, nil
+	}, info.Secret, nil
 }
 
 // writeBigFile creates the download workload's file through the API.
-func writeBigFile(ctx context.Context, sandboxURL string) error {
+func writeBigFile(ctx context.Context, sandboxURL, secret string) error {
 	data := make([]byte, bigFileSize)
 	_, _ = rand.Read(data)
 	body, err := json.Marshal(map[string]string{"file": "/mnt/user-data/workspace/big.bin",
@@ -283,7 +289,7 @@ func writeBigFile(ctx context.Context, sandboxURL string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := call(ctx, http.MethodPost, sandboxURL+"/v1/file/write", string(body), [][2]string{{"Content-Type", "application/json"}}); err != nil {
+	if _, err := call(ctx, http.MethodPost, sandboxURL+"/v1/file/write", string(body), [][2]string{{"Content-Type", "application/json"}, {backend.SecretHeader, secret}}); err != nil {
 		return fmt.Errorf("write big.bin: %w", err)
 	}
 	return nil

@@ -42,6 +42,13 @@ type Spec struct {
 	// Env is set in the sandbox as given; values are secrets as far as logs go.
 	Env    map[string]string
 	Labels map[string]string
+	// Secret is this sandbox's own credential, minted by the pool. A backend
+	// that runs Sandgate's sandbox server delivers it through a channel code
+	// in the sandbox cannot read (an inherited pipe, a file the server
+	// removes before serving) and returns it in Info.Secret; one that cannot
+	// (a third-party image) returns an empty Info.Secret, and the gateway
+	// sends the shared sandbox_api_key instead. Never logged.
+	Secret string
 }
 
 // Info describes one running sandbox incarnation.
@@ -56,7 +63,16 @@ type Info struct {
 	Backend     string
 	Labels      map[string]string
 	CreatedAt   time.Time
+	// Secret is what the sandbox server requires in SecretHeader on every
+	// request; "" = none of its own (the shared key applies). Discover and
+	// List return it too, so a replica that adopts the sandbox after Redis
+	// lost its record can still reach it. Never logged or shown to clients.
+	Secret string
 }
+
+// SecretHeader carries a sandbox's secret (or the shared sandbox_api_key)
+// from the gateway to the sandbox: the all-in-one sandbox's API key header.
+const SecretHeader = "X-Aio-Api-Key"
 
 // ErrUnavailable marks a backend that cannot be reached (engine down, API
 // server gone); callers answer 503 rather than 502.

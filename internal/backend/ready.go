@@ -37,12 +37,22 @@ var readyClient = &http.Client{
 // Inside a sampled trace the wait is a span, and each probe carries its
 // trace context, so the sandbox server's first span joins the trace.
 func WaitReady(ctx context.Context, baseURL string) error {
-	return WaitReadyAs(ctx, baseURL, "")
+	return waitReady(ctx, baseURL, "", "")
 }
 
 // WaitReadyAs is WaitReady with an Authorization header on every probe
 // ("" = none): for a sandbox URL behind another authenticated gateway.
-func WaitReadyAs(ctx context.Context, baseURL, authorization string) (err error) {
+func WaitReadyAs(ctx context.Context, baseURL, authorization string) error {
+	return waitReady(ctx, baseURL, "Authorization", authorization)
+}
+
+// WaitReadySecret is WaitReady for a sandbox server that requires secret
+// in SecretHeader ("" = none).
+func WaitReadySecret(ctx context.Context, baseURL, secret string) error {
+	return waitReady(ctx, baseURL, SecretHeader, secret)
+}
+
+func waitReady(ctx context.Context, baseURL, header, value string) (err error) {
 	ctx, span := telemetry.Child(ctx, "sandgate.sandbox.wait_ready")
 	probes := 0
 	defer func() {
@@ -56,7 +66,7 @@ func WaitReadyAs(ctx context.Context, baseURL, authorization string) (err error)
 	var lastErr error
 	for {
 		probes++
-		ok, err := probe(ctx, baseURL+"/v1/sandbox", authorization)
+		ok, err := probe(ctx, baseURL+"/v1/sandbox", header, value)
 		if ok {
 			return nil
 		}
@@ -72,13 +82,13 @@ func WaitReadyAs(ctx context.Context, baseURL, authorization string) (err error)
 	}
 }
 
-func probe(ctx context.Context, url, authorization string) (bool, error) {
+func probe(ctx context.Context, url, header, value string) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, fmt.Errorf("build probe: %w", err)
 	}
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
+	if value != "" {
+		req.Header.Set(header, value)
 	}
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := readyClient.Do(req)

@@ -63,7 +63,7 @@ func (c *Config) settings() []setting {
 		{"pause-warm", "pause warm sandboxes (container backends) and unpause them on reclaim", (*boolValue)(&p.PauseWarm)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
-		{"sandbox-api-key", "API key sent to sandboxes as X-AIO-API-Key", (*stringValue)(&c.Proxy.SandboxAPIKey)},
+		{"sandbox-api-key", "shared API key sent as X-AIO-API-Key to sandboxes without a secret of their own (third-party images)", (*stringValue)(&c.Proxy.SandboxAPIKey)},
 		{"auth-api-keys", "static API keys: name=sha256hex[:threads+admin],... (sha256 of the key, never the key)", (*apiKeysValue)(&c.Auth.APIKeys)},
 		{"auth-jwt-hs256-secret", "HS256 secret of bearer JWTs (32 bytes or more)", (*stringValue)(&c.Auth.JWT.HS256Secret)},
 		{"auth-jwt-public-key-file", "PEM public key verifying RS256/ES256 bearer JWTs", (*stringValue)(&c.Auth.JWT.PublicKeyFile)},

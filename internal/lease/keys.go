@@ -8,7 +8,7 @@ const DefaultPrefix = "sandgate:{default}:"
 
 // Keys names every Redis key Sandgate uses; nothing else builds key strings.
 //
-//	{p}sbx:{sid}   HASH  user thread backend incarnation url state created_ms
+//	{p}sbx:{sid}   HASH  user thread backend incarnation url state created_ms secret
 //	{p}active      ZSET  sid -> last activity (ms): the idle-expiry index
 //	{p}warm        ZSET  sid -> released at (ms): LRU order of the warm pool
 //	{p}creating    ZSET  sid -> reservation deadline (ms): capacity held by creates in progress

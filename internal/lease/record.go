@@ -26,6 +26,10 @@ type Record struct {
 	URL         string
 	State       State
 	CreatedAt   time.Time
+	// Secret is the sandbox server's own credential (backend.Info.Secret),
+	// kept here so every replica that reaches the sandbox can send it; ""
+	// = the shared sandbox_api_key. Never logged or returned to a client.
+	Secret string
 }
 
 // RecordFromInfo builds the record of a live sandbox.
@@ -39,6 +43,7 @@ func RecordFromInfo(info backend.Info, state State) Record {
 		URL:         info.URL,
 		State:       state,
 		CreatedAt:   info.CreatedAt,
+		Secret:      info.Secret,
 	}
 }
 
@@ -52,6 +57,7 @@ func (r Record) Info() backend.Info {
 		Incarnation: r.Incarnation,
 		Backend:     r.Backend,
 		CreatedAt:   r.CreatedAt,
+		Secret:      r.Secret,
 	}
 }
 
@@ -61,6 +67,7 @@ func (r Record) fields() []any {
 		"user", r.User, "thread", r.Thread, "backend", r.Backend,
 		"incarnation", r.Incarnation, "url", r.URL,
 		"created_ms", strconv.FormatInt(r.CreatedAt.UnixMilli(), 10),
+		"secret", r.Secret,
 	}
 }
 
@@ -79,6 +86,7 @@ func recordFromHash(sid string, h map[string]string) (Record, bool) {
 		URL:         h["url"],
 		State:       State(h["state"]),
 		CreatedAt:   time.UnixMilli(ms),
+		Secret:      h["secret"],
 	}, true
 }
 

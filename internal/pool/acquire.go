@@ -2,6 +2,8 @@ package pool
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -159,7 +161,11 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env}
+	secret, err := newSecret()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
+	}
+	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
 	defer cancel()
@@ -181,6 +187,15 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	p.log.InfoContext(ctx, "sandbox created", "sandbox_id", sid, "thread", thread,
 		"incarnation", info.Incarnation, "took_ms", time.Since(start).Milliseconds())
 	return r, nil
+}
+
+// newSecret mints a sandbox's own credential: 256 random bits, base64url.
+func newSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("mint sandbox secret: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // discover asks the backend for a running sid in a span.

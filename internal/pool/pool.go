@@ -356,6 +356,9 @@ func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
 		url:       &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/"), RawPath: strings.TrimSuffix(u.RawPath, "/")},
 		transport: p.newRT(),
 	}
+	if rec.Secret != "" {
+		r.key = []string{rec.Secret}
+	}
 	return p.cache.put(r, p.clock.Now().Add(p.cfg.CacheTTL)), nil
 }
 

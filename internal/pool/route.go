@@ -24,6 +24,10 @@ type Route struct {
 	CreatedAt   time.Time
 	url         *url.URL
 	transport   http.RoundTripper
+	// key is the X-Aio-Api-Key header value of this incarnation's own
+	// secret, built once so the proxy sets it without allocating; nil =
+	// the sandbox has none (the shared key applies).
+	key []string
 
 	expires  atomic.Int64 // unix nanos after which Redis is consulted again
 	touched  atomic.Bool
@@ -38,6 +42,10 @@ func (r *Route) BaseURL() *url.URL { return r.url }
 // RoundTripper is the connection pool of this incarnation only, so a
 // replacement sandbox never receives a connection meant for the old one.
 func (r *Route) RoundTripper() http.RoundTripper { return r.transport }
+
+// SandboxKey is the header value carrying this incarnation's secret, or nil.
+// The slice is shared by every request and must not be modified.
+func (r *Route) SandboxKey() []string { return r.key }
 
 // Begin marks a request in flight: the sandbox keeps being touched until End,
 // so a 20-minute command is never reaped as idle.

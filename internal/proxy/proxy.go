@@ -19,6 +19,10 @@ type Upstream interface {
 	BaseURL() *url.URL
 	// RoundTripper is the connection pool dedicated to this incarnation.
 	RoundTripper() http.RoundTripper
+	// SandboxKey is the SandboxAPIKeyHeader value of this incarnation's own
+	// secret, as a header value shared by every request (never modified),
+	// or nil: the sandbox has none, and Config.SandboxAPIKey is sent.
+	SandboxKey() []string
 	// Begin and End bracket a request in flight (keeps the sandbox alive).
 	Begin()
 	End()
@@ -36,8 +40,10 @@ type ErrorWriter func(w http.ResponseWriter, r *http.Request, err error)
 
 // Config of the proxy. The zero value is the documented default.
 type Config struct {
-	// SandboxAPIKey, when set, is sent to every sandbox as SandboxAPIKeyHeader;
-	// clients can neither set nor read it.
+	// SandboxAPIKey, when set, is sent as SandboxAPIKeyHeader to every
+	// sandbox without a secret of its own (Upstream.SandboxKey): one key
+	// shared by all of them, for third-party sandbox images. Clients can
+	// neither set nor read it.
 	SandboxAPIKey string
 	// MaxRetries after dial-class failures. 0 = 2; negative = none.
 	MaxRetries int
@@ -104,6 +110,7 @@ type Proxy struct {
 	cfg      Config
 	gateway  *url.URL // GatewayOrigin; nil = none
 	gwAuth   string   // "Bearer " + GatewayKey
+	apiKey   []string // SandboxAPIKey as a shared header value; nil = none
 	resolver Resolver
 	writeErr ErrorWriter
 	upgrades *upgrades
@@ -118,6 +125,9 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 	}
 	p := &Proxy{cfg: cfg, resolver: resolver, writeErr: writeErr, log: log,
 		upgrades: newUpgrades(cfg.MaxUpgraded, cfg.WSIdleTimeout, cfg.WSMaxLifetime, log)}
+	if cfg.SandboxAPIKey != "" {
+		p.apiKey = []string{cfg.SandboxAPIKey}
+	}
 	if u, err := url.Parse(cfg.GatewayOrigin); err == nil && cfg.GatewayKey != "" && u.Host != "" {
 		p.gateway, p.gwAuth = u, "Bearer "+cfg.GatewayKey
 	}

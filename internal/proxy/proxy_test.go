@@ -41,6 +41,7 @@ func newUpstream(t *testing.T, h http.Handler) *upstream {
 type target struct {
 	base     *url.URL
 	rt       *Transport
+	key      []string // SandboxKey; nil = none
 	inflight atomic.Int32
 }
 
@@ -56,6 +57,7 @@ func newTarget(t *testing.T, rawURL string) *target {
 
 func (x *target) BaseURL() *url.URL               { return x.base }
 func (x *target) RoundTripper() http.RoundTripper { return x.rt }
+func (x *target) SandboxKey() []string            { return x.key }
 func (x *target) Begin()                          { x.inflight.Add(1) }
 func (x *target) End()                            { x.inflight.Add(-1) }
 

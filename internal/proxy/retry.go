@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"sync/atomic"
 	"time"
 )
@@ -70,17 +69,22 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 		up.Begin()
 		st.up.End()
 		st.up = up
-		req = retarget(req, up.BaseURL())
+		req = d.p.retarget(req, up)
 	}
 }
 
-// retarget returns a shallow copy of req aimed at base (RoundTrippers must
-// not modify the request they were given).
-func retarget(req *http.Request, base *url.URL) *http.Request {
+// retarget returns a shallow copy of req aimed at up (RoundTrippers must
+// not modify the request they were given). up is another incarnation, with
+// a secret of its own: the headers are copied to carry it (a retry is rare,
+// the copy is affordable).
+func (p *Proxy) retarget(req *http.Request, up Upstream) *http.Request {
 	r := *req
 	u := *req.URL
+	base := up.BaseURL()
 	u.Scheme, u.Host = base.Scheme, base.Host
 	r.URL = &u
+	r.Header = req.Header.Clone()
+	p.setSandboxKey(r.Header, up)
 	return &r
 }
 

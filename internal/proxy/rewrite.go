@@ -1,6 +1,9 @@
 package proxy
 
-import "net/http/httputil"
+import (
+	"net/http"
+	"net/http/httputil"
+)
 
 // Headers a client may not send to a sandbox: the gateway's own credential,
 // and the all-in-one sandbox's internal port-forward selector.
@@ -30,13 +33,25 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		out.Header["X-Forwarded-For"] = prior
 	}
 	pr.SetXForwarded()
-	if p.cfg.SandboxAPIKey != "" {
-		out.Header.Set(SandboxAPIKeyHeader, p.cfg.SandboxAPIKey)
-	}
+	p.setSandboxKey(out.Header, st.up)
 	if st.port != "" {
 		out.Header.Set(ProxyPortHeader, st.port)
 	}
 	if p.gateway != nil && base.Host == p.gateway.Host && base.Scheme == p.gateway.Scheme {
 		out.Header.Set("Authorization", p.gwAuth)
+	}
+}
+
+// setSandboxKey sets the upstream's own secret, else the shared key, as the
+// sandbox key header (client copies were stripped before). The value slices
+// are built once and shared: setting them allocates nothing per request.
+func (p *Proxy) setSandboxKey(h http.Header, up Upstream) {
+	switch key := up.SandboxKey(); {
+	case key != nil:
+		h[SandboxAPIKeyHeader] = key
+	case p.apiKey != nil:
+		h[SandboxAPIKeyHeader] = p.apiKey
+	default:
+		delete(h, SandboxAPIKeyHeader)
 	}
 }

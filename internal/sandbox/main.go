@@ -22,6 +22,10 @@ import (
 //	--listen-fd N          serve on an inherited listening socket (fd N) instead
 //	--recorded-fd N        exit unless a byte arrives on this inherited pipe before
 //	                       EOF: the process backend's creator recorded this server
+//	--secret-fd N          read the secret every request must carry from this
+//	                       inherited pipe (written and closed by the launcher)
+//	--secret-file PATH     read the secret from this file and remove it before
+//	                       serving; the server refuses to start if it cannot
 //	--map VIRTUAL=HOST     read-write path mapping (repeatable); none = container mode
 //	--map-ro VIRTUAL=HOST  read-only path mapping (repeatable)
 //	--home DIR             virtual home/workspace dir and default cwd
@@ -35,6 +39,8 @@ func Main(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.IntVar(&cfg.ListenFD, "listen-fd", 0, "serve on this inherited listening socket fd")
 	recordedFD := fs.Int("recorded-fd", 0, "exit unless the creator confirms on this inherited pipe fd")
+	secretFD := fs.Int("secret-fd", 0, "read the required request secret from this inherited pipe fd")
+	secretFile := fs.String("secret-file", "", "read the required request secret from this file, then remove it")
 	fs.StringVar(&cfg.Home, "home", "", "virtual home dir (default: /mnt/user-data/workspace if mapped, else $HOME)")
 	fs.Int64Var(&cfg.MaxOutput, "max-output", DefaultMaxOutput, "cap on returned command output in bytes")
 	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
@@ -47,6 +53,9 @@ func Main(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := loadSecret(&cfg, *secretFD, *secretFile); err != nil {
+		return err
 	}
 	for _, set := range []struct {
 		specs []string
@@ -93,6 +102,25 @@ func Main(ctx context.Context, args []string) error {
 		return err
 	}
 	return serve(ctx, srv, telemetry.ServerSpans(tracing, srv.Handler()), ln, log)
+}
+
+// loadSecret reads the server's secret (at most one source) before anything
+// is served or run, and makes the process non-dumpable so that commands of
+// the same uid cannot read it back out of its memory.
+func loadSecret(cfg *Config, fd int, file string) error {
+	var err error
+	switch {
+	case fd > 0 && file != "":
+		return errors.New("--secret-fd and --secret-file: give one")
+	case fd > 0:
+		cfg.Secret, err = readSecretFD(fd)
+	case file != "":
+		cfg.Secret, err = readSecretFile(file)
+	}
+	if err != nil {
+		return err
+	}
+	return undumpable()
 }
 
 // awaitRecorded reads the creator's confirmation from fd; EOF first means

@@ -42,6 +42,9 @@ type Config struct {
 	MaxOutput int64        // cap on returned command output; 0 = DefaultMaxOutput
 	Env       []string     // inherited environment before secret stripping; nil = os.Environ()
 	Logger    *slog.Logger // nil = discard
+	// Secret, when set, is required in backend.SecretHeader on every
+	// request (secret.go); "" = open, as in unit tests.
+	Secret string
 
 	wsPing time.Duration // WebSocket keepalive interval; 0 = wsPingEvery (tests shorten it)
 }
@@ -63,6 +66,7 @@ type Server struct {
 	stopNow   context.CancelFunc
 	wsPing    time.Duration
 	mux       *http.ServeMux
+	secret    []byte // SHA-256 of Config.Secret; nil = open
 
 	shellOnce sync.Once
 	shellInfo shellInfo
@@ -75,7 +79,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{pm: pm, maxOutput: cfg.MaxOutput, log: cfg.Logger, version: version(), wsPing: cfg.wsPing}
+	s := &Server{pm: pm, maxOutput: cfg.MaxOutput, log: cfg.Logger, version: version(), wsPing: cfg.wsPing,
+		secret: secretDigest(cfg.Secret)}
 	if s.maxOutput <= 0 {
 		s.maxOutput = DefaultMaxOutput
 	}
@@ -158,7 +163,7 @@ func homeDir(home string, pm *PathMap, env []string) (string, error) {
 }
 
 // Handler is the HTTP API.
-func (s *Server) Handler() http.Handler { return s.recoverer(s.sameSite(s.mux)) }
+func (s *Server) Handler() http.Handler { return s.recoverer(s.requireSecret(s.sameSite(s.mux))) }
 
 // Shutdown refuses new commands, closes WebSocket terminals and kills every
 // command's process group.

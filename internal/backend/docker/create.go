@@ -44,7 +44,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
 		resp, err := d.api.ContainerCreate(ctx, cs.Config, cs.Host, cs.Network, nil, cs.Name)
 		if err == nil {
-			info, err := d.start(ctx, resp.ID, log)
+			info, err := d.start(ctx, resp.ID, cs.Secret, log)
 			if err != nil {
 				return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 			}
@@ -67,12 +67,17 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	}
 }
 
-// start starts a container this call created and waits until it serves;
-// on failure the container is removed.
-func (d *Docker) start(ctx context.Context, id string, log *slog.Logger) (backend.Info, error) {
-	err := d.api.ContainerStart(ctx, id, container.StartOptions{})
-	if err != nil {
-		err = engineErr("start container", err)
+// start delivers the secret into a container this call created, starts it
+// and waits until it serves; on failure the container is removed.
+func (d *Docker) start(ctx context.Context, id, secret string, log *slog.Logger) (backend.Info, error) {
+	var err error
+	if secret != "" {
+		err = d.deliverSecret(ctx, id, secret)
+	}
+	if err == nil {
+		if err = d.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+			err = engineErr("start container", err)
+		}
 	}
 	var info backend.Info
 	if err == nil {
@@ -82,7 +87,7 @@ func (d *Docker) start(ctx context.Context, id string, log *slog.Logger) (backen
 		}
 	}
 	if err == nil {
-		err = d.waitReady(ctx, id, info.URL)
+		err = d.waitReady(ctx, id, info.URL, info.Secret)
 	}
 	if err != nil {
 		d.discard(id, log)
@@ -141,7 +146,7 @@ func (d *Docker) adoptRunning(ctx context.Context, c container.InspectResponse, 
 	}
 	info, err := d.infoFromInspect(c)
 	if err == nil {
-		err = d.waitReady(ctx, c.ID, info.URL)
+		err = d.waitReady(ctx, c.ID, info.URL, info.Secret)
 	}
 	if err == nil {
 		log.Info("sandbox already running", "container", shortID(c.ID))
@@ -156,7 +161,7 @@ func (d *Docker) adoptRunning(ctx context.Context, c container.InspectResponse, 
 
 // waitReady polls the sandbox until it answers, giving up at once if the
 // container exits (with the tail of its log in the error).
-func (d *Docker) waitReady(ctx context.Context, id, url string) error {
+func (d *Docker) waitReady(ctx context.Context, id, url, secret string) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ReadyTimeout)
 	defer cancel()
 	wctx, stopWait := context.WithCancel(ctx)
@@ -171,7 +176,7 @@ func (d *Docker) waitReady(ctx context.Context, id, url string) error {
 		case <-errs: // the wait ended (or failed): readiness decides alone
 		}
 	}()
-	err := backend.WaitReady(ctx, url)
+	err := backend.WaitReadySecret(ctx, url, secret)
 	if err == nil {
 		return nil
 	}

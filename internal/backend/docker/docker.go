@@ -29,9 +29,11 @@
 //
 // Images built from deployments/sandbox-image carry the label
 // LabelServer=/gateway: the backend then runs `/gateway sandbox --listen
-// 0.0.0.0:{port} --home /mnt/user-data/workspace`. Any other image (the
-// all-in-one sandbox DeerFlow uses) runs its own entrypoint and must serve
-// the sandbox API on Port.
+// 0.0.0.0:{port} --home /mnt/user-data/workspace --secret-file ...`, with
+// the sandbox's own secret delivered as a file (secret.go). Any other image
+// (the all-in-one sandbox DeerFlow uses) runs its own entrypoint, must serve
+// the sandbox API on Port, and gets no secret: the gateway sends it the
+// shared sandbox_api_key.
 package docker
 
 import (
@@ -179,6 +181,7 @@ type engine interface {
 	ContainerCreate(ctx context.Context, cfg *container.Config, host *container.HostConfig,
 		net *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
 	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
+	CopyToContainer(ctx context.Context, id, dstPath string, content io.Reader, opts container.CopyToContainerOptions) error
 	ContainerWait(ctx context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
 	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)

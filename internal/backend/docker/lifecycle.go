@@ -140,7 +140,7 @@ func (d *Docker) Discover(ctx context.Context, sid string) (backend.Info, bool, 
 	}
 	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
 	defer cancel()
-	if err := backend.WaitReady(rctx, info.URL); err != nil {
+	if err := backend.WaitReadySecret(rctx, info.URL, info.Secret); err != nil {
 		if ctx.Err() != nil {
 			return backend.Info{}, false, fmt.Errorf("discover sandbox %s: %w", sid, ctx.Err())
 		}
@@ -174,10 +174,10 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 			d.log.Warn("skip unreachable sandbox container", "sandbox_id", sid, "err", err)
 			continue
 		}
-		out = append(out, backend.Info{
+		out = append(out, withSecret(backend.Info{
 			SandboxID: sid, User: c.Labels[backend.LabelUser], Thread: c.Labels[backend.LabelThread],
 			URL: url, Incarnation: c.ID, Backend: Name, Labels: c.Labels, CreatedAt: time.Unix(c.Created, 0),
-		})
+		}))
 	}
 	return out, nil
 }
@@ -247,10 +247,10 @@ func (d *Docker) infoFromInspect(c container.InspectResponse) (backend.Info, err
 		return backend.Info{}, err
 	}
 	labels := c.Config.Labels
-	return backend.Info{
+	return withSecret(backend.Info{
 		SandboxID: labels[backend.LabelSandboxID], User: labels[backend.LabelUser], Thread: labels[backend.LabelThread],
 		URL: url, Incarnation: c.ID, Backend: Name, Labels: labels, CreatedAt: parseTime(c.Created),
-	}, nil
+	}), nil
 }
 
 // ours reports whether a container carries Sandgate's labels for sid.

@@ -24,6 +24,8 @@ type containerSpec struct {
 	Config  *container.Config
 	Host    *container.HostConfig
 	Network *network.NetworkingConfig
+	// Secret is delivered into the container before it starts; "" = none.
+	Secret string
 }
 
 // name is the container name of a sandbox id.
@@ -87,6 +89,10 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		cfg.Entrypoint = []string{serverPath}
 		cfg.Cmd = []string{"sandbox", "--listen", "0.0.0.0:" + strconv.Itoa(d.cfg.Port), "--home", backend.VirtualWorkspace}
 		cfg.WorkingDir = backend.VirtualWorkspace
+		if spec.Secret != "" { // only our server takes one (secret.go)
+			cfg.Cmd = append(cfg.Cmd, "--secret-file", secretPath)
+			cfg.Labels[labelSecret] = spec.Secret
+		}
 	}
 
 	security := []string{"no-new-privileges:true"}
@@ -113,7 +119,7 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		// HostPort "" lets the engine pick a free port: no scanning, no race.
 		host.PortBindings = nat.PortMap{port: {{HostIP: "127.0.0.1", HostPort: ""}}}
 	}
-	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg}
+	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg, Secret: cfg.Labels[labelSecret]}
 }
 
 // resources maps the limits; negative means none.

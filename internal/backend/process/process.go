@@ -3,7 +3,9 @@
 // thread's host directories mapped to the virtual paths. A state file per
 // sandbox ({StateDir}/{sid}.json) makes sandboxes discoverable by other
 // gateway processes and after a restart; a pid plus its start time is the
-// incarnation, so a recycled pid is never taken for a sandbox.
+// incarnation, so a recycled pid is never taken for a sandbox. The
+// sandbox's secret reaches the server on an inherited pipe (--secret-fd)
+// and is kept in the state file for Discover and List.
 package process
 
 import (
@@ -138,8 +140,8 @@ func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, 
 		return backend.Info{}, fmt.Errorf("create sandbox %s (log %s): %w", sid, p.logPath(sid), err)
 	}
 	c.confirm() // recorded: from now on the sandbox outlives this process
-	if err := p.waitReady(ctx, c, url); err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) && p.waitReady(context.Background(), c, url) == nil {
+	if err := p.waitReady(ctx, c, url, spec.Secret); err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) && p.waitReady(context.Background(), c, url, spec.Secret) == nil {
 			// The caller gave up (its lock lost, its client gone), not the
 			// sandbox, and another replica may already have discovered and
 			// be serving it: leave it recorded for Discover or the reconciler.
@@ -172,7 +174,7 @@ func (p *Process) adoptExisting(ctx context.Context, sid string, log *slog.Logge
 	}
 	if ok {
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
-		err := backend.WaitReady(rctx, st.URL)
+		err := backend.WaitReadySecret(rctx, st.URL, st.Secret)
 		cancel()
 		if err == nil {
 			log.Info("sandbox already running", "pid", st.PID)
@@ -208,12 +210,13 @@ func (p *Process) record(ctx context.Context, spec backend.Spec, c *child, url s
 		Incarnation: incarnation(c.pid, pr.Start),
 		CreatedAt:   time.Now().UTC(),
 		Labels:      backend.IdentityLabels(spec, p.cfg.Instance, spec.Labels),
+		Secret:      spec.Secret,
 	}
 	return st, p.writeState(st)
 }
 
 // waitReady waits for the first 200, giving up early if the child exits.
-func (p *Process) waitReady(ctx context.Context, c *child, url string) error {
+func (p *Process) waitReady(ctx context.Context, c *child, url, secret string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
 	go func() {
@@ -223,7 +226,7 @@ func (p *Process) waitReady(ctx context.Context, c *child, url string) error {
 		case <-ctx.Done():
 		}
 	}()
-	err := backend.WaitReady(ctx, url)
+	err := backend.WaitReadySecret(ctx, url, secret)
 	select {
 	case <-c.done:
 		return errors.New("sandbox server exited before it was ready")
@@ -342,7 +345,7 @@ func (p *Process) Discover(ctx context.Context, sid string) (backend.Info, bool,
 	}
 	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
 	defer cancel()
-	if err := backend.WaitReady(rctx, st.URL); err != nil {
+	if err := backend.WaitReadySecret(rctx, st.URL, st.Secret); err != nil {
 		if ctx.Err() != nil {
 			return backend.Info{}, false, fmt.Errorf("discover sandbox %s: %w", sid, ctx.Err())
 		}

@@ -58,9 +58,12 @@ func validateSpec(spec backend.Spec) error {
 
 // serverArgs is the sandbox server's command line (the contract of
 // `gateway sandbox`): the listening socket is fd 3, the recorded pipe fd 4,
-// each mount a mapping.
-func serverArgs(mounts []backend.Mount) ([]string, error) {
+// the secret pipe fd 5 (when there is a secret), each mount a mapping.
+func serverArgs(mounts []backend.Mount, secret bool) ([]string, error) {
 	args := []string{"sandbox", "--listen-fd", "3", "--recorded-fd", "4", "--home", backend.VirtualWorkspace}
+	if secret {
+		args = append(args, "--secret-fd", "5")
+	}
 	for _, m := range mounts {
 		host, err := filepath.Abs(m.HostPath)
 		if err != nil {
@@ -112,7 +115,7 @@ func childEnv(parent []string, configured map[string]string) []string {
 // picks the port, and connections queue in the backlog until the child
 // serves, so there is neither a port race nor a startup gap to poll across.
 func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string, error) {
-	args, err := serverArgs(spec.Mounts)
+	args, err := serverArgs(spec.Mounts, spec.Secret != "")
 	if err != nil {
 		return nil, "", err
 	}
@@ -143,6 +146,15 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 	cmd.Env = childEnv(os.Environ(), spec.Env)
 	cmd.Stdout, cmd.Stderr = logf, logf          // the file itself, no pipe: the child outlives us
 	cmd.ExtraFiles = []*os.File{sock, recordedR} // fd 3, fd 4
+	if spec.Secret != "" {
+		secretR, err := secretPipe(spec.Secret)
+		if err != nil {
+			_ = recordedW.Close()
+			return nil, "", err
+		}
+		defer secretR.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, secretR) // fd 5
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = recordedW.Close()
@@ -167,6 +179,22 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 		log.Info("sandbox process exited", "status", cmd.ProcessState.String())
 	}()
 	return c, "http://" + ln.Addr().String(), nil
+}
+
+// secretPipe returns the read end of a pipe holding secret, its write end
+// already closed: the child reads the secret and EOF, and nothing else (no
+// environment, no command line, no file) ever holds it.
+func secretPipe(secret string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox secret pipe: %w", err)
+	}
+	_, err = w.WriteString(secret) // far below the pipe's buffer: never blocks
+	if err = errors.Join(err, w.Close()); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("sandbox secret pipe: %w", err)
+	}
+	return r, nil
 }
 
 // ownChild returns the child with that pid if this Process started it.

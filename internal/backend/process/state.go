@@ -29,6 +29,10 @@ type state struct {
 	Incarnation string            `json:"incarnation"`
 	CreatedAt   time.Time         `json:"created_at"`
 	Labels      map[string]string `json:"labels"`
+	// Secret is the sandbox server's own credential, kept (in this 0600
+	// file, in a 0700 dir mapped into no sandbox) so that Discover and List
+	// can hand it to a replica that lost the Redis record.
+	Secret string `json:"secret,omitempty"`
 }
 
 func (s *state) info() backend.Info {
@@ -41,6 +45,7 @@ func (s *state) info() backend.Info {
 		Backend:     Name,
 		Labels:      s.Labels,
 		CreatedAt:   s.CreatedAt,
+		Secret:      s.Secret,
 	}
 }
 
