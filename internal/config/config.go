@@ -48,6 +48,10 @@ type Config struct {
 	MaxHeaderBytes    int
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
+	// AllowedHosts are host names a gateway without authentication serves
+	// besides localhost, 127.0.0.1, [::1], public_url's and host_suffix's
+	// (the DNS-rebinding check); "*" turns the check off.
+	AllowedHosts []string
 
 	// Auth: API keys and JWTs; none configured = no authentication, which
 	// only a loopback listen address (or Insecure) allows.
@@ -161,6 +165,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := router.NormalizeHostSuffix(c.HostSuffix); err != nil {
 		return err
+	}
+	for _, h := range c.AllowedHosts {
+		v6 := strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]")
+		if h != "*" && (h == "" || strings.ContainsAny(h, "/@ ") || strings.Contains(h, ":") && !v6) {
+			return fmt.Errorf("allowed_hosts: %q is not a host name (no scheme, port or path; [v6] in brackets)", h)
+		}
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err

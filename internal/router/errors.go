@@ -43,12 +43,14 @@ func statusOf(err error) apiError {
 	var rateLimited *pool.RateLimitError
 	switch {
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
-		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost):
+		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return apiError{http.StatusUnauthorized, "unauthorized", auth.ErrUnauthenticated.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
+	case errors.Is(err, errMisdirectedHost):
+		return apiError{http.StatusMisdirectedRequest, "misdirected_host", err.Error(), 0}
 	case errors.Is(err, errAliasTaken):
 		return apiError{http.StatusConflict, "conflict", err.Error(), 0}
 	case errors.Is(err, errTooManyRequests):

@@ -63,6 +63,10 @@ type Deps struct {
 	// HostSuffix turns on host routing ({sandbox_id}.{suffix}); "" = off.
 	// NormalizeHostSuffix gives its form.
 	HostSuffix string
+	// AllowedHosts are host names served without authentication besides
+	// the loopback names, PublicURL's host and HostSuffix ("*": any; the
+	// DNS-rebinding check is off). Ignored when Auth is set.
+	AllowedHosts []string
 }
 
 // Router serves the gateway's HTTP API.
@@ -79,6 +83,7 @@ type Router struct {
 	limits     *Limits
 	hostSuffix string
 	hostChain  echo.HandlerFunc
+	hosts      *hostCheck // nil: every Host is served (auth on, or allowed_hosts *)
 	draining   atomic.Bool
 }
 
@@ -90,6 +95,9 @@ func New(d Deps) *Router {
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
+	if d.Auth == nil {
+		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
+	}
 
 	e := echo.New()
 	e.HideBanner = true
@@ -144,6 +152,10 @@ func New(d Deps) *Router {
 
 // ServeHTTP makes the router an http.Handler.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.hosts != nil && !rt.hosts.allows(r) {
+		rt.writeError(w, r, errMisdirectedHost) // before any work
+		return
+	}
 	if rt.hostSuffix != "" {
 		if _, _, match, _ := hostRoute(r.Host, rt.hostSuffix); match {
 			rt.serveHost(w, r)
