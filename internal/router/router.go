@@ -67,6 +67,9 @@ type Deps struct {
 	// the loopback names, PublicURL's host and HostSuffix ("*": any; the
 	// DNS-rebinding check is off). Ignored when Auth is set.
 	AllowedHosts []string
+	// MetricsToken, when set, is a bearer token that opens /metrics (and
+	// nothing else), so a Prometheus scrape needs no user credential.
+	MetricsToken string
 }
 
 // Router serves the gateway's HTTP API.
@@ -121,9 +124,11 @@ func New(d Deps) *Router {
 	e.GET("/readyz", rt.readyz)
 	e.GET("/health", rt.provisionerHealth)
 	if d.Metrics != nil {
-		// Any authenticated principal, even one without scopes (a scraper's key).
+		// Any authenticated principal, even one without scopes (a scraper's
+		// key), or the metrics token.
 		metrics := echo.WrapHandler(d.Metrics.Handler())
-		e.GET("/metrics", rt.need(anyone, func(c echo.Context, _ *auth.Principal) error { return metrics(c) }))
+		e.GET("/metrics", metricsToken(d.MetricsToken, metrics,
+			rt.need(anyone, func(c echo.Context, _ *auth.Principal) error { return metrics(c) })))
 	}
 
 	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))

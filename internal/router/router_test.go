@@ -38,6 +38,7 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: dial redis: refused", pool.ErrState), 503, "state_unavailable", true},
 		{fmt.Errorf("%w: engine", backend.ErrUnavailable), 503, "backend_unavailable", true},
 		{fmt.Errorf("%w: image", pool.ErrCreate), 502, "sandbox_start_failed", false},
+		{fmt.Errorf("%w: %w", pool.ErrCreate, &backend.ImageError{Image: "reg.example/sbx:1", Err: errors.New("pull /var/lib/x")}), 502, "sandbox_image_missing", false},
 		{fmt.Errorf("%w: mkdir /srv/data: no space left on device", pool.ErrStorage), 507, "storage_unavailable", false},
 		{&proxy.UnreachableError{Err: dial}, 502, "sandbox_unreachable", false},
 		{&proxy.ResolveError{Err: pool.ErrCapacity}, 503, "capacity", true},
