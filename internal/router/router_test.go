@@ -148,7 +148,7 @@ func TestPanicBecomesJSON500(t *testing.T) {
 	rt := New(Deps{Pool: stubPool{}, Aliases: stubPool{}})
 	rt.echo.GET("/boom", func(echo.Context) error { panic("kaboom /secret/path") })
 	rec := httptest.NewRecorder()
-	rt.ServeHTTP(rec, httptest.NewRequest("GET", "/boom", nil))
+	rt.ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/boom", nil))
 	if rec.Code != 500 || strings.Contains(rec.Body.String(), "secret") || !strings.Contains(rec.Body.String(), `"internal"`) {
 		t.Fatalf("panic answer: %d %s", rec.Code, rec.Body.String())
 	}

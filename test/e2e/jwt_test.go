@@ -41,7 +41,8 @@ func TestJWTAdminOnlyThroughTheConfiguredClaim(t *testing.T) {
 		{"admin claim and no audience", jwt.MapClaims{"sub": "ops", "exp": exp, "sandgate_role": "operator", "aud": nil}, 401},
 		{"no audience", jwt.MapClaims{"sub": "mallory", "exp": exp, "aud": nil}, 401},
 	} {
-		code, body, _ := req{"POST", victim, "", read, bearer(token(t, c.claims))}.do(t, g)
+		tok := token(t, c.claims)
+		code, body, _ := req{"POST", victim, "", read, bearer(tok)}.do(t, g)
 		if code != c.want {
 			t.Errorf("%s: reading alice's sandbox answered %d, want %d: %s", c.name, code, c.want, body)
 		}
@@ -49,7 +50,7 @@ func TestJWTAdminOnlyThroughTheConfiguredClaim(t *testing.T) {
 			t.Errorf("%s: alice's file leaked: %s", c.name, body)
 		}
 		// The admin listing of the provisioner API follows the same rule.
-		code, body, _ = req{"GET", "/api/sandboxes", "", nil, bearer(token(t, c.claims))}.do(t, g)
+		code, body, _ = req{"GET", "/api/sandboxes", "", nil, bearer(tok)}.do(t, g)
 		switch {
 		case c.want == 401 && code != 401:
 			t.Errorf("%s: /api/sandboxes answered %d, want 401", c.name, code)
