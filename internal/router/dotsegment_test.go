@@ -30,6 +30,9 @@ func TestHasDotSegment(t *testing.T) {
 		{"/threads/x/v1/%25252e%25252e/x", true},
 		{"/threads/x/v1/%2525252e%2525252e/x", true},
 		{"/threads/x/v1/..%252f..%252fsandboxes/x", true},
+		{"/threads/x/v1/a%252541", false},        // two layers, no dots
+		{"/threads/x/v1/a%25252525252541", true}, // more layers than are looked through: refused
+		{"/threads/x/v1/50%25off", true},         // a % that is no escape: a lenient proxy might decode it
 	}
 	for _, c := range cases {
 		u, err := url.ParseRequestURI(c.raw)
