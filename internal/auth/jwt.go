@@ -29,9 +29,20 @@ type JWTConfig struct {
 	// JWKSURL serves the issuer's keys (RS256/ES256), fetched at start,
 	// refreshed hourly and when a token names an unknown kid.
 	JWKSURL string
-	// Issuer and Audience, when set, must match iss and aud.
-	Issuer   string
-	Audience string
+	// Issuer, when set, must match iss.
+	Issuer string
+	// Audience must be one of aud. It is required with JWT auth unless
+	// AnyAudience says on purpose that a token minted for any service of
+	// the issuer may open sandboxes.
+	Audience    string
+	AnyAudience bool
+	// AdminClaim and AdminValue make a token an admin: the claim (a
+	// top-level name, else a dotted path into nested objects, e.g.
+	// realm_access.roles) is the value, or a list or space-separated string
+	// holding it. Empty: no token is ever an admin (scope "admin", which
+	// any issuer's client may be granted, means nothing here).
+	AdminClaim string
+	AdminValue string
 	// Leeway is the clock skew allowed on exp and nbf.
 	Leeway time.Duration
 }
@@ -50,8 +61,18 @@ func (c JWTConfig) validate() error {
 			return fmt.Errorf("auth_jwt_jwks_url: %q is not an http(s) URL", c.JWKSURL)
 		}
 	}
-	if !c.enabled() && (c.Issuer != "" || c.Audience != "") {
-		return errors.New("auth_jwt_issuer/auth_jwt_audience: set a JWT key (hs256 secret, public key file or JWKS URL) too")
+	if !c.enabled() && (c.Issuer != "" || c.Audience != "" || c.AnyAudience || c.AdminClaim != "" || c.AdminValue != "") {
+		return errors.New("auth_jwt_issuer/audience/any_audience/admin_claim/admin_value: set a JWT key (hs256 secret, public key file or JWKS URL) too")
+	}
+	if c.enabled() && c.Audience == "" && !c.AnyAudience {
+		return errors.New("auth_jwt_audience: required with JWT auth (the aud your issuer puts in tokens meant for Sandgate), " +
+			"or set auth_jwt_any_audience=true to accept tokens minted for any audience")
+	}
+	if c.Audience != "" && c.AnyAudience {
+		return errors.New("auth_jwt_audience and auth_jwt_any_audience=true contradict each other; set one")
+	}
+	if (c.AdminClaim == "") != (c.AdminValue == "") {
+		return errors.New("auth_jwt_admin_claim and auth_jwt_admin_value: set both (or neither: no JWT is an admin)")
 	}
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
 		return errors.New("auth_jwt_leeway: must be between 0 and 5m")
@@ -74,6 +95,7 @@ const (
 
 type jwtVerifier struct {
 	parser *jwt.Parser
+	admin  adminRule
 	hmac   []byte
 	pub    any // *rsa.PublicKey or *ecdsa.PublicKey from PublicKeyFile
 	pubAlg string
@@ -83,7 +105,8 @@ type jwtVerifier struct {
 }
 
 func newJWTVerifier(ctx context.Context, cfg JWTConfig, log *slog.Logger) (*jwtVerifier, error) {
-	v := &jwtVerifier{now: time.Now, cache: tokenCache{m: map[string]cachedToken{}}}
+	v := &jwtVerifier{now: time.Now, cache: tokenCache{m: map[string]cachedToken{}},
+		admin: adminRule{claim: cfg.AdminClaim, value: cfg.AdminValue}}
 	var methods []string
 	if cfg.HS256Secret != "" {
 		v.hmac = []byte(cfg.HS256Secret)
@@ -135,7 +158,11 @@ func (v *jwtVerifier) verify(token string) (*Principal, error) {
 	if _, err := v.parser.ParseWithClaims(token, &cl, v.key); err != nil {
 		return nil, fmt.Errorf("%w: jwt: %w", ErrUnauthenticated, err)
 	}
-	p, err := cl.principal()
+	admin, err := v.admin.holds(token)
+	if err != nil {
+		return nil, fmt.Errorf("%w: jwt: %w", ErrUnauthenticated, err)
+	}
+	p, err := cl.principal(admin)
 	if err != nil {
 		return nil, fmt.Errorf("%w: jwt: %w", ErrUnauthenticated, err)
 	}
@@ -174,9 +201,6 @@ type claims struct {
 	// Threads limits the threads the token may open (path.Match patterns);
 	// absent = every thread of the subject.
 	Threads *fields `json:"threads,omitempty"`
-	// Scope is OAuth's space-separated scope (or a list); "admin" grants
-	// the admin scope. Every token has the threads scope.
-	Scope fields `json:"scope,omitempty"`
 }
 
 // fields is a claim given as a space-separated string or a list of strings.
@@ -196,7 +220,7 @@ func (f *fields) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (cl *claims) principal() (*Principal, error) {
+func (cl *claims) principal(admin bool) (*Principal, error) {
 	if err := identity.ValidUser(cl.Subject); err != nil {
 		return nil, fmt.Errorf("sub %q: %w", cl.Subject, err)
 	}
@@ -212,8 +236,8 @@ func (cl *claims) principal() (*Principal, error) {
 			}
 		}
 	}
-	scopes := ScopeThreads
-	if slices.Contains(cl.Scope, "admin") {
+	scopes := ScopeThreads // every token has it
+	if admin {
 		scopes |= ScopeAdmin
 	}
 	return NewPrincipal(cl.Subject, scopes, threads), nil

@@ -106,12 +106,15 @@ func TestJWT(t *testing.T) {
 	k := testKeys()
 	rsaFile := writePEM(t, "PUBLIC KEY", pkix(t, &k.rsa.PublicKey))
 	ecFile := writePEM(t, "PUBLIC KEY", pkix(t, &k.ec.PublicKey))
-	hs := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, Leeway: 30 * time.Second})
-	rs := jwtAuth(t, JWTConfig{PublicKeyFile: rsaFile})
-	es := jwtAuth(t, JWTConfig{PublicKeyFile: ecFile})
+	hs := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, Leeway: 30 * time.Second, AnyAudience: true})
+	rs := jwtAuth(t, JWTConfig{PublicKeyFile: rsaFile, AnyAudience: true})
+	es := jwtAuth(t, JWTConfig{PublicKeyFile: ecFile, AnyAudience: true})
 	pinned := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, Issuer: "https://idp.example", Audience: "sandgate"})
 	rsaPEM, _ := os.ReadFile(rsaFile)
-	rsAndHS := jwtAuth(t, JWTConfig{PublicKeyFile: rsaFile, HS256Secret: hsSecret})
+	rsAndHS := jwtAuth(t, JWTConfig{PublicKeyFile: rsaFile, HS256Secret: hsSecret, AnyAudience: true})
+	role := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, Audience: "sandgate", AdminClaim: "sandgate_role", AdminValue: "admin"})
+	nested := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, Audience: "sandgate", AdminClaim: "realm_access.roles", AdminValue: "sandgate-admin"})
+	aud := func(extra ...any) jwt.MapClaims { return base(append([]any{"aud", "sandgate"}, extra...)...) }
 
 	cases := []struct {
 		name  string
@@ -121,8 +124,18 @@ func TestJWT(t *testing.T) {
 		admin bool
 	}{
 		{"hs256", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base()), "carol", false},
-		{"admin scope string", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("scope", "openid admin")), "carol", true},
-		{"admin scope list", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("scope", []string{"admin"})), "carol", true},
+		// scope admin is no admin marker: only the configured claim is.
+		{"scope admin without an admin claim configured", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("scope", "openid admin")), "carol", false},
+		{"scope admin list without an admin claim configured", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("scope", []string{"admin"})), "carol", false},
+		{"scope admin but not the admin claim", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("scope", "admin")), "carol", false},
+		{"admin claim with another value", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("sandgate_role", "user")), "carol", false},
+		{"admin claim", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("sandgate_role", "admin")), "carol", true},
+		{"admin claim as a list", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("sandgate_role", []string{"x", "admin"})), "carol", true},
+		{"admin claim as words", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("sandgate_role", "x admin")), "carol", true},
+		{"admin value as a prefix is not it", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("sandgate_role", "administrator")), "carol", false},
+		{"nested admin claim", nested, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("realm_access", map[string]any{"roles": []string{"sandgate-admin"}})), "carol", true},
+		{"nested admin claim elsewhere", nested, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), aud("roles", []string{"sandgate-admin"})), "carol", false},
+		{"admin claim without the audience", role, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("sandgate_role", "admin")), "", false},
 		{"expired", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("exp", now.Add(-time.Minute).Unix())), "", false},
 		{"expired within leeway", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("exp", now.Add(-10*time.Second).Unix())), "carol", false},
 		{"not yet valid", hs, sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("nbf", now.Add(time.Minute).Unix())), "", false},
@@ -166,7 +179,7 @@ func TestJWT(t *testing.T) {
 
 func TestJWTThreadsClaim(t *testing.T) {
 	t.Parallel()
-	a := jwtAuth(t, JWTConfig{HS256Secret: hsSecret})
+	a := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, AnyAudience: true})
 	cases := []struct {
 		claim any
 		open  map[string]bool
@@ -191,7 +204,7 @@ func TestJWTThreadsClaim(t *testing.T) {
 }
 
 func TestJWTCacheHonoursExpiry(t *testing.T) {
-	a := jwtAuth(t, JWTConfig{HS256Secret: hsSecret})
+	a := jwtAuth(t, JWTConfig{HS256Secret: hsSecret, AnyAudience: true})
 	clock := now
 	a.jwt.now = func() time.Time { return clock }
 	tok := sign(t, jwt.SigningMethodHS256, []byte(hsSecret), base("exp", now.Add(90*time.Second).Unix()))
@@ -217,22 +230,26 @@ func TestJWTConfigValidation(t *testing.T) {
 	t.Parallel()
 	k := testKeys()
 	for name, cfg := range map[string]JWTConfig{
-		"short secret":             {HS256Secret: "short"},
-		"jwks not http":            {JWKSURL: "file:///etc/keys"},
-		"issuer without a key":     {Issuer: "x"},
-		"negative leeway":          {HS256Secret: hsSecret, Leeway: -time.Second},
-		"small RSA key":            {PublicKeyFile: writePEM(t, "PUBLIC KEY", pkix(t, &k.small.PublicKey))},
-		"not PEM":                  {PublicKeyFile: writePEM(t, "PRIVATE KEY", []byte("x"))},
-		"missing public key file":  {PublicKeyFile: filepath.Join(t.TempDir(), "none.pem")},
-		"P-384 key not accepted":   {PublicKeyFile: writePEM(t, "PUBLIC KEY", pkix(t, p384(t)))},
-		"private key given by err": {PublicKeyFile: writePEM(t, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k.small))},
+		"short secret":              {HS256Secret: "short"},
+		"jwks not http":             {JWKSURL: "file:///etc/keys"},
+		"issuer without a key":      {Issuer: "x", AnyAudience: true},
+		"no audience, no opt-out":   {HS256Secret: hsSecret},
+		"audience and opt-out":      {HS256Secret: hsSecret, Audience: "a", AnyAudience: true},
+		"admin claim without value": {HS256Secret: hsSecret, AnyAudience: true, AdminClaim: "role"},
+		"admin value without claim": {HS256Secret: hsSecret, AnyAudience: true, AdminValue: "admin"},
+		"negative leeway":           {HS256Secret: hsSecret, Leeway: -time.Second, AnyAudience: true},
+		"small RSA key":             {PublicKeyFile: writePEM(t, "PUBLIC KEY", pkix(t, &k.small.PublicKey))},
+		"not PEM":                   {PublicKeyFile: writePEM(t, "PRIVATE KEY", []byte("x"))},
+		"missing public key file":   {PublicKeyFile: filepath.Join(t.TempDir(), "none.pem")},
+		"P-384 key not accepted":    {PublicKeyFile: writePEM(t, "PUBLIC KEY", pkix(t, p384(t)))},
+		"private key given by err":  {PublicKeyFile: writePEM(t, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k.small))},
 	} {
 		if _, err := New(t.Context(), Config{JWT: cfg}, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 	// PKCS#1 and certificate forms are read too.
-	if _, err := New(t.Context(), Config{JWT: JWTConfig{PublicKeyFile: writePEM(t, "RSA PUBLIC KEY", x509.MarshalPKCS1PublicKey(&k.rsa.PublicKey))}}, nil); err != nil {
+	if _, err := New(t.Context(), Config{JWT: JWTConfig{PublicKeyFile: writePEM(t, "RSA PUBLIC KEY", x509.MarshalPKCS1PublicKey(&k.rsa.PublicKey)), AnyAudience: true}}, nil); err != nil {
 		t.Errorf("PKCS#1 public key: %v", err)
 	}
 }

@@ -48,6 +48,13 @@ type Config struct {
 	MaxHeaderBytes    int
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
+	// AllowedHosts are host names a gateway without authentication serves
+	// besides localhost, 127.0.0.1, [::1], public_url's and host_suffix's
+	// (the DNS-rebinding check); "*" turns the check off.
+	AllowedHosts []string
+	// MetricsToken is a bearer token that opens /metrics only (a
+	// Prometheus scrape with auth on); "" = user credentials only.
+	MetricsToken string
 
 	// Auth: API keys and JWTs; none configured = no authentication, which
 	// only a loopback listen address (or Insecure) allows.
@@ -66,7 +73,15 @@ type Config struct {
 	Kubernetes kubernetes.Config
 	// Remote is the DeerFlow-compatible provisioner of the remote backend.
 	Remote remote.Config
+
+	// imageSet records that image was given (a DeerFlow config.yaml with
+	// image: asks for container sandboxes).
+	imageSet bool
 }
+
+// ImageRequested reports whether the configuration names a sandbox image:
+// it asks for container sandboxes, which the process backend is not.
+func (c Config) ImageRequested() bool { return c.imageSet }
 
 // ProcessConfig configures the process backend.
 type ProcessConfig struct {
@@ -161,6 +176,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := router.NormalizeHostSuffix(c.HostSuffix); err != nil {
 		return err
+	}
+	for _, h := range c.AllowedHosts {
+		v6 := strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]")
+		if h != "*" && (h == "" || strings.ContainsAny(h, "/@ ") || strings.Contains(h, ":") && !v6) {
+			return fmt.Errorf("allowed_hosts: %q is not a host name (no scheme, port or path; [v6] in brackets)", h)
+		}
+	}
+	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		return errors.New("metrics_token: must be at least 16 characters (e.g. openssl rand -hex 32)")
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err

@@ -130,6 +130,11 @@ func TestValidationNamesTheField(t *testing.T) {
 		{args: []string{"--kubernetes-node-selector", "pool"}, field: "kubernetes-node-selector"},
 		{args: []string{"--backend", "remote"}, field: "provisioner_url"},
 		{yaml: "sandbox:\n  provisioner_url: provisioner:8002\nbackend: remote\n", field: "provisioner_url"},
+		{args: []string{"--auth-jwt-hs256-secret", "0123456789abcdef0123456789abcdef"}, field: "auth_jwt_audience"},
+		{args: []string{"--auth-jwt-admin-claim", "role", "--auth-jwt-hs256-secret", "0123456789abcdef0123456789abcdef", "--auth-jwt-any-audience"}, field: "auth_jwt_admin_value"},
+		{args: []string{"--allowed-hosts", "http://gateway.internal"}, field: "allowed_hosts"},
+		{args: []string{"--allowed-hosts", "gateway.internal:8080"}, field: "allowed_hosts"},
+		{args: []string{"--metrics-token", "short"}, field: "metrics_token"},
 	}
 	for _, c := range cases {
 		env := map[string]string{}
@@ -266,5 +271,41 @@ func TestREADMEListsEverySetting(t *testing.T) {
 		if !strings.Contains(string(readme), "| `"+s.yamlName()+"` |") {
 			t.Errorf("README configuration table lacks %s", s.yamlName())
 		}
+	}
+}
+
+// An image given anywhere (flag, variable, YAML, DeerFlow's sandbox.image)
+// asks for containers, even with the default's value; none does not.
+func TestImageRequested(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		yaml string
+		want bool
+	}{
+		{want: false},
+		{args: []string{"--image", "x:1"}, want: true},
+		{args: []string{"--image", "sandgate-sandbox:latest"}, want: true},
+		{env: map[string]string{"SANDGATE_IMAGE": "x:1"}, want: true},
+		{yaml: "sandbox:\n  image: aio:latest\n", want: true},
+		{yaml: "docker:\n  image: aio:latest\n", want: true},
+		{yaml: "idle_timeout: 1m\n", want: false},
+	} {
+		env := map[string]string{}
+		for k, v := range c.env {
+			env[k] = v
+		}
+		if c.yaml != "" {
+			env[ConfigEnv] = writeYAML(t, c.yaml)
+		}
+		cfg, _, err := Load(c.args, envOf(env), io.Discard)
+		if err != nil || cfg.ImageRequested() != c.want {
+			t.Errorf("%v %v %q: ImageRequested = %v (%v), want %v", c.args, c.env, c.yaml, cfg.ImageRequested(), err, c.want)
+		}
+	}
+	cfg, _, err := Load([]string{"--allowed-hosts", "gateway.internal, [fd00::1],*", "--metrics-token", "0123456789abcdef"}, envOf(nil), io.Discard)
+	if err != nil || len(cfg.AllowedHosts) != 3 || cfg.AllowedHosts[1] != "[fd00::1]" || cfg.MetricsToken != "0123456789abcdef" {
+		t.Errorf("allowed_hosts/metrics_token: %+v %q %v", cfg.AllowedHosts, cfg.MetricsToken, err)
 	}
 }

@@ -272,3 +272,18 @@ func (v *rateValue) Set(s string) error {
 	*v = rateValue(r)
 	return err
 }
+
+// setString is a string setting that remembers it was given (by a flag,
+// a variable or the YAML file), even with its default value.
+type setString struct {
+	s   *string
+	set *bool
+}
+
+func (v *setString) String() string {
+	if v.s == nil { // flag's zero-value probe
+		return ""
+	}
+	return *v.s
+}
+func (v *setString) Set(s string) error { *v.s, *v.set = s, true; return nil }

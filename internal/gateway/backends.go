@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -31,6 +32,11 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backe
 	}
 	switch name {
 	case "process":
+		if cfg.ImageRequested() {
+			log.Warn("image is set, so container sandboxes were asked for, but the backend is process: sandboxes run as "+
+				"unisolated host processes and the image is not used; set backend: docker (or kubernetes, applecontainer) "+
+				"to run them in containers, or drop image", "image", cfg.Docker.Image)
+		}
 		be, err := process.New(process.Config{
 			Binary:   cfg.Process.Binary,
 			StateDir: filepath.Join(cfg.DataDir, "sandboxes", "process"),
@@ -45,6 +51,7 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backe
 		if err != nil {
 			return nil, "", err
 		}
+		checkImage(ctx, be)
 		return be, name, nil
 	case "applecontainer":
 		be, err := applecontainer.New(appleConfig(cfg), log)
@@ -92,15 +99,36 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 		pctx, cancel := context.WithTimeout(ctx, autoProbeTimeout)
 		err = d.Ping(pctx)
 		cancel()
-		if err == nil {
+		var image *backend.ImageError
+		if err == nil || errors.As(err, &image) { // the engine answered; a missing image is reported by checkImage
 			log.Info("backend auto: using docker", "why", "the Docker engine answered a ping")
+			checkImage(ctx, d)
 			return d, "docker", nil
 		}
 		_ = d.Close()
 	}
-	log.Info("backend auto: using process", "why", "no container runtime answered", "docker_err", err)
+	if cfg.Auth.Enabled() {
+		// Credentials mean several users: the process backend does not keep
+		// their code apart, so falling back to it would fail open.
+		return nil, "", fmt.Errorf("%w (docker: %w)", errAutoUnisolated, err)
+	}
+	log.Warn("backend auto: using process: sandboxes are unisolated host processes",
+		"why", "no container runtime answered", "docker_err", err, "image_ignored", cfg.ImageRequested())
 	cfg.Backend = "process"
 	return newBackend(ctx, cfg, log)
+}
+
+// errAutoUnisolated refuses `auto` falling back to the process backend
+// while credentials are configured.
+var errAutoUnisolated = errors.New("backend auto: no container runtime answered and authentication is configured " +
+	"(several users): refusing to fall back to the unisolated process backend; make the Docker engine reachable " +
+	"(docker_host / DOCKER_HOST), or choose a backend explicitly (--backend process accepts unisolated sandboxes)")
+
+// checkImage runs the docker backend's start-up image check, bounded.
+func checkImage(ctx context.Context, d *docker.Docker) {
+	cctx, cancel := context.WithTimeout(ctx, autoProbeTimeout)
+	defer cancel()
+	d.CheckImage(cctx)
 }
 
 func dockerConfig(cfg config.Config) docker.Config {

@@ -27,7 +27,10 @@ func (rt *Router) dataPlane(kind telemetry.RouteKind, h func(echo.Context, *auth
 		if err == nil {
 			// A declared body over the limit is refused before a sandbox is
 			// acquired for it; a streamed one is cut by the proxy.
-			if err = rt.proxy.TooLarge(r); err == nil {
+			if err = rt.proxy.TooLarge(r); err == nil && hasDotSegment(r.URL.Path) {
+				err = errDotSegment
+			}
+			if err == nil {
 				res, err = h(c, p)
 			}
 			res.user = p.User

@@ -41,14 +41,17 @@ func statusOf(err error) apiError {
 	var unreachable *proxy.UnreachableError
 	var netErr net.Error
 	var rateLimited *pool.RateLimitError
+	var image *backend.ImageError
 	switch {
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
-		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost):
+		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return apiError{http.StatusUnauthorized, "unauthorized", auth.ErrUnauthenticated.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
+	case errors.Is(err, errMisdirectedHost):
+		return apiError{http.StatusMisdirectedRequest, "misdirected_host", err.Error(), 0}
 	case errors.Is(err, errAliasTaken):
 		return apiError{http.StatusConflict, "conflict", err.Error(), 0}
 	case errors.Is(err, errTooManyRequests):
@@ -69,6 +72,9 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
 	case errors.Is(err, pool.ErrStorage):
 		return apiError{http.StatusInsufficientStorage, "storage_unavailable", "the gateway cannot write the thread's data directory (disk full or permissions); an operator must fix it", 0}
+	case errors.As(err, &image):
+		return apiError{http.StatusBadGateway, "sandbox_image_missing", "the sandbox failed to start: its image " + image.Image +
+			" is not available to the sandbox backend; an operator must build, load or pull it", 0}
 	case errors.Is(err, pool.ErrCreate):
 		return apiError{http.StatusBadGateway, "sandbox_start_failed", "the sandbox failed to start", 0}
 	case errors.As(err, &tooLarge):

@@ -2,10 +2,13 @@ package router
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/backend"
 )
 
 type healthBody struct {
@@ -28,7 +31,12 @@ func (rt *Router) readyz(c echo.Context) error {
 	for _, p := range rt.ready {
 		if err := p.Ping(ctx); err != nil {
 			rt.log.WarnContext(ctx, "not ready", "err", err)
-			return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Reason: "dependency unreachable"})
+			reason := "dependency unreachable"
+			var image *backend.ImageError
+			if errors.As(err, &image) {
+				reason = "sandbox image " + image.Image + " is missing: build, load or pull it"
+			}
+			return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Reason: reason})
 		}
 	}
 	return c.JSON(http.StatusOK, healthBody{Status: "ok"})

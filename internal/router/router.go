@@ -63,6 +63,13 @@ type Deps struct {
 	// HostSuffix turns on host routing ({sandbox_id}.{suffix}); "" = off.
 	// NormalizeHostSuffix gives its form.
 	HostSuffix string
+	// AllowedHosts are host names served without authentication besides
+	// the loopback names, PublicURL's host and HostSuffix ("*": any; the
+	// DNS-rebinding check is off). Ignored when Auth is set.
+	AllowedHosts []string
+	// MetricsToken, when set, is a bearer token that opens /metrics (and
+	// nothing else), so a Prometheus scrape needs no user credential.
+	MetricsToken string
 }
 
 // Router serves the gateway's HTTP API.
@@ -79,6 +86,7 @@ type Router struct {
 	limits     *Limits
 	hostSuffix string
 	hostChain  echo.HandlerFunc
+	hosts      *hostCheck // nil: every Host is served (auth on, or allowed_hosts *)
 	draining   atomic.Bool
 }
 
@@ -90,6 +98,9 @@ func New(d Deps) *Router {
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
+	if d.Auth == nil {
+		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
+	}
 
 	e := echo.New()
 	e.HideBanner = true
@@ -113,9 +124,11 @@ func New(d Deps) *Router {
 	e.GET("/readyz", rt.readyz)
 	e.GET("/health", rt.provisionerHealth)
 	if d.Metrics != nil {
-		// Any authenticated principal, even one without scopes (a scraper's key).
+		// Any authenticated principal, even one without scopes (a scraper's
+		// key), or the metrics token.
 		metrics := echo.WrapHandler(d.Metrics.Handler())
-		e.GET("/metrics", rt.need(anyone, func(c echo.Context, _ *auth.Principal) error { return metrics(c) }))
+		e.GET("/metrics", metricsToken(d.MetricsToken, metrics,
+			rt.need(anyone, func(c echo.Context, _ *auth.Principal) error { return metrics(c) })))
 	}
 
 	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))
@@ -144,6 +157,10 @@ func New(d Deps) *Router {
 
 // ServeHTTP makes the router an http.Handler.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rt.hosts != nil && !rt.hosts.allows(r) {
+		rt.writeError(w, r, errMisdirectedHost) // before any work
+		return
+	}
 	if rt.hostSuffix != "" {
 		if _, _, match, _ := hostRoute(r.Host, rt.hostSuffix); match {
 			rt.serveHost(w, r)

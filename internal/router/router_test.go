@@ -38,6 +38,7 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: dial redis: refused", pool.ErrState), 503, "state_unavailable", true},
 		{fmt.Errorf("%w: engine", backend.ErrUnavailable), 503, "backend_unavailable", true},
 		{fmt.Errorf("%w: image", pool.ErrCreate), 502, "sandbox_start_failed", false},
+		{fmt.Errorf("%w: %w", pool.ErrCreate, &backend.ImageError{Image: "reg.example/sbx:1", Err: errors.New("pull /var/lib/x")}), 502, "sandbox_image_missing", false},
 		{fmt.Errorf("%w: mkdir /srv/data: no space left on device", pool.ErrStorage), 507, "storage_unavailable", false},
 		{&proxy.UnreachableError{Err: dial}, 502, "sandbox_unreachable", false},
 		{&proxy.ResolveError{Err: pool.ErrCapacity}, 503, "capacity", true},
@@ -147,7 +148,7 @@ func TestPanicBecomesJSON500(t *testing.T) {
 	rt := New(Deps{Pool: stubPool{}, Aliases: stubPool{}})
 	rt.echo.GET("/boom", func(echo.Context) error { panic("kaboom /secret/path") })
 	rec := httptest.NewRecorder()
-	rt.ServeHTTP(rec, httptest.NewRequest("GET", "/boom", nil))
+	rt.ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/boom", nil))
 	if rec.Code != 500 || strings.Contains(rec.Body.String(), "secret") || !strings.Contains(rec.Body.String(), `"internal"`) {
 		t.Fatalf("panic answer: %d %s", rec.Code, rec.Body.String())
 	}

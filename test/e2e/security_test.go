@@ -23,8 +23,9 @@ import (
 )
 
 const (
-	jwtSecret  = "e2e-secret-0123456789abcdef0123456789abcdef"
-	hostSuffix = "sbx.test"
+	jwtSecret   = "e2e-secret-0123456789abcdef0123456789abcdef"
+	jwtAudience = "sandgate-e2e"
+	hostSuffix  = "sbx.test"
 )
 
 func sha(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
@@ -38,12 +39,19 @@ func securedFleet(t *testing.T, extra ...string) *gateway {
 		"scraper=" + sha("scraper-key") + ":",
 	}, ",")
 	f := newFleet(t, append([]string{"--auth-api-keys", keys, "--auth-jwt-hs256-secret", jwtSecret,
-		"--host-suffix", hostSuffix}, extra...)...)
+		"--auth-jwt-audience", jwtAudience, "--host-suffix", hostSuffix}, extra...)...)
 	return f.start()
 }
 
+// token signs claims with the e2e secret; an absent aud is jwtAudience,
+// a nil one is left out.
 func token(t *testing.T, claims jwt.MapClaims) string {
 	t.Helper()
+	if aud, ok := claims["aud"]; !ok {
+		claims["aud"] = jwtAudience
+	} else if aud == nil {
+		delete(claims, "aud")
+	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(jwtSecret))
 	if err != nil {
 		t.Fatal(err)

@@ -240,12 +240,13 @@ func newWithEngine(cfg Config, api engine, log *slog.Logger) *Docker {
 	return d
 }
 
-// Ping reports whether the engine answers (for /readyz).
+// Ping reports whether the engine answers and has the sandbox image (for
+// /readyz): a missing image is an *backend.ImageError naming it.
 func (d *Docker) Ping(ctx context.Context) error {
 	if _, err := d.api.Ping(ctx); err != nil {
 		return fmt.Errorf("%w: docker engine: %w", backend.ErrUnavailable, err)
 	}
-	return nil
+	return d.imagePresent(ctx)
 }
 
 // Close releases the engine client.

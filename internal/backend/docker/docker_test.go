@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -320,6 +321,17 @@ func TestMissingImageIsNamed(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.image) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s with %s: %v", c.image, c.policy, err)
 		}
+		var img *backend.ImageError
+		if !errors.As(err, &img) || img.Image != c.image {
+			t.Errorf("%s with %s: not an ImageError naming it: %v", c.image, c.policy, err)
+		}
+		// /readyz: the engine answers but the image is missing.
+		if err := d.Ping(testCtx(t)); !errors.As(err, &img) || img.Image != c.image {
+			t.Errorf("%s: Ping = %v, want an ImageError naming it", c.image, err)
+		}
+	}
+	if err := h.backend().Ping(testCtx(t)); err != nil {
+		t.Errorf("Ping with the image present: %v", err)
 	}
 	if !strings.Contains(h.logs.String(), "pulling image") {
 		t.Errorf("pull not logged:\n%s", h.logs)

@@ -13,6 +13,8 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
+
+	"github.com/sandgate/sandgate/internal/backend"
 )
 
 // pullLogEvery is how often a running pull logs its progress.
@@ -30,7 +32,7 @@ func (d *Docker) prepareImage(ctx context.Context) (string, error) {
 	img, err := d.api.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) {
 		if d.cfg.PullPolicy == PullNever {
-			return "", fmt.Errorf("image %s is not present and docker_pull_policy is never: build or load it first (see deployments/sandbox-image)", ref)
+			return "", &backend.ImageError{Image: ref, Err: errNeverPull}
 		}
 		if err = d.pull(ctx); err == nil {
 			img, err = d.api.ImageInspect(ctx, ref)
@@ -43,6 +45,51 @@ func (d *Docker) prepareImage(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return img.Config.Labels[LabelServer], nil
+}
+
+var errNeverPull = errors.New("not present and docker_pull_policy is never: build or load it first (see deployments/sandbox-image)")
+
+// CheckImage is the start-up check of the sandbox image: present, or
+// (pull policy allowing) pulled now in the background so that the first
+// create does not wait for it. A missing image is logged as an error
+// naming it; /readyz (Ping) reports it until it is there.
+func (d *Docker) CheckImage(ctx context.Context) {
+	err := d.imagePresent(ctx)
+	var missing *backend.ImageError
+	switch {
+	case err == nil:
+		return
+	case !errors.As(err, &missing):
+		d.log.Warn("cannot check the sandbox image at start-up", "image", d.cfg.Image, "err", err)
+	case d.cfg.PullPolicy == PullNever:
+		d.log.Error("sandbox image missing: sandboxes cannot start until it is built or loaded (docker_pull_policy is never)",
+			"image", d.cfg.Image)
+	default:
+		d.log.Warn("sandbox image missing at start-up; pulling it now", "image", d.cfg.Image)
+		go func() {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startupPullTimeout)
+			defer cancel()
+			if err := d.pull(pctx); err != nil {
+				d.log.Error("sandbox image could not be pulled", "image", d.cfg.Image, "err", err)
+			}
+		}()
+	}
+}
+
+// startupPullTimeout bounds CheckImage's background pull.
+const startupPullTimeout = 15 * time.Minute
+
+// imagePresent is one inspect: nil, an *backend.ImageError when the engine
+// answers that the image is missing, or the engine's error.
+func (d *Docker) imagePresent(ctx context.Context) error {
+	_, err := d.api.ImageInspect(ctx, d.cfg.Image)
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		return &backend.ImageError{Image: d.cfg.Image, Err: errors.New("not present on the engine")}
+	}
+	return fmt.Errorf("%w: docker engine: inspect image: %w", backend.ErrUnavailable, err)
 }
 
 // pull pulls the image once at a time however many creates ask for it.
@@ -58,7 +105,11 @@ func (d *Docker) pull(ctx context.Context) error {
 			_ = rc.Close()
 		}
 		if err != nil {
-			return nil, engineErr(fmt.Sprintf("image %s is not present and could not be pulled", ref), err)
+			err = engineErr("pull", err)
+			if !errors.Is(err, backend.ErrUnavailable) {
+				err = &backend.ImageError{Image: ref, Err: fmt.Errorf("not present and could not be pulled: %w", err)}
+			}
+			return nil, err
 		}
 		log.Info("image pulled", "duration", time.Since(began).Round(time.Millisecond).String())
 		return nil, nil

@@ -12,6 +12,13 @@
 // it; DeerFlow only logs, and the Pod leaks), and a failed GET in Discover
 // is an error (503 to the client) rather than "not found", which would
 // start a second create against a provisioner that is down.
+//
+// Data-plane requests go to the sandbox_url the provisioner returned (for
+// another Sandgate, its /sandboxes/{id}, with the provisioner's admin key).
+// The client's path is appended to it, so the gateway's router refuses any
+// path with dot segments, in every encoding, before a sandbox is even
+// looked up: a path-normalising proxy in front of the provisioner would
+// otherwise resolve them into another user's sandbox.
 package remote
 
 import (

@@ -1,0 +1,50 @@
+package router
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+)
+
+// errDotSegment refuses a data-plane path with dot segments. The path is
+// forwarded below a sandbox URL that may itself be a gateway path (the
+// remote backend's {provisioner}/sandboxes/{id}, reached with the
+// provisioner's admin key): a proxy in front of that upstream which
+// normalises /sandboxes/{id}/v1/../../sandboxes/{other}/v1/x would hand
+// another user's sandbox to the caller. No client needs them (browsers and
+// HTTP libraries resolve dot segments before sending), so they are refused
+// rather than resolved here.
+var errDotSegment = errors.New("path must not contain . or .. segments (plain, percent-encoded or with backslashes)")
+
+// maxUnescape bounds how many percent-decoding layers are looked through:
+// %252e%252e is .. to a chain of two decoding proxies.
+const maxUnescape = 3
+
+// hasDotSegment reports whether the decoded request path has a "." or ".."
+// segment, counting '\' as a separator (some servers do) and looking
+// through further percent-encoding layers. No allocation unless a segment
+// holds a '%' (only a doubly encoded path does).
+func hasDotSegment(path string) bool {
+	for layer := 0; ; layer++ {
+		pct := false
+		for seg := range strings.FieldsFuncSeq(path, isPathSep) {
+			if seg == "." || seg == ".." {
+				return true
+			}
+			pct = pct || strings.IndexByte(seg, '%') >= 0
+		}
+		if !pct {
+			return false
+		}
+		if layer == maxUnescape {
+			return true // more layers than any proxy chain decodes: refuse
+		}
+		next, err := url.PathUnescape(path)
+		if err != nil {
+			return true // a malformed escape that a lenient proxy might still decode
+		}
+		path = next
+	}
+}
+
+func isPathSep(r rune) bool { return r == '/' || r == '\\' }

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// TestRemoteBackendDotSegmentsNeverLeave: an outer gateway (remote
+// backend, the provisioner's admin key) in front of a real path-normalising
+// nginx (`proxy_pass http://up/;`) in front of an inner Sandgate. Alice's
+// /threads/x/v1/../../sandboxes/{bob's id}/v1/... in every encoding is
+// refused by the outer gateway (400) and never reaches nginx; the same path
+// sent to nginx directly with the admin key does reach bob, which is what
+// the outer gateway would have done.
+func TestRemoteBackendDotSegmentsNeverLeave(t *testing.T) {
+	t.Parallel()
+	nginxPort := testutil.FreePort(t)
+	nginxURL := fmt.Sprintf("http://127.0.0.1:%d", nginxPort)
+	inner := newFleet(t, "--auth-api-keys", "front="+sha("front-key")+":admin", "--public-url", nginxURL)
+	ig := inner.start()
+	accessLog := startNormalisingNginx(t, nginxPort, strings.TrimPrefix(ig.URL, "http://"))
+	outer := newFleet(t, "--backend", "remote", "--provisioner-url", nginxURL, "--provisioner-api-key", "front-key",
+		"--auth-api-keys", "alice="+sha("alice-key")+",bob="+sha("bob-key"))
+	og := outer.start()
+
+	secret := map[string]any{"file": "/mnt/user-data/workspace/secret.txt", "content": "bob-private-marker"}
+	if code, body, _ := (req{"POST", "/threads/t/v1/file/write", "", secret, bearer("bob-key")}).do(t, og); code != 200 {
+		t.Fatalf("bob writes through the outer gateway: %d %s", code, body)
+	}
+	if code, body, _ := (req{"POST", "/threads/x/v1/shell/exec", "", map[string]any{"command": "echo hi"}, bearer("alice-key")}).do(t, og); code != 200 {
+		t.Fatalf("alice's own sandbox: %d %s", code, body)
+	}
+	bob, alice := identity.SandboxID("bob", "t"), identity.SandboxID("alice", "x")
+	read := []byte(`{"file": "/mnt/user-data/workspace/secret.txt"}`)
+
+	// The hop the outer gateway must never make: nginx resolves the dot
+	// segments below alice's sandbox URL into bob's sandbox. (Alice's
+	// sandbox URL is {nginx}/sandboxes/{alice}, so three segments up from
+	// its /v1/ is the root.)
+	setup := "/sandboxes/" + alice + "/v1/../../../sandboxes/" + bob + "/v1/file/read"
+	code, body := rawRequest(t, nginxURL, setup, read, "Bearer front-key")
+	if code != 200 || !strings.Contains(body, "bob-private-marker") {
+		t.Fatalf("setup: nginx does not resolve dot segments into bob's sandbox (%d %s); the attack below proves nothing", code, body)
+	}
+
+	for _, tail := range []string{
+		"../../sandboxes/" + bob + "/v1/file/read", // the issue's form
+		"../../../sandboxes/" + bob + "/v1/file/read",
+		"%2e%2e/%2e%2e/%2e%2e/sandboxes/" + bob + "/v1/file/read",
+		"./../../sandboxes/" + bob + "/v1/file/read",
+		"%2e%2e/%2e%2e/sandboxes/" + bob + "/v1/file/read",
+		"%2E%2e/%2e%2E/sandboxes/" + bob + "/v1/file/read",
+		".%2e/%2e./sandboxes/" + bob + "/v1/file/read",
+		"..%2f..%2fsandboxes%2f" + bob + "%2fv1%2ffile%2fread",
+		"%2e%2e%2F%2e%2e%2Fsandboxes/" + bob + "/v1/file/read",
+		"..%5c..%5csandboxes/" + bob + "/v1/file/read",
+		`..\..\sandboxes/` + bob + "/v1/file/read",
+		"%252e%252e/%252e%252e/sandboxes/" + bob + "/v1/file/read",
+		"..%252f..%252fsandboxes/" + bob + "/v1/file/read",
+	} {
+		path := "/threads/x/v1/" + tail
+		code, body := rawRequest(t, og.URL, path, read, "Bearer alice-key")
+		if strings.Contains(body, "bob-private-marker") {
+			t.Errorf("%s: alice read bob's file through the remote backend: %d %s", path, code, body)
+			continue
+		}
+		if code != 400 || !strings.Contains(body, `"bad_request"`) {
+			t.Errorf("%s: %d %s, want a JSON 400 before anything is sent upstream", path, code, body)
+		}
+	}
+	logged, err := os.ReadFile(accessLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(logged), "\n") {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "..") || strings.Contains(l, "%2e") || strings.Contains(l, "%5c") || strings.Contains(l, `\`) {
+			if line != "POST "+setup+" HTTP/1.1" { // the setup's own request
+				t.Errorf("a dot-segment request left the outer gateway: %s", line)
+			}
+		}
+	}
+}
+
+// rawRequest POSTs body to base with path on the request line exactly as
+// given (no client-side cleaning or re-encoding).
+func rawRequest(t *testing.T, base, path string, body []byte, authorization string) (int, string) {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.NewRequest("POST", base, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.URL = &url.URL{Scheme: u.Scheme, Host: u.Host, Opaque: path}
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", authorization)
+	resp, err := clientFor(base).Do(r)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startNormalisingNginx runs nginx on port in front of upstream with a
+// proxy_pass that has a URI part, so nginx sends its normalised (decoded,
+// dot segments resolved) path upstream. It returns its access log, one
+// raw request line per request.
+func startNormalisingNginx(t *testing.T, port int, upstream string) string {
+	t.Helper()
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, statErr := os.Stat("/usr/sbin/nginx"); statErr == nil {
+			nginx, err = "/usr/sbin/nginx", nil
+		}
+	}
+	testutil.Require(t, err == nil, "nginx (Debian package nginx)")
+	dir := t.TempDir()
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;"
+	}
+	conf := fmt.Sprintf(`%s
+worker_processes 1;
+daemon off;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log;
+events { worker_connections 128; }
+http {
+    log_format raw '$request';
+    access_log %[2]s/access.log raw;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+    upstream up { server %[3]s; }
+    server {
+        listen 127.0.0.1:%[4]d;
+        location / { proxy_pass http://up/; }
+    }
+}
+`, user, dir, upstream, port)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(nginx, "-p", dir, "-c", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Logf("nginx output:\n%s\nerror.log:\n%s", out.String(), log)
+		}
+	})
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return filepath.Join(dir, "access.log")
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx in front of %s did not answer /healthz: %v\n%s", upstream, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
