@@ -26,6 +26,9 @@ type Record struct {
 	URL         string
 	State       State
 	CreatedAt   time.Time
+	// Capability opens this incarnation through a capability URL; "" until
+	// one is first handed out (Store.Capability). Never log it.
+	Capability string
 }
 
 // RecordFromInfo builds the record of a live sandbox.
@@ -79,6 +82,7 @@ func recordFromHash(sid string, h map[string]string) (Record, bool) {
 		URL:         h["url"],
 		State:       State(h["state"]),
 		CreatedAt:   time.UnixMilli(ms),
+		Capability:  h["cap"],
 	}, true
 }
 

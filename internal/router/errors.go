@@ -49,8 +49,10 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusUnauthorized, "unauthorized", auth.ErrUnauthenticated.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
-	case errors.Is(err, errAliasTaken):
-		return apiError{http.StatusConflict, "conflict", err.Error(), 0}
+	case errors.Is(err, errReservedID):
+		return apiError{http.StatusConflict, "conflict", errReservedID.Error(), 0}
+	case errors.Is(err, pool.ErrIdentityConflict):
+		return apiError{http.StatusConflict, "identity_conflict", "the sandbox id of this user and thread is held by a record of another user or thread; it is not served (an operator must remove the record)", 0}
 	case errors.Is(err, errTooManyRequests):
 		return apiError{http.StatusTooManyRequests, "rate_limited", err.Error(), 1}
 	case errors.As(err, &rateLimited):
