@@ -16,13 +16,13 @@ import (
 
 // sandboxView is the control plane's JSON for one sandbox.
 type sandboxView struct {
-	SandboxID string    `json:"sandbox_id"`
-	Thread    string    `json:"thread"`
-	User      string    `json:"user"`
-	Backend   string    `json:"backend"`
-	State     string    `json:"state"`
-	Outcome   string    `json:"outcome,omitempty"`
-	URL       string    `json:"url"`
+	SandboxID string `json:"sandbox_id"`
+	Thread    string `json:"thread"`
+	User      string `json:"user"`
+	Backend   string `json:"backend"`
+	State     string `json:"state"`
+	Outcome   string `json:"outcome,omitempty"`
+	URL       string `json:"url"`
 	// SandboxURL is the capability URL: it needs no other credential.
 	SandboxURL string    `json:"sandbox_url"`
 	CreatedAt  time.Time `json:"created_at"`
