@@ -42,11 +42,16 @@ func statusOf(err error) apiError {
 	var netErr net.Error
 	var rateLimited *pool.RateLimitError
 	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		// Before bad input: a token whose sub is no valid user name is a bad credential.
+		msg := auth.ErrUnauthenticated.Error()
+		if errors.Is(err, identity.ErrBadUser) {
+			msg += ": the credential's user (JWT sub) is not a valid user name: " + identity.ErrBadUser.Error()
+		}
+		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
 		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
-	case errors.Is(err, auth.ErrUnauthenticated):
-		return apiError{http.StatusUnauthorized, "unauthorized", auth.ErrUnauthenticated.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
 	case errors.Is(err, errReservedID):
