@@ -19,7 +19,7 @@ import (
 // id), kept in the sandbox's record so that every replica can hand the same
 // URL out again, and indexed by its SHA-256 so that a look-up never compares
 // the secret itself. A new incarnation starts without one; claiming a
-// sandbox for destruction or forgetting its record revokes it.
+// sandbox for destruction revokes it, and forgetting the record removes it.
 
 // CapabilityLen is the length of a capability: 32 bytes in unpadded base64url.
 const CapabilityLen = 43

@@ -68,6 +68,15 @@ func TestCapabilityLifecycle(t *testing.T) {
 		if c2 == c1 {
 			t.Fatal("new incarnation got the old capability")
 		}
+		// A stale index entry (a record replaced behind the scripts' back)
+		// opens nothing: the record's own capability must match.
+		if err := s.Client().HSet(ctx, s.Keys().Caps(), SumCapability(c1).hex(), "a").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := opens(c1); ok {
+			t.Fatal("a stale index entry opened a record holding another capability")
+		}
+		_ = s.Client().HDel(ctx, s.Keys().Caps(), SumCapability(c1).hex())
 		// Claiming revokes at once; forgetting removes the index entry.
 		if _, ok, _ := s.Claim(ctx, "a", ""); !ok {
 			t.Fatal("claim failed")

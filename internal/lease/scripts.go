@@ -86,17 +86,17 @@ return 1
 // destroy: of the replicas racing on one sandbox, one gets the record, the
 // others nil. Optional conditions: the incarnation must match (ARGV[2] ~= ”),
 // and the sandbox must sit in index KEYS[4] with a score <= ARGV[3] (expiry).
-// A claimed sandbox's capability is revoked at once.
-// KEYS: sbx, active, warm, index-or-sbx, caps. ARGV: sid, incarnation, cutoff (” = none).
+// A claimed sandbox's capability opens nothing any more (ByCapability
+// refuses a record being destroyed); Forget removes its index entry.
+// KEYS: sbx, active, warm, index-or-sbx. ARGV: sid, incarnation, cutoff (” = none).
 var scriptClaim = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation', 'cap_sum')
+local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation')
 if not st[1] then return nil end
 if ARGV[2] ~= '' and st[2] ~= ARGV[2] then return nil end
 if ARGV[3] ~= '' then
   local score = redis.call('ZSCORE', KEYS[4], ARGV[1])
   if not score or tonumber(score) > tonumber(ARGV[3]) then return nil end
 end
-if st[3] then redis.call('HDEL', KEYS[5], st[3]) end
 redis.call('HSET', KEYS[1], 'state', 'destroying')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

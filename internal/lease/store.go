@@ -104,14 +104,14 @@ func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.
 // Claim marks sid as being destroyed and returns its record, or ok=false
 // when another replica claimed it first or the incarnation ("" = any) differs.
 func (s *Store) Claim(ctx context.Context, sid, incarnation string) (Record, bool, error) {
-	keys := append(s.recordKeys(sid), s.keys.Sandbox(sid), s.keys.Caps())
+	keys := append(s.recordKeys(sid), s.keys.Sandbox(sid))
 	return s.claim(ctx, sid, keys, incarnation, "")
 }
 
 // ClaimExpired claims sid only if its score in index (Active or Warm) is at
 // or below cutoff: the reaper's exactly-once gate.
 func (s *Store) ClaimExpired(ctx context.Context, sid, index string, cutoff time.Time) (Record, bool, error) {
-	keys := append(s.recordKeys(sid), index, s.keys.Caps())
+	keys := append(s.recordKeys(sid), index)
 	return s.claim(ctx, sid, keys, "", strconv.FormatInt(ms(cutoff), 10))
 }
 
