@@ -198,3 +198,33 @@ func TestCapabilityRevokedAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d sandboxes after the destroy: a capability provisioned one", n)
 	}
 }
+
+// TestInnerCapabilityStaysOutOfTheFrontGatewaysLogs: a gateway whose remote
+// backend is another Sandgate gets capability URLs as its sandbox URLs; it
+// proxies through them without writing them to its log (nor does the inner
+// gateway).
+func TestInnerCapabilityStaysOutOfTheFrontGatewaysLogs(t *testing.T) {
+	t.Parallel()
+	inner := newFleet(t, "--auth-api-keys", "front="+sha("k")+":threads+admin")
+	ig := inner.start()
+	og := newFleet(t, "--backend", "remote", "--provisioner-url", ig.URL, "--provisioner-api-key", "k").start()
+	if d := shell(t, og.URL, "chained-cap", "echo via-capability"); strings.TrimSpace(d.Output) != "via-capability" {
+		t.Fatalf("exec through the front gateway: %+v", d)
+	}
+	code, body, _ := call(t, "GET", ig.URL+"/api/sandboxes", nil, "X-API-Key", "k")
+	var list struct {
+		Sandboxes []provisioned `json:"sandboxes"`
+	}
+	if code != 200 || json.Unmarshal(body, &list) != nil || len(list.Sandboxes) != 1 {
+		t.Fatalf("inner list: %d %s", code, body)
+	}
+	capability := strings.TrimPrefix(list.Sandboxes[0].URL, ig.URL+"/c/")
+	if len(capability) != 43 {
+		t.Fatalf("inner sandbox_url %q is no capability URL", list.Sandboxes[0].URL)
+	}
+	for name, g := range map[string]*gateway{"front": og, "inner": ig} {
+		if logs := g.logs.String(); strings.Contains(logs, capability[:20]) {
+			t.Errorf("the capability is in the %s gateway's logs:\n%s", name, tail(logs, 30))
+		}
+	}
+}
