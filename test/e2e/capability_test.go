@@ -228,3 +228,46 @@ func TestInnerCapabilityStaysOutOfTheFrontGatewaysLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestCapabilityStaysOutOfTraces: the spans of a capability request (the
+// gateway's server span, its acquire and proxy spans, the sandbox's) name the
+// route and the redacted path, never the capability.
+func TestCapabilityStaysOutOfTraces(t *testing.T) {
+	t.Parallel()
+	rcv := newOTLPReceiver(t)
+	f := newFleet(t)
+	f.env = tracingEnv(rcv)
+	g := f.start()
+	code, body, _ := call(t, "PUT", g.URL+"/threads/traced-cap/sandbox", nil)
+	var v struct {
+		URL string `json:"sandbox_url"`
+	}
+	if code != 200 || json.Unmarshal(body, &v) != nil || !strings.HasPrefix(v.URL, g.URL+"/c/") {
+		t.Fatalf("PUT sandbox: %d %s", code, body)
+	}
+	capability := strings.TrimPrefix(v.URL, g.URL+"/c/")
+	const traceID = "5bf92f3577b34da6a3ce929d0e0e4737"
+	for _, parent := range []string{"00f067aa0ba902b8", "00f067aa0ba902b9"} { // a cache miss, then a hit
+		code, body, _ = call(t, "POST", v.URL+"/v1/shell/exec", map[string]any{"command": "echo traced"},
+			"Traceparent", "00-"+traceID+"-"+parent+"-01")
+		if code != 200 {
+			t.Fatalf("exec through the capability: %d %s", code, body)
+		}
+	}
+	const route = "POST " + "/c/{capability}/v1/*"
+	spans := rcv.trace(t, traceID, func(s []otlpSpan) bool {
+		return len(named(s, gwService, route)) == 2 && len(named(s, sandboxService, sandboxExec)) == 2
+	})
+	for _, s := range spans {
+		for k, val := range s.attrs {
+			if strings.Contains(val, capability[:20]) {
+				t.Errorf("span %s/%q attribute %s holds the capability", s.service, s.name, k)
+			}
+		}
+	}
+	for _, s := range named(spans, gwService, route) {
+		if s.attrs["http.target"] != "/c/{capability}/v1/shell/exec" && s.attrs["url.path"] != "/c/{capability}/v1/shell/exec" {
+			t.Errorf("server span path attributes %v, want the redacted path", s.attrs)
+		}
+	}
+}
