@@ -27,9 +27,15 @@ const CapabilityLen = 43
 // CapabilitySum is the index key of a capability.
 type CapabilitySum [sha256.Size]byte
 
-// SumCapability hashes a capability; no allocation.
+// SumCapability hashes a capability; no allocation for one of the valid
+// length (the bytes are copied to the stack).
 func SumCapability(capability string) CapabilitySum {
-	return sha256.Sum256([]byte(capability))
+	var buf [CapabilityLen]byte
+	if len(capability) > len(buf) {
+		return sha256.Sum256([]byte(capability))
+	}
+	n := copy(buf[:], capability)
+	return sha256.Sum256(buf[:n])
 }
 
 func (s CapabilitySum) hex() string { return hex.EncodeToString(s[:]) }
