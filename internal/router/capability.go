@@ -56,7 +56,7 @@ func (rt *Router) serveCapability(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	redacted.URL = &u
-	redacted.RequestURI = u.RequestURI()
+	redacted.RequestURI = u.Path // informational on a server request; nothing may keep the original
 
 	c := rt.echo.AcquireContext()
 	defer rt.echo.ReleaseContext(c)
