@@ -94,7 +94,7 @@ func New(d Deps) *Router {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics,
+	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 
