@@ -63,33 +63,35 @@ func newCapability() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// scriptMintCapability returns the capability of one sandbox incarnation,
-// minting it on first use: the candidate (and its SHA-256, for the index) is
-// written only if the record still names that incarnation, is not being
+// scriptMintCapability returns the capability of the incarnation sid's
+// record names now, minting it on first use: the candidate (and its SHA-256,
+// for the index) is written only if the record exists, is not being
 // destroyed and has none yet. Replicas racing on the first hand-out all get
-// the one that won.
-// KEYS: sbx, caps. ARGV: sid, incarnation, candidate, sha256hex(candidate).
-// Returns the capability, or nil when the record is gone, replaced or being
-// destroyed.
+// the one that won. It binds to whichever incarnation the record holds at
+// that instant: a replacement (PutActive) drops it atomically, so it can
+// never outlive the incarnation it was written into.
+// KEYS: sbx, caps. ARGV: sid, candidate, sha256hex(candidate).
+// Returns the capability, or nil when the record is gone or being destroyed.
 var scriptMintCapability = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation', 'cap')
-if not st[1] or st[1] == 'destroying' or st[2] ~= ARGV[2] then return nil end
-if st[3] then return st[3] end
-redis.call('HSET', KEYS[1], 'cap', ARGV[3], 'cap_sum', ARGV[4])
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
-return ARGV[3]
+local st = redis.call('HMGET', KEYS[1], 'state', 'cap')
+if not st[1] or st[1] == 'destroying' then return nil end
+if st[2] then return st[2] end
+redis.call('HSET', KEYS[1], 'cap', ARGV[2], 'cap_sum', ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
+return ARGV[2]
 `)
 
-// Capability returns the capability of sid's incarnation, minting it if it
-// has none; ok is false when the record no longer names that incarnation.
-func (s *Store) Capability(ctx context.Context, sid, incarnation string) (string, bool, error) {
+// Capability returns the capability of sid's current incarnation, minting
+// it if it has none; ok is false when there is no record or it is being
+// destroyed.
+func (s *Store) Capability(ctx context.Context, sid string) (string, bool, error) {
 	candidate, err := newCapability()
 	if err != nil {
 		return "", false, err
 	}
 	sum := SumCapability(candidate)
 	capability, err := scriptMintCapability.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid), s.keys.Caps()},
-		sid, incarnation, candidate, sum.hex()).Text()
+		sid, candidate, sum.hex()).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}

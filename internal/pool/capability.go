@@ -18,10 +18,10 @@ type CapRoute struct {
 	sum lease.CapabilitySum
 }
 
-// Capability returns the capability of r's incarnation, minting it on first
-// use (ErrNotFound if the sandbox was replaced or destroyed meanwhile).
-func (p *Pool) Capability(ctx context.Context, sid, incarnation string) (string, error) {
-	capability, ok, err := p.store.Capability(ctx, sid, incarnation)
+// Capability returns the capability of sid's current incarnation, minting
+// it on first use (ErrNotFound if the sandbox is gone or being destroyed).
+func (p *Pool) Capability(ctx context.Context, sid string) (string, error) {
+	capability, ok, err := p.store.Capability(ctx, sid)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrState, err)
 	}

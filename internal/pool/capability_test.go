@@ -45,7 +45,7 @@ func TestCapabilityNeverProvisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capability, err := p.Capability(ctx, sid, r.Incarnation)
+	capability, err := p.Capability(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestCapabilityNeverProvisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, _ := p.Capability(ctx, sid, r.Incarnation)
+	next, _ := p.Capability(ctx, sid)
 	if next == capability {
 		t.Fatal("new incarnation, same capability")
 	}

@@ -110,11 +110,12 @@ func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
 }
 
 // capabilityURL is the sandbox_url handed to clients: {public_url or the
-// request's origin}/c/{capability}, the capability minted on first hand-out.
-func (rt *Router) capabilityURL(ctx context.Context, c echo.Context, sid, incarnation, capability string) (string, error) {
+// request's origin}/c/{capability}, capability being the record's (if the
+// caller read it) or minted on first hand-out.
+func (rt *Router) capabilityURL(ctx context.Context, c echo.Context, sid, capability string) (string, error) {
 	if capability == "" {
 		var err error
-		if capability, err = rt.pool.Capability(ctx, sid, incarnation); err != nil {
+		if capability, err = rt.pool.Capability(ctx, sid); err != nil {
 			return "", err
 		}
 	}

@@ -48,7 +48,7 @@ func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, route.Incarnation, "")
+	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	if rec.User != p.User || rec.Thread != thread {
 		return rt.identityConflict(ctx, rec, p.User, thread)
 	}
-	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Incarnation, rec.Capability)
+	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Capability)
 	if err != nil {
 		return err
 	}

@@ -135,7 +135,7 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 			return errors.Join(pool.ErrState, err)
 		}
 	}
-	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, route.Incarnation, "")
+	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (rt *Router) lookup(ctx context.Context, p *auth.Principal, id string) (lea
 }
 
 func (rt *Router) provisionerView(ctx context.Context, c echo.Context, id string, rec lease.Record, status string) (provisionerSandbox, error) {
-	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Incarnation, rec.Capability)
+	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Capability)
 	if err != nil {
 		return provisionerSandbox{}, err
 	}

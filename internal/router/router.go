@@ -34,7 +34,7 @@ type Pool interface {
 	Release(ctx context.Context, user, thread string) error
 	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
 	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
-	Capability(ctx context.Context, sid, incarnation string) (string, error)
+	Capability(ctx context.Context, sid string) (string, error)
 	CapabilityRoute(ctx context.Context, capability string) (*pool.CapRoute, pool.Outcome, error)
 	RecheckCapability(ctx context.Context, failed *pool.CapRoute) (*pool.CapRoute, error)
 	Records(ctx context.Context) ([]lease.Record, error)

@@ -81,7 +81,7 @@ func (s stubPool) Destroy(context.Context, string, pool.DestroyReason) error { r
 func (s stubPool) DestroyThread(context.Context, string, string, pool.DestroyReason) error {
 	return s.err
 }
-func (s stubPool) Capability(context.Context, string, string) (string, error) { return "", s.err }
+func (s stubPool) Capability(context.Context, string) (string, error) { return "", s.err }
 func (s stubPool) CapabilityRoute(context.Context, string) (*pool.CapRoute, pool.Outcome, error) {
 	return nil, "", s.err
 }
