@@ -4,8 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
 )
@@ -269,5 +274,62 @@ func TestCapabilityStaysOutOfTraces(t *testing.T) {
 		if s.attrs["http.target"] != "/c/{capability}/v1/shell/exec" && s.attrs["url.path"] != "/c/{capability}/v1/shell/exec" {
 			t.Errorf("server span path attributes %v, want the redacted path", s.attrs)
 		}
+	}
+}
+
+// TestCapabilityRequestsCountAgainstTheOwner: a capability acts for its
+// sandbox's owner, so its requests share the owner's in-flight limit.
+func TestCapabilityRequestsCountAgainstTheOwner(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--auth-api-keys", "alice="+sha("alice-key"), "--max-requests-per-user", "1")
+	g := f.start()
+	sb := provision(t, g, "alice-key", "alice", "busy")
+	workspace := filepath.Join(f.dataDir, "users", "alice", "threads", "busy", "user-data", "workspace")
+	done := make(chan error, 1)
+	go func() { // no t.Fatal here: the outcome goes back on done
+		body := strings.NewReader(`{"command": "touch started; while [ ! -f go ]; do sleep 0.02; done; echo released"}`)
+		resp, err := clientFor(sb.URL).Post(sb.URL+"/v1/shell/exec", "application/json", body)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "released") {
+			done <- fmt.Errorf("the held request: %d %s", resp.StatusCode, b)
+			return
+		}
+		done <- nil
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(workspace, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the held request never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, body, _ := call(t, "GET", sb.URL+"/v1/sandbox", nil)
+	if code != 429 || errorCode(t, body) != "rate_limited" {
+		t.Errorf("a second capability request while the owner's one is in flight: %d %s, want 429", code, body)
+	}
+	if code, _, _ := call(t, "GET", g.URL+"/threads/busy/v1/sandbox", nil, "Authorization", "Bearer alice-key"); code != 429 {
+		t.Errorf("the owner's own request while a capability request is in flight: %d, want 429", code)
+	}
+	if err := os.WriteFile(filepath.Join(workspace, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the held request did not finish")
+	}
+	if code, body, _ := call(t, "GET", sb.URL+"/v1/sandbox", nil); code != 200 {
+		t.Fatalf("after the held request: %d %s", code, body)
 	}
 }
