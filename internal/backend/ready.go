@@ -2,10 +2,12 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -93,6 +95,11 @@ func probe(ctx context.Context, url, header, value string) (bool, error) {
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := readyClient.Do(req)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			// Not the URL: behind another gateway it holds a capability.
+			return false, fmt.Errorf("probe: %w", ue.Err)
+		}
 		return false, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

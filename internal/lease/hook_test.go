@@ -26,7 +26,7 @@ func TestOnErrorCountsRedisFailuresOnly(t *testing.T) {
 	if _, ok, err := s.Get(ctx, "0123456789abcdef"); err != nil || ok {
 		t.Fatalf("get missing: %v %v", ok, err)
 	}
-	if _, err := s.Release(ctx, "0123456789abcdef", time.Now()); err != nil {
+	if _, err := s.Release(ctx, "0123456789abcdef", "u", "t", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	l := NewLocker(s, time.Second)

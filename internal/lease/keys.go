@@ -8,18 +8,20 @@ const DefaultPrefix = "sandgate:{default}:"
 
 // Keys names every Redis key Sandgate uses; nothing else builds key strings.
 //
-//	{p}sbx:{sid}   HASH  user thread backend incarnation url state created_ms secret
+//	{p}sbx:{sid}   HASH  user thread backend incarnation url state created_ms secret [cap cap_sum]
 //	{p}active      ZSET  sid -> last activity (ms): the idle-expiry index
 //	{p}warm        ZSET  sid -> released at (ms): LRU order of the warm pool
 //	{p}creating    ZSET  sid -> reservation deadline (ms): capacity held by creates in progress
 //	{p}lock:{sid}  STRING bsm/redislock token, held while creating or destroying
-//	{p}aliases     HASH  client-chosen sandbox id -> sid (DeerFlow's provisioner API)
+//	{p}aliases     HASH  "{user}:{client-chosen sandbox id}" -> sid (DeerFlow's provisioner API)
+//	{p}caps        HASH  sha256hex(capability) -> sid: the capability URL index
 type Keys struct {
 	prefix   string
 	active   string
 	warm     string
 	creating string
 	aliases  string
+	caps     string
 }
 
 // NewKeys returns the key set for prefix ("" = DefaultPrefix). A prefix
@@ -34,6 +36,7 @@ func NewKeys(prefix string) Keys {
 		warm:     prefix + "warm",
 		creating: prefix + "creating",
 		aliases:  prefix + "aliases",
+		caps:     prefix + "caps",
 	}
 }
 
@@ -54,6 +57,9 @@ func (k Keys) Creating() string { return k.creating }
 
 // Aliases maps ids chosen by provisioner-API clients to sandbox ids.
 func (k Keys) Aliases() string { return k.aliases }
+
+// Caps indexes capabilities by their SHA-256.
+func (k Keys) Caps() string { return k.caps }
 
 // Lock is the provisioning/destroy lock of one sandbox.
 func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }

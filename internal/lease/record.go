@@ -30,6 +30,9 @@ type Record struct {
 	// kept here so every replica that reaches the sandbox can send it; ""
 	// = the shared sandbox_api_key. Never logged or returned to a client.
 	Secret string
+	// Capability opens this incarnation through a capability URL; "" until
+	// one is first handed out (Store.Capability). Never log it.
+	Capability string
 }
 
 // RecordFromInfo builds the record of a live sandbox.
@@ -87,6 +90,7 @@ func recordFromHash(sid string, h map[string]string) (Record, bool) {
 		State:       State(h["state"]),
 		CreatedAt:   time.UnixMilli(ms),
 		Secret:      h["secret"],
+		Capability:  h["cap"],
 	}, true
 }
 

@@ -8,13 +8,23 @@ import "github.com/redis/go-redis/v9"
 // time without sleeping.
 
 // scriptPutActive records a sandbox as active after a create or adoption. The
-// caller holds the sandbox's lock, so the write is unconditional.
-// KEYS: sbx, active, warm, creating. ARGV: sid, now, field/value pairs...
+// caller holds the sandbox's lock, so the write is unconditional. A record of
+// the same incarnation keeps its capability; a new incarnation starts without
+// one, and the old incarnation's capability leaves the index.
+// KEYS: sbx, active, warm, creating, caps. ARGV: sid, now, incarnation, field/value pairs...
 var scriptPutActive = redis.NewScript(`
+local old = redis.call('HMGET', KEYS[1], 'incarnation', 'cap', 'cap_sum')
 local fields = {}
-for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'state', 'active', unpack(fields))
+if old[3] then
+  if old[1] == ARGV[3] then
+    redis.call('HSET', KEYS[1], 'cap', old[2], 'cap_sum', old[3])
+  else
+    redis.call('HDEL', KEYS[5], old[3])
+  end
+end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -55,12 +65,16 @@ return 0
 `)
 
 // scriptRelease parks an active sandbox in the warm pool, scored by release
-// time (LRU order for eviction, idle expiry from release).
-// KEYS: sbx, active, warm. ARGV: sid, now. Returns 1 (warm now) or 0 (no record).
+// time (LRU order for eviction, idle expiry from release), only if the record
+// is the caller's: its user and thread must be the ones released.
+// KEYS: sbx, active, warm. ARGV: sid, now, user, thread. Returns 1 (warm
+// now), 0 (no record) or -1 (the record is another user's or thread's).
 var scriptRelease = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'state')
-if st == 'warm' then return 1 end
-if st ~= 'active' then return 0 end
+local st = redis.call('HMGET', KEYS[1], 'state', 'user', 'thread')
+if not st[1] then return 0 end
+if st[2] ~= ARGV[3] or st[3] ~= ARGV[4] then return -1 end
+if st[1] == 'warm' then return 1 end
+if st[1] ~= 'active' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'warm')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
@@ -72,6 +86,8 @@ return 1
 // destroy: of the replicas racing on one sandbox, one gets the record, the
 // others nil. Optional conditions: the incarnation must match (ARGV[2] ~= ”),
 // and the sandbox must sit in index KEYS[4] with a score <= ARGV[3] (expiry).
+// A claimed sandbox's capability opens nothing any more (ByCapability
+// refuses a record being destroyed); Forget removes its index entry.
 // KEYS: sbx, active, warm, index-or-sbx. ARGV: sid, incarnation, cutoff (” = none).
 var scriptClaim = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation')
@@ -88,12 +104,14 @@ return redis.call('HGETALL', KEYS[1])
 `)
 
 // scriptForget deletes a record (after its sandbox was destroyed or found
-// dead), only if it still names the given incarnation (” = any).
-// KEYS: sbx, active, warm. ARGV: sid, incarnation. Returns 1 or 0.
+// dead), only if it still names the given incarnation (” = any), with its
+// capability's index entry.
+// KEYS: sbx, active, warm, caps. ARGV: sid, incarnation. Returns 1 or 0.
 var scriptForget = redis.NewScript(`
-local inc = redis.call('HGET', KEYS[1], 'incarnation')
-if not inc then return 0 end
-if ARGV[2] ~= '' and inc ~= ARGV[2] then return 0 end
+local st = redis.call('HMGET', KEYS[1], 'incarnation', 'cap_sum')
+if not st[1] then return 0 end
+if ARGV[2] ~= '' and st[1] ~= ARGV[2] then return 0 end
+if st[2] then redis.call('HDEL', KEYS[4], st[2]) end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

@@ -54,8 +54,8 @@ func (s *Store) Get(ctx context.Context, sid string) (Record, bool, error) {
 // PutActive writes rec as active with activity now. Hold the sandbox's lock.
 func (s *Store) PutActive(ctx context.Context, rec Record, now time.Time) error {
 	sid := rec.SandboxID
-	args := append([]any{sid, ms(now)}, rec.fields()...)
-	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Creating()}
+	args := append([]any{sid, ms(now), rec.Incarnation}, rec.fields()...)
+	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Caps()}
 	if err := scriptPutActive.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("write active record: %w", err)
 	}
@@ -85,11 +85,18 @@ func (s *Store) Activate(ctx context.Context, sid, incarnation string, now time.
 	return n == 1, nil
 }
 
-// Release parks sid in the warm pool; false when there is no record.
-func (s *Store) Release(ctx context.Context, sid string, now time.Time) (bool, error) {
-	n, err := scriptRelease.Run(ctx, s.rdb, s.recordKeys(sid), sid, ms(now)).Int()
+// ErrIdentity: a record's user and thread are not the caller's.
+var ErrIdentity = errors.New("sandbox record belongs to another user or thread")
+
+// Release parks sid, the sandbox of (user, thread), in the warm pool; false
+// when there is no record, ErrIdentity when the record is not (user, thread)'s.
+func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.Time) (bool, error) {
+	n, err := scriptRelease.Run(ctx, s.rdb, s.recordKeys(sid), sid, ms(now), user, thread).Int()
 	if err != nil {
 		return false, fmt.Errorf("release sandbox: %w", err)
+	}
+	if n < 0 {
+		return false, ErrIdentity
 	}
 	return n == 1, nil
 }
@@ -122,7 +129,8 @@ func (s *Store) claim(ctx context.Context, sid string, keys []string, incarnatio
 
 // Forget deletes sid's record if it still names incarnation ("" = any).
 func (s *Store) Forget(ctx context.Context, sid, incarnation string) (bool, error) {
-	n, err := scriptForget.Run(ctx, s.rdb, s.recordKeys(sid), sid, incarnation).Int()
+	keys := append(s.recordKeys(sid), s.keys.Caps())
+	n, err := scriptForget.Run(ctx, s.rdb, keys, sid, incarnation).Int()
 	if err != nil {
 		return false, fmt.Errorf("forget sandbox: %w", err)
 	}

@@ -53,13 +53,13 @@ func TestLifecycleScripts(t *testing.T) {
 		if ok, _ := s.Activate(ctx, "a", "other", t0); ok {
 			t.Fatal("activate with wrong incarnation succeeded")
 		}
-		if ok, err := s.Release(ctx, "a", t0.Add(time.Second)); !ok || err != nil {
+		if ok, err := s.Release(ctx, "a", "u", "t-a", t0.Add(time.Second)); !ok || err != nil {
 			t.Fatalf("release: %v %v", ok, err)
 		}
 		if got, _, _ := s.Get(ctx, "a"); got.State != StateWarm {
 			t.Fatalf("state after release = %q", got.State)
 		}
-		if ok, _ := s.Release(ctx, "missing", t0); ok {
+		if ok, _ := s.Release(ctx, "missing", "u", "t-missing", t0); ok {
 			t.Fatal("release of a missing record succeeded")
 		}
 		if ok, err := s.Activate(ctx, "a", "i1", t0.Add(2*time.Second)); !ok || err != nil {
@@ -125,8 +125,8 @@ func TestReserve(t *testing.T) {
 		_ = s.PutActive(ctx, rec("a1", "i"), now)
 		_ = s.PutActive(ctx, rec("w1", "i"), now)
 		_ = s.PutActive(ctx, rec("w2", "i"), now)
-		_, _ = s.Release(ctx, "w2", now.Add(1*time.Second))
-		_, _ = s.Release(ctx, "w1", now.Add(2*time.Second))
+		_, _ = s.Release(ctx, "w2", "u", "t-w2", now.Add(1*time.Second))
+		_, _ = s.Release(ctx, "w1", "u", "t-w1", now.Add(2*time.Second))
 		steps := []struct {
 			sid  string
 			max  int

@@ -21,6 +21,9 @@ func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
+	if ok && (rec.User != user || rec.Thread != thread) {
+		return nil, "", p.conflict(ctx, rec, user, thread)
+	}
 	// A paused warm sandbox is thawed under the lock, in provision.
 	if ok && !(rec.State == lease.StateWarm && p.pauser() != nil) {
 		r, outcome, err := p.reuse(ctx, rec, verify)
@@ -107,6 +110,9 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
+	if ok && (rec.User != user || rec.Thread != thread) {
+		return nil, "", p.conflict(ctx, rec, user, thread)
+	}
 	if ok {
 		if rec.State == lease.StateDestroying {
 			// A destroyer died half way (its lock expired): finish its job.
@@ -125,6 +131,10 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	info, found, err := p.discover(ctx, sid, thread)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: discover: %w", backend.ErrUnavailable, err)
+	}
+	if found && (info.User != "" && info.User != user || info.Thread != "" && info.Thread != thread) {
+		// A running sandbox labelled with another identity is never adopted for this one.
+		return nil, "", p.conflict(ctx, lease.RecordFromInfo(info, ""), user, thread)
 	}
 	if found {
 		r, err := p.record(ctx, info, user, thread)
@@ -196,6 +206,16 @@ func newSecret() (string, error) {
 		return "", fmt.Errorf("mint sandbox secret: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// conflict logs a record (or a running sandbox) at the caller's sandbox id
+// that names another user or thread, and refuses it: the id formula cannot
+// produce this (user names hold no ':'), so the record was written by an
+// older version, a 64-bit prefix collision or someone with Redis access.
+func (p *Pool) conflict(ctx context.Context, rec lease.Record, user, thread string) error {
+	p.log.WarnContext(ctx, "sandbox identity conflict: not served", "sandbox_id", rec.SandboxID,
+		"user", user, "thread", thread, "record_user", rec.User, "record_thread", rec.Thread)
+	return fmt.Errorf("%w: sandbox %s", ErrIdentityConflict, rec.SandboxID)
 }
 
 // discover asks the backend for a running sid in a span.

@@ -3,6 +3,8 @@ package pool
 import (
 	"sync"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/lease"
 )
 
 type threadKey struct{ user, thread string }
@@ -13,10 +15,12 @@ type cache struct {
 	mu       sync.RWMutex
 	byThread map[threadKey]*Route
 	bySID    map[string]*Route
+	byCap    map[lease.CapabilitySum]*CapRoute
 }
 
 func newCache() *cache {
-	return &cache{byThread: make(map[threadKey]*Route), bySID: make(map[string]*Route)}
+	return &cache{byThread: make(map[threadKey]*Route), bySID: make(map[string]*Route),
+		byCap: make(map[lease.CapabilitySum]*CapRoute)}
 }
 
 // thread returns the live route of (user, thread), or nil.
@@ -39,6 +43,38 @@ func (c *cache) sandbox(sid string, now time.Time) *Route {
 		return nil
 	}
 	return r
+}
+
+// capability returns the live route a capability opens, or nil. The key is
+// the capability's SHA-256: the map's timing says nothing about the secret.
+func (c *cache) capability(sum lease.CapabilitySum, now time.Time) *CapRoute {
+	c.mu.RLock()
+	cr := c.byCap[sum]
+	c.mu.RUnlock()
+	if cr == nil || now.UnixNano() > cr.expires.Load() || cr.gone.Load() {
+		return nil
+	}
+	return cr
+}
+
+// putCapability caches that sum opens r (a cached route); the entry goes
+// when r does.
+func (c *cache) putCapability(sum lease.CapabilitySum, r *Route) *CapRoute {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cr := r.capRoute; cr != nil && cr.sum == sum {
+		return cr
+	}
+	cr := &CapRoute{Route: r, sum: sum}
+	if r.gone.Load() { // dropped meanwhile: serve this request, cache nothing
+		return cr
+	}
+	if r.capRoute != nil {
+		delete(c.byCap, r.capRoute.sum)
+	}
+	r.capRoute = cr
+	c.byCap[sum] = cr
+	return cr
 }
 
 // peek returns the route of sid even if expired (in-flight checks).
@@ -78,6 +114,10 @@ func (c *cache) drop(sid string, r *Route) {
 
 func (c *cache) removeLocked(r *Route) {
 	delete(c.bySID, r.SandboxID)
+	if r.capRoute != nil {
+		delete(c.byCap, r.capRoute.sum)
+		r.capRoute = nil
+	}
 	if c.byThread[threadKey{r.User, r.Thread}] == r {
 		delete(c.byThread, threadKey{r.User, r.Thread})
 	}

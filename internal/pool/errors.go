@@ -10,6 +10,9 @@ import (
 var (
 	// ErrNotFound: no sandbox for that thread or id (404).
 	ErrNotFound = errors.New("sandbox not found")
+	// ErrIdentityConflict: the record at the caller's sandbox id belongs to
+	// another user or thread; it is never served (409).
+	ErrIdentityConflict = errors.New("sandbox record belongs to another user or thread")
 	// ErrProvisioning: the sandbox is still being created after the request's
 	// wait budget, or another replica holds its lock (503 + Retry-After).
 	ErrProvisioning = errors.New("sandbox is still being provisioned")

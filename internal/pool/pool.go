@@ -224,6 +224,9 @@ func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcom
 	if !ok || rec.State == lease.StateDestroying || !who.Owns(rec.User, rec.Thread) {
 		return nil, "", ErrNotFound
 	}
+	if identity.SandboxID(rec.User, rec.Thread) != sid {
+		return nil, "", p.conflict(ctx, rec, rec.User, rec.Thread)
+	}
 	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)
 	r, o, err := p.acquire(ctx, rec.User, rec.Thread, false)
 	p.acquired(span, start, o, err)
@@ -252,7 +255,12 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 		}
 		defer p.unlock(held)
 	}
-	ok, err := p.store.Release(ctx, sid, p.clock.Now())
+	ok, err := p.store.Release(ctx, sid, user, thread, p.clock.Now())
+	if errors.Is(err, lease.ErrIdentity) {
+		rec, _, _ := p.store.Get(ctx, sid)
+		rec.SandboxID = sid
+		return p.conflict(ctx, rec, user, thread)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -291,12 +299,43 @@ func lockErr(err error) error {
 
 // Destroy destroys sid now, whatever its state. ErrNotFound if unknown.
 func (p *Pool) Destroy(ctx context.Context, sid string, reason DestroyReason) error {
+	return p.destroy(ctx, sid, nil, reason)
+}
+
+// DestroyThread destroys the sandbox of (user, thread) now, only if its
+// record is theirs (ErrIdentityConflict otherwise).
+func (p *Pool) DestroyThread(ctx context.Context, user, thread string, reason DestroyReason) error {
+	return p.destroy(ctx, identity.SandboxID(user, thread), func(rec lease.Record) error {
+		if rec.User != user || rec.Thread != thread {
+			return p.conflict(ctx, rec, user, thread)
+		}
+		return nil
+	}, reason)
+}
+
+// destroy claims and destroys sid under its lock; check, when set, vets the
+// record first (records change identity only under the lock).
+func (p *Pool) destroy(ctx context.Context, sid string, check func(lease.Record) error, reason DestroyReason) error {
 	held, err := p.lock(ctx, sid, p.cfg.LockTTL)
 	if err != nil {
 		return lockErr(err)
 	}
 	defer p.unlock(held)
-	rec, ok, err := p.store.Claim(ctx, sid, "")
+	incarnation := ""
+	if check != nil {
+		rec, ok, err := p.store.Get(ctx, sid)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrState, err)
+		}
+		if !ok {
+			return ErrNotFound
+		}
+		if err := check(rec); err != nil {
+			return err
+		}
+		incarnation = rec.Incarnation
+	}
+	rec, ok, err := p.store.Claim(ctx, sid, incarnation)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}

@@ -34,6 +34,7 @@ type Route struct {
 	inflight atomic.Int32
 	gone     atomic.Bool
 	closeOne sync.Once
+	capRoute *CapRoute // its capability's cache entry; guarded by the cache's lock
 }
 
 // BaseURL is the sandbox's scheme://host[:port].

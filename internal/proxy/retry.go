@@ -41,7 +41,7 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.body = body
 	}
 	for attempt := 0; ; attempt++ {
-		span := traceAttempt(req, st.up, attempt)
+		span := traceAttempt(req, st.up, st.path, attempt)
 		resp, err := st.up.RoundTripper().RoundTrip(req)
 		if err == nil {
 			return endAttempt(span, resp), nil

@@ -30,7 +30,9 @@ const spanProxy = "sandgate.proxy"
 // sandbox follows the gateway's sampling decision. With tracing off the
 // request has no span context: one context lookup, nothing allocated, and a
 // traceparent sent by the client passes through untouched.
-func traceAttempt(req *http.Request, up Upstream, attempt int) trace.Span {
+// The path recorded is the sandbox's (/v1/...), never the upstream's full
+// path: an upstream behind another gateway is a capability URL, a credential.
+func traceAttempt(req *http.Request, up Upstream, path string, attempt int) trace.Span {
 	ctx := req.Context()
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return noSpan
@@ -39,7 +41,7 @@ func traceAttempt(req *http.Request, up Upstream, attempt int) trace.Span {
 	if telemetry.Recording(ctx) {
 		ctx, span = telemetry.Child(ctx, spanProxy, trace.WithSpanKind(trace.SpanKindClient))
 		span.SetAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(req.URL.Host),
-			semconv.URLPath(req.URL.Path), attribute.Int("sandgate.attempt", attempt))
+			semconv.URLPath(path), attribute.Int("sandgate.attempt", attempt))
 		if a, ok := up.(SpanAttributer); ok {
 			span.SetAttributes(a.SpanAttributes()...)
 		}

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -14,14 +16,16 @@ import (
 
 // sandboxView is the control plane's JSON for one sandbox.
 type sandboxView struct {
-	SandboxID string    `json:"sandbox_id"`
-	Thread    string    `json:"thread"`
-	User      string    `json:"user"`
-	Backend   string    `json:"backend"`
-	State     string    `json:"state"`
-	Outcome   string    `json:"outcome,omitempty"`
-	URL       string    `json:"url"`
-	CreatedAt time.Time `json:"created_at"`
+	SandboxID string `json:"sandbox_id"`
+	Thread    string `json:"thread"`
+	User      string `json:"user"`
+	Backend   string `json:"backend"`
+	State     string `json:"state"`
+	Outcome   string `json:"outcome,omitempty"`
+	URL       string `json:"url"`
+	// SandboxURL is the capability URL: it needs no other credential.
+	SandboxURL string    `json:"sandbox_url"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 // threadParam is the validated {thread} of a control-plane route that p may open.
@@ -39,14 +43,19 @@ func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	route, outcome, err := rt.pool.Acquire(c.Request().Context(), p.User, thread)
+	ctx := c.Request().Context()
+	route, outcome, err := rt.pool.Acquire(ctx, p.User, thread)
+	if err != nil {
+		return err
+	}
+	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, sandboxView{
 		SandboxID: route.SandboxID, Thread: route.Thread, User: route.User, Backend: route.Backend,
 		State: string(lease.StateActive), Outcome: string(outcome),
-		URL: rt.sandboxURL(c, route.SandboxID), CreatedAt: route.CreatedAt.UTC(),
+		URL: rt.sandboxURL(c, route.SandboxID), SandboxURL: capURL, CreatedAt: route.CreatedAt.UTC(),
 	})
 }
 
@@ -56,14 +65,26 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	rec, ok, err := rt.pool.Record(c.Request().Context(), identity.SandboxID(p.User, thread))
+	ctx := c.Request().Context()
+	rec, ok, err := rt.pool.Record(ctx, identity.SandboxID(p.User, thread))
 	if err != nil {
 		return err
 	}
 	if !ok || rec.State == lease.StateDestroying {
 		return pool.ErrNotFound
 	}
-	return c.JSON(http.StatusOK, rt.view(c, rec))
+	if rec.User != p.User || rec.Thread != thread {
+		return rt.identityConflict(ctx, rec, p.User, thread)
+	}
+	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Capability)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, sandboxView{
+		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
+		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), SandboxURL: capURL,
+		CreatedAt: rec.CreatedAt.UTC(),
+	})
 }
 
 // releaseThread is DELETE /threads/{thread}/sandbox: park it warm, or with
@@ -78,7 +99,7 @@ func (rt *Router) releaseThread(c echo.Context, p *auth.Principal) error {
 	case "", "false", "0":
 		err = rt.pool.Release(ctx, user, thread)
 	case "true", "1":
-		err = rt.pool.Destroy(ctx, identity.SandboxID(user, thread), pool.ReasonClient)
+		err = rt.pool.DestroyThread(ctx, user, thread, pool.ReasonClient)
 	default:
 		return echo.NewHTTPError(http.StatusBadRequest)
 	}
@@ -88,19 +109,16 @@ func (rt *Router) releaseThread(c echo.Context, p *auth.Principal) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-func (rt *Router) view(c echo.Context, rec lease.Record) sandboxView {
-	return sandboxView{
-		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
-		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), CreatedAt: rec.CreatedAt.UTC(),
-	}
+// identityConflict logs a record at the caller's sandbox id that is not
+// theirs and refuses it (409 identity_conflict); it is never served.
+func (rt *Router) identityConflict(ctx context.Context, rec lease.Record, user, thread string) error {
+	rt.log.WarnContext(ctx, "sandbox identity conflict: not served", "sandbox_id", rec.SandboxID,
+		"user", user, "thread", thread, "record_user", rec.User, "record_thread", rec.Thread)
+	return fmt.Errorf("%w: sandbox %s", pool.ErrIdentityConflict, rec.SandboxID)
 }
 
-// sandboxURL is the gateway's own URL of a sandbox: clients never see the
-// sandbox's real address.
+// sandboxURL is the gateway's own URL of a sandbox by id (it needs the
+// caller's credential): clients never see the sandbox's real address.
 func (rt *Router) sandboxURL(c echo.Context, sid string) string {
-	base := rt.public
-	if base == "" {
-		base = c.Scheme() + "://" + c.Request().Host
-	}
-	return base + "/sandboxes/" + sid
+	return rt.baseURL(c) + "/sandboxes/" + sid
 }

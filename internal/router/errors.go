@@ -43,17 +43,24 @@ func statusOf(err error) apiError {
 	var rateLimited *pool.RateLimitError
 	var image *backend.ImageError
 	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		// Before bad input: a token whose sub is no valid user name is a bad credential.
+		msg := auth.ErrUnauthenticated.Error()
+		if errors.Is(err, identity.ErrBadUser) {
+			msg += ": the credential's user (JWT sub) is not a valid user name: " + identity.ErrBadUser.Error()
+		}
+		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
 		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
-	case errors.Is(err, auth.ErrUnauthenticated):
-		return apiError{http.StatusUnauthorized, "unauthorized", auth.ErrUnauthenticated.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
 	case errors.Is(err, errMisdirectedHost):
 		return apiError{http.StatusMisdirectedRequest, "misdirected_host", err.Error(), 0}
-	case errors.Is(err, errAliasTaken):
-		return apiError{http.StatusConflict, "conflict", err.Error(), 0}
+	case errors.Is(err, errReservedID):
+		return apiError{http.StatusConflict, "conflict", errReservedID.Error(), 0}
+	case errors.Is(err, pool.ErrIdentityConflict):
+		return apiError{http.StatusConflict, "identity_conflict", "the sandbox id of this user and thread is held by a record of another user or thread; it is not served (an operator must remove the record)", 0}
 	case errors.Is(err, errTooManyRequests):
 		return apiError{http.StatusTooManyRequests, "rate_limited", err.Error(), 1}
 	case errors.As(err, &rateLimited):

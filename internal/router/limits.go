@@ -122,10 +122,19 @@ var errTooManyRequests = errors.New("too many requests in flight for this user")
 // begin counts a request of p in flight; end undoes it. Nothing is
 // allocated once the user is known.
 func (l *Limits) begin(p *auth.Principal) (*userState, error) {
-	if l == nil || l.maxRequests <= 0 || p.Has(auth.ScopeAdmin) {
+	if p.Has(auth.ScopeAdmin) {
 		return nil, nil
 	}
-	st := l.state(p.User)
+	return l.beginUser(p.User)
+}
+
+// beginUser counts a request of user in flight (a capability URL's request
+// counts against its sandbox's owner).
+func (l *Limits) beginUser(user string) (*userState, error) {
+	if l == nil || l.maxRequests <= 0 {
+		return nil, nil
+	}
+	st := l.state(user)
 	if st.inflight.Add(1) > l.maxRequests {
 		st.inflight.Add(-1)
 		return nil, errTooManyRequests

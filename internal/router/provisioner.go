@@ -15,20 +15,23 @@ import (
 
 // DeerFlow's provisioner API, field for field, so its RemoteSandboxBackend
 // works unchanged with provisioner_url pointed at the gateway. The
-// sandbox_url handed out is the gateway's own /sandboxes/{id} URL: clients
-// never learn where a sandbox really runs.
+// sandbox_url handed out is the sandbox's capability URL on the gateway
+// ({public_url}/c/{capability}): DeerFlow's AioSandbox calls it with no
+// credential, and clients never learn where a sandbox really runs.
 
 // mountContractVersion 2: user data is mounted per user and thread
 // ({data_dir}/users/{user}/threads/{thread}/user-data), which is what
 // DeerFlow requires before it creates sandboxes for authenticated users.
 const mountContractVersion = 2
 
-// Aliases stores the sandbox ids provisioner clients choose.
+// Aliases stores the sandbox ids provisioner clients choose, per user (the
+// principal who chose them): one user's alias never names, shadows or
+// reveals another user's sandbox.
 type Aliases interface {
-	SetAlias(ctx context.Context, alias, sid string) error
-	Alias(ctx context.Context, alias string) (string, bool, error)
-	DeleteAlias(ctx context.Context, alias string) error
-	AliasesBySandbox(ctx context.Context) (map[string]string, error)
+	SetAlias(ctx context.Context, user, alias, sid string) error
+	Alias(ctx context.Context, user, alias string) (string, bool, error)
+	DeleteAlias(ctx context.Context, user, alias string) error
+	AliasesBySandbox(ctx context.Context, user string) (map[string]string, error)
 }
 
 type provisionerCreate struct {
@@ -70,8 +73,11 @@ func (rt *Router) provisionerCapabilities(c echo.Context, _ *auth.Principal) err
 // maxProvisionerBody bounds a create request's JSON (it is decoded whole).
 const maxProvisionerBody = 64 << 10
 
-// errAliasTaken: a client-chosen sandbox_id already names another user's sandbox.
-var errAliasTaken = errors.New("sandbox_id is in use by another user's sandbox")
+// errReservedID: ids of the derived form (16 lowercase hex) belong to the
+// (user, thread) they derive from. Refusing every other use, whether or not
+// such a sandbox exists, leaves nobody able to squat another user's
+// predictable id, and the answer says nothing about what exists.
+var errReservedID = errors.New("sandbox_id has the form of a derived sandbox id (16 lowercase hex) but is not the id of this user_id and thread_id; send that id, or an id of another form")
 
 // provisionerCreate is POST /api/sandboxes: idempotent; the sandbox is
 // usable when it answers (status Running). user_id other than the caller's
@@ -117,26 +123,24 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	}
 	ctx := r.Context()
 	sid := identity.SandboxID(user, thread)
-	if req.SandboxID != sid {
-		// Client ids share one namespace: never re-point one at this
-		// sandbox while it names a sandbox the caller does not own.
-		if rec, ok, err := rt.lookup(ctx, req.SandboxID); err != nil {
-			return err
-		} else if ok && rec.SandboxID != sid && !p.Owns(rec.User, rec.Thread) {
-			return errAliasTaken
-		}
+	if req.SandboxID != sid && identity.ValidSandboxID(req.SandboxID) {
+		return errReservedID
 	}
 	route, _, err := rt.pool.Acquire(ctx, user, thread)
 	if err != nil {
 		return err
 	}
 	if req.SandboxID != route.SandboxID {
-		if err := rt.aliases.SetAlias(ctx, req.SandboxID, route.SandboxID); err != nil {
+		if err := rt.aliases.SetAlias(ctx, p.User, req.SandboxID, route.SandboxID); err != nil {
 			return errors.Join(pool.ErrState, err)
 		}
 	}
+	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
+	if err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, provisionerSandbox{
-		SandboxID: req.SandboxID, SandboxURL: rt.sandboxURL(c, route.SandboxID), Status: phaseRunning,
+		SandboxID: req.SandboxID, SandboxURL: capURL, Status: phaseRunning,
 		UserID: user, ThreadID: thread, MountContractVersion: mountContractVersion,
 	})
 }
@@ -161,21 +165,23 @@ func (rt *Router) provisionerGet(c echo.Context, p *auth.Principal) error {
 	if alive {
 		status = phaseRunning
 	}
-	return c.JSON(http.StatusOK, rt.provisionerView(c, id, rec, status))
-}
-
-// provisionerDelete is DELETE /api/sandboxes/{id}: destroy now; unknown ids
-// succeed too (DeerFlow treats delete as best effort); another user's is
-// 404 to a non-admin, and is left alone.
-func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
-	id := c.Param("id")
-	ctx := c.Request().Context()
-	rec, ok, err := rt.lookup(ctx, id)
+	view, err := rt.provisionerView(ctx, c, id, rec, status)
 	if err != nil {
 		return err
 	}
-	if ok && !p.Owns(rec.User, rec.Thread) {
-		return notFound(c, id)
+	return c.JSON(http.StatusOK, view)
+}
+
+// provisionerDelete is DELETE /api/sandboxes/{id}: destroy now; unknown ids
+// succeed too (DeerFlow treats delete as best effort), and so, to a
+// non-admin, does another user's, which is left alone: the answer never
+// tells whether someone else's sandbox exists.
+func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
+	id := c.Param("id")
+	ctx := c.Request().Context()
+	rec, ok, err := rt.owned(ctx, p, id)
+	if err != nil {
+		return err
 	}
 	if ok {
 		if err := rt.pool.Destroy(ctx, rec.SandboxID, pool.ReasonProvisioner); err != nil && !errors.Is(err, pool.ErrNotFound) {
@@ -183,7 +189,7 @@ func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
 		}
 	}
 	if id != rec.SandboxID {
-		if err := rt.aliases.DeleteAlias(ctx, id); err != nil {
+		if err := rt.aliases.DeleteAlias(ctx, p.User, id); err != nil {
 			return errors.Join(pool.ErrState, err)
 		}
 	}
@@ -202,7 +208,7 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	aliases, err := rt.aliases.AliasesBySandbox(ctx)
+	aliases, err := rt.aliases.AliasesBySandbox(ctx, p.User)
 	if err != nil {
 		return errors.Join(pool.ErrState, err)
 	}
@@ -215,27 +221,35 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 		if a, ok := aliases[id]; ok {
 			id = a
 		}
-		out = append(out, rt.provisionerView(c, id, rec, phaseRunning))
+		view, err := rt.provisionerView(ctx, c, id, rec, phaseRunning)
+		if errors.Is(err, pool.ErrNotFound) {
+			continue // destroyed since it was listed
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, view)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out, "count": len(out)})
 }
 
 // owned is lookup limited to what p owns.
 func (rt *Router) owned(ctx context.Context, p *auth.Principal, id string) (lease.Record, bool, error) {
-	rec, ok, err := rt.lookup(ctx, id)
+	rec, ok, err := rt.lookup(ctx, p, id)
 	if err != nil || !ok || !p.Owns(rec.User, rec.Thread) {
-		return rec, false, err
+		return lease.Record{SandboxID: rec.SandboxID}, false, err
 	}
 	return rec, true, nil
 }
 
-// lookup resolves a client id (an alias or a sandbox id) to its record.
-func (rt *Router) lookup(ctx context.Context, id string) (lease.Record, bool, error) {
+// lookup resolves a client id (one of p's aliases, or a sandbox id) to its
+// record.
+func (rt *Router) lookup(ctx context.Context, p *auth.Principal, id string) (lease.Record, bool, error) {
 	if identity.ValidThread(id) != nil {
 		return lease.Record{}, false, errBadProvisionerID
 	}
 	sid := id
-	if alias, ok, err := rt.aliases.Alias(ctx, id); err != nil {
+	if alias, ok, err := rt.aliases.Alias(ctx, p.User, id); err != nil {
 		return lease.Record{}, false, errors.Join(pool.ErrState, err)
 	} else if ok {
 		sid = alias
@@ -250,9 +264,13 @@ func (rt *Router) lookup(ctx context.Context, id string) (lease.Record, bool, er
 	return rec, true, nil
 }
 
-func (rt *Router) provisionerView(c echo.Context, id string, rec lease.Record, status string) provisionerSandbox {
-	return provisionerSandbox{
-		SandboxID: id, SandboxURL: rt.sandboxURL(c, rec.SandboxID), Status: status,
-		UserID: rec.User, ThreadID: rec.Thread, MountContractVersion: mountContractVersion,
+func (rt *Router) provisionerView(ctx context.Context, c echo.Context, id string, rec lease.Record, status string) (provisionerSandbox, error) {
+	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Capability)
+	if err != nil {
+		return provisionerSandbox{}, err
 	}
+	return provisionerSandbox{
+		SandboxID: id, SandboxURL: capURL, Status: status,
+		UserID: rec.User, ThreadID: rec.Thread, MountContractVersion: mountContractVersion,
+	}, nil
 }

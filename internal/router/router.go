@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
@@ -32,6 +33,10 @@ type Pool interface {
 	Record(ctx context.Context, sid string) (lease.Record, bool, error)
 	Release(ctx context.Context, user, thread string) error
 	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
+	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
+	Capability(ctx context.Context, sid string) (string, error)
+	CapabilityRoute(ctx context.Context, capability string) (*pool.CapRoute, pool.Outcome, error)
+	RecheckCapability(ctx context.Context, failed *pool.CapRoute) (*pool.CapRoute, error)
 	Records(ctx context.Context) ([]lease.Record, error)
 	Alive(ctx context.Context, rec lease.Record) (bool, error)
 }
@@ -87,7 +92,9 @@ type Router struct {
 	hostSuffix string
 	hostChain  echo.HandlerFunc
 	hosts      *hostCheck // nil: every Host is served (auth on, or allowed_hosts *)
-	draining   atomic.Bool
+	// capabilityChain serves /c/{capability}/v1/... (see capability.go).
+	capabilityChain echo.HandlerFunc
+	draining        atomic.Bool
 }
 
 // New builds the router.
@@ -95,7 +102,7 @@ func New(d Deps) *Router {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics,
+	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
@@ -145,13 +152,16 @@ func New(d Deps) *Router {
 	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
 	rt.echo = e
 
-	if rt.hostSuffix != "" {
-		h := rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy)
+	chain := func(h echo.HandlerFunc) echo.HandlerFunc {
 		for i := len(mw) - 1; i >= 0; i-- {
 			h = mw[i](h)
 		}
-		rt.hostChain = h
+		return h
 	}
+	if rt.hostSuffix != "" {
+		rt.hostChain = chain(rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy))
+	}
+	rt.capabilityChain = chain(rt.capabilityPlane)
 	return rt
 }
 
@@ -166,6 +176,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rt.serveHost(w, r)
 			return
 		}
+	}
+	if strings.HasPrefix(r.URL.Path, capabilityRoot) {
+		rt.serveCapability(w, r)
+		return
 	}
 	rt.echo.ServeHTTP(w, r)
 }
@@ -198,16 +212,24 @@ type resolver struct {
 }
 
 func (r resolver) Retry(ctx context.Context, failed proxy.Upstream) (proxy.Upstream, error) {
-	route, ok := failed.(*pool.Route)
-	if !ok {
-		return nil, fmt.Errorf("unexpected upstream %T", failed)
+	switch route := failed.(type) {
+	case *pool.Route:
+		r.metrics.DialRetried()
+		next, _, err := r.pool.Reacquire(ctx, route)
+		if err != nil {
+			return nil, err
+		}
+		return next, nil
+	case *pool.CapRoute:
+		// A capability never provisions: the same incarnation or 404.
+		r.metrics.DialRetried()
+		next, err := r.pool.RecheckCapability(ctx, route)
+		if err != nil {
+			return nil, err
+		}
+		return next, nil
 	}
-	r.metrics.DialRetried()
-	next, _, err := r.pool.Reacquire(ctx, route)
-	if err != nil {
-		return nil, err
-	}
-	return next, nil
+	return nil, fmt.Errorf("unexpected upstream %T", failed)
 }
 
 // recoverJSON turns a handler panic into a JSON 500 (never a stack trace to

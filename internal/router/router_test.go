@@ -77,14 +77,28 @@ func (s stubPool) Route(context.Context, string, pool.Owner) (*pool.Route, pool.
 func (s stubPool) Record(context.Context, string) (lease.Record, bool, error) {
 	return lease.Record{}, false, s.err
 }
-func (s stubPool) Release(context.Context, string, string) error               { return s.err }
-func (s stubPool) Destroy(context.Context, string, pool.DestroyReason) error   { return s.err }
-func (s stubPool) Records(context.Context) ([]lease.Record, error)             { return nil, s.err }
-func (s stubPool) Alive(context.Context, lease.Record) (bool, error)           { return false, s.err }
-func (s stubPool) SetAlias(context.Context, string, string) error              { return s.err }
-func (s stubPool) Alias(context.Context, string) (string, bool, error)         { return "", false, s.err }
-func (s stubPool) DeleteAlias(context.Context, string) error                   { return s.err }
-func (s stubPool) AliasesBySandbox(context.Context) (map[string]string, error) { return nil, s.err }
+func (s stubPool) Release(context.Context, string, string) error             { return s.err }
+func (s stubPool) Destroy(context.Context, string, pool.DestroyReason) error { return s.err }
+func (s stubPool) DestroyThread(context.Context, string, string, pool.DestroyReason) error {
+	return s.err
+}
+func (s stubPool) Capability(context.Context, string) (string, error) { return "", s.err }
+func (s stubPool) CapabilityRoute(context.Context, string) (*pool.CapRoute, pool.Outcome, error) {
+	return nil, "", s.err
+}
+func (s stubPool) RecheckCapability(context.Context, *pool.CapRoute) (*pool.CapRoute, error) {
+	return nil, s.err
+}
+func (s stubPool) Records(context.Context) ([]lease.Record, error)        { return nil, s.err }
+func (s stubPool) Alive(context.Context, lease.Record) (bool, error)      { return false, s.err }
+func (s stubPool) SetAlias(context.Context, string, string, string) error { return s.err }
+func (s stubPool) Alias(context.Context, string, string) (string, bool, error) {
+	return "", false, s.err
+}
+func (s stubPool) DeleteAlias(context.Context, string, string) error { return s.err }
+func (s stubPool) AliasesBySandbox(context.Context, string) (map[string]string, error) {
+	return nil, s.err
+}
 
 func TestRequestsMapToStatuses(t *testing.T) {
 	t.Parallel()

@@ -36,7 +36,7 @@ type Metrics struct {
 // absent-series alerts work before the first event.
 var (
 	outcomes       = [...]string{"hit", "warm", "cold", "adopted", "error"}
-	routeKinds     = [...]string{"thread", "sandbox"}
+	routeKinds     = [...]string{"thread", "sandbox", "capability"}
 	statusClasses  = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 	createResults  = []string{"ok", "error"}
 	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted"}
@@ -49,8 +49,9 @@ var (
 type RouteKind int
 
 const (
-	RouteThread  RouteKind = iota // /threads/{thread}/v1/...
-	RouteSandbox                  // /sandboxes/{id}/v1/...
+	RouteThread     RouteKind = iota // /threads/{thread}/v1/...
+	RouteSandbox                     // /sandboxes/{id}/v1/...
+	RouteCapability                  // /c/{capability}/v1/...
 )
 
 func (k RouteKind) String() string { return routeKinds[k] }
@@ -77,7 +78,7 @@ func NewMetrics() *Metrics {
 	}
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandgate_proxy_requests_total",
-		Help: "Data-plane requests answered, by route (thread | sandbox) and status class (499: client gone counts as 4xx).",
+		Help: "Data-plane requests answered, by route (thread | sandbox | capability) and status class (499: client gone counts as 4xx).",
 	}, []string{"route", "class"})
 	f(requests)
 	durations := prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -52,8 +52,13 @@ func TestNginxConfig(t *testing.T) {
 	local := upstreamLine.ReplaceAllString(string(conf), fmt.Sprintf("${1}server %s${2};\n${1}server %s${2};", a, b))
 	port := testutil.FreePort(t)
 	local = strings.Replace(local, "\n    listen 8080;\n", fmt.Sprintf("\n    listen 127.0.0.1:%d;\n", port), 1)
-
 	dir := t.TempDir()
+	const accessLog = "access_log /var/log/nginx/access.log sandgate;"
+	if !strings.Contains(local, accessLog) {
+		t.Fatalf("sandgate.conf no longer has the access_log line this test swaps")
+	}
+	local = strings.Replace(local, accessLog, "access_log "+filepath.Join(dir, "access.log")+" sandgate;", 1)
+
 	user := ""
 	if os.Geteuid() == 0 {
 		user = "user root;" // workers must reach the temp dirs below
@@ -112,6 +117,31 @@ http {
 		}
 		if got["a"] != 5 || got["b"] != 5 {
 			t.Errorf("10 requests went %v, want 5 to each gateway", got)
+		}
+	})
+
+	t.Run("capability redacted in the access log", func(t *testing.T) {
+		const capability = "c2VjcmV0LWNhcGFiaWxpdHktdmFsdWUtMDEyMzQ1Njc"
+		resp, err := hc.Get(base + "/c/" + capability + "/v1/sandbox?x=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		// nginx writes the line after the response; wait for it.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			log, _ := os.ReadFile(filepath.Join(dir, "access.log"))
+			if strings.Contains(string(log), capability) {
+				t.Fatalf("the capability is in nginx's access log:\n%s", log)
+			}
+			if strings.Contains(string(log), `"GET /c/{capability}/v1/sandbox?x=1 HTTP/1.1"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no redacted line in nginx's access log:\n%s", log)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 

@@ -55,7 +55,7 @@ func TestProvisionerContractAsDeerFlowDrivesIt(t *testing.T) {
 	}
 	s1 := create()
 	s2 := create() // idempotent
-	if s1.URL != s2.URL || s1.Status != "Running" || !strings.HasPrefix(s1.URL, g.URL+"/sandboxes/") {
+	if s1.URL != s2.URL || s1.Status != "Running" || !strings.HasPrefix(s1.URL, g.URL+"/c/") {
 		t.Fatalf("create twice: %+v %+v", s1, s2)
 	}
 	if n := len(f.sandboxes()); n != 1 {

@@ -31,7 +31,7 @@ func TestRemoteBackendAgainstSandgate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create through the provisioner API: %v\n%s", err, tail(g.logs.String(), 30))
 	}
-	if info.URL != g.URL+"/sandboxes/"+spec.SandboxID || info.User != "default" || info.Thread != "remote-1" {
+	if !strings.HasPrefix(info.URL, g.URL+"/c/") || info.User != "default" || info.Thread != "remote-1" {
 		t.Fatalf("info = %+v", info)
 	}
 	code, body, _ := call(t, "POST", info.URL+"/v1/shell/exec", map[string]any{"command": "echo sandgate-in-front"})
@@ -78,7 +78,7 @@ func TestRemoteBackendAgainstSandgate(t *testing.T) {
 // TestGatewayWithRemoteBackendProxiesToSandgate chains two gateways: the
 // outer one's remote backend provisions through the inner one's
 // provisioner API, and the outer data plane proxies to the sandbox_url it
-// got back (the inner gateway's /sandboxes/{id}, a URL with a path). The
+// got back (the inner gateway's capability URL /c/{capability}, a URL with a path). The
 // inner gateway requires a key: the outer one sends it as X-API-Key to the
 // provisioner API and as a bearer token on the inner data plane.
 func TestGatewayWithRemoteBackendProxiesToSandgate(t *testing.T) {

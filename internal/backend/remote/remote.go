@@ -24,6 +24,8 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -169,7 +171,7 @@ func (r *Remote) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	if err := r.waitReady(ctx, sb.SandboxURL); err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
-	log.Info("sandbox created", "url", sb.SandboxURL, "duration", time.Since(began))
+	log.Info("sandbox created", "duration", time.Since(began)) // not the URL: it may be a capability
 	info := r.info(sb)
 	info.User, info.Thread, info.Labels = spec.User, spec.Thread, spec.Labels
 	return info, nil
@@ -248,13 +250,13 @@ func sameOrigin(a, b string) bool {
 
 // Alive is GET /api/sandboxes/{id}: status Running, at the same URL (the
 // provisioner reports no incarnation; a recreated sandbox gets a new
-// nodePort, so the URL stands in for one).
+// nodePort or capability, so the URL stands in for one: see incarnationOf).
 func (r *Remote) Alive(ctx context.Context, info backend.Info) (bool, error) {
 	sb, found, err := r.get(ctx, info.SandboxID)
 	if err != nil || !found {
 		return false, err
 	}
-	return sb.Status == statusRunning && (info.Incarnation == "" || sb.SandboxURL == info.Incarnation), nil
+	return sb.Status == statusRunning && (info.Incarnation == "" || incarnationOf(sb.SandboxURL) == info.Incarnation), nil
 }
 
 // Discover is GET /api/sandboxes/{id}: a Running v2 sandbox that answers.
@@ -329,8 +331,16 @@ func (r *Remote) info(sb sandbox) backend.Info {
 	}
 	return backend.Info{
 		SandboxID: sb.SandboxID, User: sb.UserID, Thread: sb.ThreadID, URL: sb.SandboxURL,
-		Incarnation: sb.SandboxURL, Backend: Name, Labels: labels,
+		Incarnation: incarnationOf(sb.SandboxURL), Backend: Name, Labels: labels,
 	}
+}
+
+// incarnationOf names the incarnation at sandboxURL. It is a digest, not
+// the URL: incarnations are logged, and another Sandgate's sandbox_url is a
+// capability URL, a credential.
+func incarnationOf(sandboxURL string) string {
+	sum := sha256.Sum256([]byte(sandboxURL))
+	return "url-" + hex.EncodeToString(sum[:8])
 }
 
 // do makes one call with its own timeout and decodes a 2xx JSON answer

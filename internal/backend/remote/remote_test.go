@@ -216,7 +216,7 @@ func TestLifecycleAgainstDeerFlowsContract(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if info.SandboxID != s.SandboxID || info.URL == "" || info.Incarnation != info.URL || info.Backend != Name ||
+	if info.SandboxID != s.SandboxID || info.URL == "" || info.Incarnation != incarnationOf(info.URL) || info.Backend != Name ||
 		info.User != "alice" || info.Thread != "t1" || info.Labels[backend.LabelThread] != "t1" {
 		t.Errorf("info = %+v", info)
 	}

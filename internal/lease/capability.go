@@ -1,0 +1,125 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A capability is the credential of a capability URL ({public_url}/c/{cap}):
+// whoever holds it reaches one sandbox incarnation, nothing else, with no
+// other credential. It is 32 random bytes (never derived from the sandbox
+// id), kept in the sandbox's record so that every replica can hand the same
+// URL out again, and indexed by its SHA-256 so that a look-up never compares
+// the secret itself. A new incarnation starts without one; claiming a
+// sandbox for destruction revokes it, and forgetting the record removes it.
+
+// CapabilityLen is the length of a capability: 32 bytes in unpadded base64url.
+const CapabilityLen = 43
+
+// CapabilitySum is the index key of a capability.
+type CapabilitySum [sha256.Size]byte
+
+// SumCapability hashes a capability; no allocation for one of the valid
+// length (the bytes are copied to the stack).
+func SumCapability(capability string) CapabilitySum {
+	var buf [CapabilityLen]byte
+	if len(capability) > len(buf) {
+		return sha256.Sum256([]byte(capability))
+	}
+	n := copy(buf[:], capability)
+	return sha256.Sum256(buf[:n])
+}
+
+func (s CapabilitySum) hex() string { return hex.EncodeToString(s[:]) }
+
+// ValidCapability checks the form of a capability before any look-up: the
+// exact length, and only base64url characters.
+func ValidCapability(s string) bool {
+	if len(s) != CapabilityLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func newCapability() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("mint capability: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// scriptMintCapability returns the capability of the incarnation sid's
+// record names now, minting it on first use: the candidate (and its SHA-256,
+// for the index) is written only if the record exists, is not being
+// destroyed and has none yet. Replicas racing on the first hand-out all get
+// the one that won. It binds to whichever incarnation the record holds at
+// that instant: a replacement (PutActive) drops it atomically, so it can
+// never outlive the incarnation it was written into.
+// KEYS: sbx, caps. ARGV: sid, candidate, sha256hex(candidate).
+// Returns the capability, or nil when the record is gone or being destroyed.
+var scriptMintCapability = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'state', 'cap')
+if not st[1] or st[1] == 'destroying' then return nil end
+if st[2] then return st[2] end
+redis.call('HSET', KEYS[1], 'cap', ARGV[2], 'cap_sum', ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
+return ARGV[2]
+`)
+
+// Capability returns the capability of sid's current incarnation, minting
+// it if it has none; ok is false when there is no record or it is being
+// destroyed.
+func (s *Store) Capability(ctx context.Context, sid string) (string, bool, error) {
+	candidate, err := newCapability()
+	if err != nil {
+		return "", false, err
+	}
+	sum := SumCapability(candidate)
+	capability, err := scriptMintCapability.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid), s.keys.Caps()},
+		sid, candidate, sum.hex()).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("mint capability: %w", err)
+	}
+	return capability, true, nil
+}
+
+// ByCapability returns the record a capability opens: ok is false when the
+// capability is unknown or revoked, or the record is being destroyed. The
+// record's own hash is compared in constant time, so a stale index entry
+// can never open a record that holds another capability.
+func (s *Store) ByCapability(ctx context.Context, sum CapabilitySum) (Record, bool, error) {
+	sid, err := s.rdb.HGet(ctx, s.keys.Caps(), sum.hex()).Result()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("read capability index: %w", err)
+	}
+	rec, ok, err := s.Get(ctx, sid)
+	if err != nil || !ok || rec.State == StateDestroying {
+		return Record{}, false, err
+	}
+	want := SumCapability(rec.Capability)
+	if rec.Capability == "" || subtle.ConstantTimeCompare(want[:], sum[:]) != 1 {
+		return Record{}, false, nil
+	}
+	return rec, true, nil
+}

@@ -1,0 +1,102 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// CapRoute is a route reached through a capability URL. It is its own type
+// so that a dial failure re-resolves the capability (RecheckCapability),
+// never the thread: a capability never provisions, and dies with its
+// incarnation.
+type CapRoute struct {
+	*Route
+	sum lease.CapabilitySum
+}
+
+// Capability returns the capability of sid's current incarnation, minting
+// it on first use (ErrNotFound if the sandbox is gone or being destroyed).
+func (p *Pool) Capability(ctx context.Context, sid string) (string, error) {
+	capability, ok, err := p.store.Capability(ctx, sid)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok {
+		return "", ErrNotFound
+	}
+	return capability, nil
+}
+
+// CapabilityRoute returns the route a well-formed capability opens (check
+// lease.ValidCapability first). The cached path is one SHA-256 and a map
+// read: no Redis round trip, no allocation. It never provisions: an unknown,
+// revoked or dead capability is ErrNotFound.
+func (p *Pool) CapabilityRoute(ctx context.Context, capability string) (*CapRoute, Outcome, error) {
+	start := time.Now()
+	sum := lease.SumCapability(capability)
+	if cr := p.cache.capability(sum, p.now(start)); cr != nil {
+		cr.touched.Store(true)
+		p.hit(ctx, cr.Route, start)
+		return cr, OutcomeHit, nil
+	}
+	return p.capabilitySlow(ctx, sum, false, start)
+}
+
+// RecheckCapability is called after a dial-class failure against failed: the
+// cached route goes, and the capability is looked up again with the
+// sandbox's liveness verified. A sandbox destroyed elsewhere, or dead, is
+// ErrNotFound.
+func (p *Pool) RecheckCapability(ctx context.Context, failed *CapRoute) (*CapRoute, error) {
+	p.cache.drop(failed.SandboxID, failed.Route)
+	cr, _, err := p.capabilitySlow(ctx, failed.sum, true, time.Now())
+	return cr, err
+}
+
+func (p *Pool) capabilitySlow(ctx context.Context, sum lease.CapabilitySum, verify bool, start time.Time) (*CapRoute, Outcome, error) {
+	rec, ok, err := p.store.ByCapability(ctx, sum)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok {
+		return nil, "", ErrNotFound
+	}
+	if identity.SandboxID(rec.User, rec.Thread) != rec.SandboxID {
+		return nil, "", p.conflict(ctx, rec, rec.User, rec.Thread)
+	}
+	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)
+	if rec.State == lease.StateWarm && p.pauser() != nil {
+		// Thawing a paused sandbox must not interleave with a pause.
+		held, err := p.lock(ctx, rec.SandboxID, p.cfg.ProvisionWait)
+		if err != nil {
+			p.acquired(span, start, "", err)
+			return nil, "", lockErr(err)
+		}
+		defer p.unlock(held)
+		if rec, ok, err = p.store.ByCapability(ctx, sum); err != nil || !ok {
+			err = capabilityGone(err)
+			p.acquired(span, start, "", err)
+			return nil, "", err
+		}
+	}
+	r, outcome, err := p.reuse(ctx, rec, verify)
+	if err == nil && r == nil {
+		err = ErrNotFound // dead or replaced: the capability died with its incarnation
+	}
+	p.acquired(span, start, outcome, err)
+	if err != nil {
+		return nil, "", err
+	}
+	r.touched.Store(true)
+	return p.cache.putCapability(sum, r), outcome, nil
+}
+
+func capabilityGone(err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return ErrNotFound
+}

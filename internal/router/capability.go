@@ -1,0 +1,131 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/telemetry"
+)
+
+// Capability URLs: ANY /c/{capability}/v1/{path...} reaches the one sandbox
+// incarnation the capability was minted for, with no other credential (an
+// unchanged AIO client gets base_url=sandbox_url and sends nothing else). It
+// never provisions; an unknown, revoked, truncated or malformed capability
+// is the same JSON 404. The capability is cut out of the request before any
+// middleware runs, so no log line, span attribute or error message can
+// carry it: they all see capabilityPrefix instead.
+
+const (
+	capabilityRoot = "/c/"
+	// capabilityPrefix replaces "/c/{the capability}" in the request path.
+	capabilityPrefix = "/c/{capability}"
+	// capabilityRoutePath names capability requests in traces and logs.
+	capabilityRoutePath = capabilityPrefix + "/v1/*"
+)
+
+var capabilityParam = []string{"capability"}
+
+// splitCapability cuts a /c/... path into the capability and what follows it.
+func splitCapability(path string) (capability, rest string) {
+	s := path[len(capabilityRoot):]
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
+}
+
+// serveCapability runs a /c/... request through the API's middleware
+// (tracing, panic recovery, origin check) outside echo's router, on a copy of
+// the request whose path no longer holds the capability.
+func (rt *Router) serveCapability(w http.ResponseWriter, r *http.Request) {
+	capability, rest := splitCapability(r.URL.Path)
+	redacted := new(http.Request)
+	*redacted = *r
+	u := *r.URL
+	u.Path = capabilityPrefix + rest
+	u.RawPath = ""
+	if strings.HasPrefix(r.URL.RawPath, capabilityRoot) {
+		if _, raw := splitCapability(r.URL.RawPath); raw != "" {
+			u.RawPath = capabilityPrefix + raw
+		}
+	}
+	redacted.URL = &u
+	redacted.RequestURI = u.Path // informational on a server request; nothing may keep the original
+
+	c := rt.echo.AcquireContext()
+	defer rt.echo.ReleaseContext(c)
+	c.Reset(redacted, w)
+	c.SetPath(capabilityRoutePath)
+	c.SetParamNames(capabilityParam...)
+	c.SetParamValues(capability)
+	if err := rt.capabilityChain(c); err != nil {
+		rt.echo.HTTPErrorHandler(err, c)
+	}
+}
+
+// capabilityPlane is the data plane of capability requests: no credential is
+// asked for (the capability is one); the request counts against the
+// sandbox owner's limit, then is accounted like any proxied request.
+func (rt *Router) capabilityPlane(c echo.Context) error {
+	start := time.Now()
+	var res proxied
+	r := c.Request()
+	err := rt.proxy.TooLarge(r)
+	if err == nil {
+		res, err = rt.capabilityProxy(c)
+	}
+	if err != nil && !c.Response().Committed {
+		rt.writeError(c.Response(), r, err)
+	}
+	rt.account(c, telemetry.RouteCapability, res, time.Since(start))
+	return nil
+}
+
+func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
+	r := c.Request()
+	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len(capabilityPrefix))
+	capability := c.Param("capability")
+	// The form is checked before any look-up: a malformed capability costs nothing.
+	if !lease.ValidCapability(capability) || !strings.HasPrefix(path, "/v1/") {
+		return proxied{}, pool.ErrNotFound
+	}
+	route, outcome, err := rt.pool.CapabilityRoute(r.Context(), capability)
+	if err != nil {
+		return proxied{}, err
+	}
+	res := proxied{route: route.Route, outcome: outcome, user: route.User}
+	slot, err := rt.limits.beginUser(route.User)
+	if err != nil {
+		return res, err
+	}
+	defer rt.limits.end(slot)
+	res.bytesIn = rt.proxy.Serve(c.Response(), r, route, path, raw, "")
+	return res, nil
+}
+
+// capabilityURL is the sandbox_url handed to clients: {public_url or the
+// request's origin}/c/{capability}, capability being the record's (if the
+// caller read it) or minted on first hand-out.
+func (rt *Router) capabilityURL(ctx context.Context, c echo.Context, sid, capability string) (string, error) {
+	if capability == "" {
+		var err error
+		if capability, err = rt.pool.Capability(ctx, sid); err != nil {
+			return "", err
+		}
+	}
+	return rt.baseURL(c) + capabilityRoot + capability, nil
+}
+
+// baseURL is how clients reach the gateway.
+func (rt *Router) baseURL(c echo.Context) string {
+	if rt.public != "" {
+		return rt.public
+	}
+	return c.Scheme() + "://" + c.Request().Host
+}
