@@ -77,6 +77,9 @@ func (rt *Router) capabilityPlane(c echo.Context) error {
 	var res proxied
 	r := c.Request()
 	err := rt.proxy.TooLarge(r)
+	if err == nil && hasDotSegment(r.URL.Path) {
+		err = errDotSegment // as on every data-plane route: the upstream may be a remote Sandgate
+	}
 	if err == nil {
 		res, err = rt.capabilityProxy(c)
 	}
