@@ -63,6 +63,10 @@ type Deps struct {
 	// HostSuffix turns on host routing ({sandbox_id}.{suffix}); "" = off.
 	// NormalizeHostSuffix gives its form.
 	HostSuffix string
+	// Mounts are the paths every sandbox has mounted (skills, ACP
+	// workspace, configured extra mounts), which DeerFlow's extra_mounts
+	// are resolved against.
+	Mounts []MountPoint
 }
 
 // Router serves the gateway's HTTP API.
@@ -80,6 +84,7 @@ type Router struct {
 	hostSuffix string
 	hostChain  echo.HandlerFunc
 	draining   atomic.Bool
+	mounts     []MountPoint
 }
 
 // New builds the router.
@@ -88,7 +93,7 @@ func New(d Deps) *Router {
 		d.Log = slog.Default()
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: d.PublicURL, log: d.Log, metrics: d.Metrics,
-		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
+		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 
 	e := echo.New()
