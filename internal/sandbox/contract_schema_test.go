@@ -59,6 +59,9 @@ var aioComponents = map[string]string{
 	"FileInfo":               "name!:str path!:str is_directory!:bool size:int? modified_time:str? permissions:str? extension:str?",
 	"FileUploadResult":       "file_path!:str file_size!:int success!:bool",
 	"FileSearchResult":       "file!:str matches:[str] line_numbers:[int]",
+	"CodeExecuteResponse":    "language!:Language status!:str outputs:[obj] code!:str stdout:str? stderr:str? exit_code:int? traceback:[str]? session_id:str?",
+	"CodeInfoResponse":       "languages!:[CodeLanguageInfo]",
+	"CodeLanguageInfo":       "language!:Language description!:str runtime_version:str? default_timeout:int max_timeout:int details:obj",
 	"StrReplaceEditorResult": "output!:str error:str? path!:str prev_exist!:bool old_content:str? new_content:str? metadata:obj?",
 }
 
@@ -75,6 +78,10 @@ var aioEnums = map[string][]string{
 // against HTTPValidationError), as the SDKs decode them.
 var aioEndpoints = map[string]string{
 	"GET /v1/sandbox":                           "SandboxResponse",
+	"GET /v1/sandbox/packages/python":           "Response[any]",
+	"GET /v1/sandbox/packages/nodejs":           "Response[any]",
+	"POST /v1/code/execute":                     "Response[CodeExecuteResponse]",
+	"GET /v1/code/info":                         "Response[CodeInfoResponse]",
 	"POST /v1/shell/exec":                       "Response[ShellCommandResult]",
 	"POST /v1/shell/view":                       "Response[ShellViewResult]",
 	"POST /v1/shell/kill":                       "Response[ShellKillResult]",

@@ -200,6 +200,13 @@ func contractCalls(ws string) []contractCall {
 		post("/v1/file/str_replace_editor", map[string]any{"command": "create", "path": ws + "/e.txt", "file_text": "again"}),
 		post("/v1/file/str_replace_editor", map[string]any{"command": "str_replace", "path": ws + "/e.txt", "old_str": "absent"}),
 		post("/v1/file/str_replace_editor", map[string]any{"command": "delete", "path": ws + "/e.txt"}),
+		{http.MethodGet, "/v1/sandbox/packages/python", nil},
+		{http.MethodGet, "/v1/sandbox/packages/nodejs", nil},
+		{http.MethodGet, "/v1/code/info", nil},
+		post("/v1/code/execute", map[string]any{"language": "python", "code": "print(1)"}),
+		post("/v1/code/execute", map[string]any{"language": "javascript", "code": "throw new Error('x')"}),
+		post("/v1/code/execute", map[string]any{"language": "cobol", "code": "x"}),
+		post("/v1/code/execute", map[string]any{"language": "python"}),
 		// malformed bodies reach every JSON endpoint the same way
 		post("/v1/file/read", "{not json"),
 	}

@@ -189,6 +189,10 @@ func (s *Server) shell() (shellInfo, error) {
 func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.Handle("GET /v1/sandbox", s.api(s.handleSandbox))
+	m.Handle("GET /v1/sandbox/packages/python", s.api(s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")))
+	m.Handle("GET /v1/sandbox/packages/nodejs", s.api(s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")))
+	m.Handle("POST /v1/code/execute", s.api(bodyType(jsonBody, s.handleCodeExecute)))
+	m.Handle("GET /v1/code/info", s.api(s.handleCodeInfo))
 	m.Handle("POST /v1/shell/exec", s.api(bodyType(jsonBody, s.handleShellExec)))
 	m.Handle("POST /v1/shell/view", s.api(bodyType(jsonBody, s.handleShellView)))
 	m.Handle("POST /v1/shell/kill", s.api(bodyType(jsonBody, s.handleShellKill)))
