@@ -83,7 +83,10 @@ func TestBashSessionsAndPolling(t *testing.T) {
 	var rest output
 	stdout, stderr := "", ""
 	off, errOff := first.Offset, int64(0)
-	for rest.Command.Status != statusCompleted || stderr == "" {
+	for i := 0; rest.Command.Status != statusCompleted || stderr == ""; i++ {
+		if i == 50 {
+			t.Fatalf("no completion after 50 polls: stdout %q stderr %q", stdout, stderr)
+		}
 		rest = okData[output](t, ts, "/v1/bash/output", map[string]any{"session_id": "b", "offset": off,
 			"stderr_offset": errOff, "wait": true, "wait_timeout": 10})
 		stdout, stderr = stdout+rest.Stdout, stderr+rest.Stderr

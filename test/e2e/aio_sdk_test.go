@@ -85,6 +85,15 @@ func TestAIOSDKMethodsThroughGateway(t *testing.T) {
 		if len(found.LineNumbers) != 1 || found.LineNumbers[0] != 2 {
 			t.Fatalf("%s: search_in_file: %+v", base, found)
 		}
+		// code: a one-shot python run (the process backend runs on this host)
+		var ran struct {
+			Status string `json:"status"`
+			Stdout string `json:"stdout"`
+		}
+		post("/code/execute", map[string]any{"language": "python", "code": "import os; print(os.getcwd())"}, &ran)
+		if ran.Status != "ok" || ran.Stdout != "/mnt/user-data/workspace\n" {
+			t.Fatalf("%s: execute_code: %+v", base, ran)
+		}
 		if code, raw, _ := call(t, "DELETE", base+"/shell/sessions", nil); code != 200 {
 			t.Fatalf("%s: cleanup_all_sessions: %d %s", base, code, raw)
 		}
