@@ -35,10 +35,11 @@ type Aliases interface {
 }
 
 type provisionerCreate struct {
-	SandboxID       string `json:"sandbox_id"`
-	ThreadID        string `json:"thread_id"`
-	UserID          string `json:"user_id"`
-	RequiredVersion *int   `json:"required_mount_contract_version"`
+	SandboxID       string       `json:"sandbox_id"`
+	ThreadID        string       `json:"thread_id"`
+	UserID          string       `json:"user_id"`
+	RequiredVersion *int         `json:"required_mount_contract_version"`
+	ExtraMounts     []extraMount `json:"extra_mounts"`
 }
 
 type provisionerSandbox struct {
@@ -48,6 +49,8 @@ type provisionerSandbox struct {
 	UserID               string `json:"user_id"`
 	ThreadID             string `json:"thread_id"`
 	MountContractVersion int    `json:"mount_contract_version"`
+	// ExtraMounts answers a create's extra_mounts (extra_mounts.go).
+	ExtraMounts []mountOutcome `json:"extra_mounts,omitempty"`
 }
 
 type provisionerDetail struct {
@@ -66,8 +69,12 @@ func (rt *Router) provisionerHealth(c echo.Context) error {
 	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
 }
 
+// provisionerCapabilities answers DeerFlow's probe: its lark_cli keys say
+// whether this provisioner supplies the lark-cli init and broker images
+// (Sandgate does not, so DeerFlow mounts the runtime itself).
 func (rt *Router) provisionerCapabilities(c echo.Context, _ *auth.Principal) error {
-	return c.JSON(http.StatusOK, map[string]int{"mount_contract_version": mountContractVersion})
+	return c.JSON(http.StatusOK, map[string]any{"mount_contract_version": mountContractVersion,
+		"lark_cli_init_image": false, "lark_cli_broker_image": false})
 }
 
 // maxProvisionerBody bounds a create request's JSON (it is decoded whole).
@@ -130,10 +137,10 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	if req.SandboxID != route.SandboxID {
-		if err := rt.aliases.SetAlias(ctx, p.User, req.SandboxID, route.SandboxID); err != nil {
-			return errors.Join(pool.ErrState, err)
-		}
+	// Always recorded, even when the client id is the sandbox id: the
+	// alias table is what marks a sandbox as the provisioner API's.
+	if err := rt.aliases.SetAlias(ctx, p.User, req.SandboxID, route.SandboxID); err != nil {
+		return errors.Join(pool.ErrState, err)
 	}
 	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
 	if err != nil {
@@ -142,6 +149,7 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	return c.JSON(http.StatusOK, provisionerSandbox{
 		SandboxID: req.SandboxID, SandboxURL: capURL, Status: phaseRunning,
 		UserID: user, ThreadID: thread, MountContractVersion: mountContractVersion,
+		ExtraMounts: rt.resolveExtraMounts(ctx, route.SandboxID, req.ExtraMounts),
 	})
 }
 
@@ -188,10 +196,8 @@ func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
 			return err
 		}
 	}
-	if id != rec.SandboxID {
-		if err := rt.aliases.DeleteAlias(ctx, p.User, id); err != nil {
-			return errors.Join(pool.ErrState, err)
-		}
+	if err := rt.aliases.DeleteAlias(ctx, p.User, id); err != nil {
+		return errors.Join(pool.ErrState, err)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"ok": true, "sandbox_id": id})
 }
@@ -200,8 +206,10 @@ func notFound(c echo.Context, id string) error {
 	return c.JSON(http.StatusNotFound, provisionerDetail{Detail: "Sandbox '" + id + "' not found"})
 }
 
-// provisionerList is GET /api/sandboxes: the caller's sandboxes; an
-// admin's lists every user's.
+// provisionerList is GET /api/sandboxes: the caller's sandboxes made
+// through this API (an admin's: every user's); sandboxes made through
+// /threads are not listed, as DeerFlow destroys listed sandboxes it does
+// not know at shutdown.
 func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 	ctx := c.Request().Context()
 	recs, err := rt.pool.Records(ctx)
@@ -214,12 +222,9 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 	}
 	out := make([]provisionerSandbox, 0, len(recs))
 	for _, rec := range recs {
-		if !p.Owns(rec.User, rec.Thread) {
+		id, viaAPI := aliases[rec.SandboxID]
+		if !viaAPI || !p.Owns(rec.User, rec.Thread) {
 			continue
-		}
-		id := rec.SandboxID
-		if a, ok := aliases[id]; ok {
-			id = a
 		}
 		view, err := rt.provisionerView(ctx, c, id, rec, phaseRunning)
 		if errors.Is(err, pool.ErrNotFound) {

@@ -75,6 +75,10 @@ type Deps struct {
 	// MetricsToken, when set, is a bearer token that opens /metrics (and
 	// nothing else), so a Prometheus scrape needs no user credential.
 	MetricsToken string
+	// Mounts are the paths every sandbox has mounted (skills, ACP
+	// workspace, configured extra mounts), which DeerFlow's extra_mounts
+	// are resolved against.
+	Mounts []MountPoint
 }
 
 // Router serves the gateway's HTTP API.
@@ -95,6 +99,7 @@ type Router struct {
 	// capabilityChain serves /c/{capability}/v1/... (see capability.go).
 	capabilityChain echo.HandlerFunc
 	draining        atomic.Bool
+	mounts          []MountPoint
 }
 
 // New builds the router.
@@ -103,7 +108,7 @@ func New(d Deps) *Router {
 		d.Log = slog.Default()
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
-		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix}
+		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)

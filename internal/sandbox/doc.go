@@ -3,7 +3,8 @@
 // API (agent-infra/sandbox), so DeerFlow's AioSandbox and the generated
 // agent-sandbox SDKs work against it. Every JSON response is the envelope
 // {"success", "message", "data"}; a 422 also carries FastAPI-style
-// "detail" naming the field.
+// "detail" naming the field. contract_schema_test.go holds the AIO 1.9.4
+// schema the answers are checked against; README lists the endpoints.
 //
 // Modes. Without --map flags it runs in container mode: paths are real. With
 // mappings (host mode, used by the process backend) every path in a request
@@ -14,9 +15,13 @@
 //
 // Shell calls follow the all-in-one sandbox where DeerFlow and the SDKs
 // depend on it (shell_api.go):
-//   - A call without a session id (shell/exec `id`, bash/exec `session_id`)
-//     runs in the server's one default session, so `cd /tmp` in one id-less
-//     call holds in the next; `session_id` in the result names it.
+//   - shell/exec without `id` runs in the server's one default session, so
+//     `cd /tmp` in one id-less call holds in the next; `session_id` in the
+//     result names it. bash/exec without `session_id` runs in a fresh
+//     session that inherits nothing and leaves nothing behind (AIO's
+//     BashExecRequest).
+//   - A command started with async_mode reads a pipe that shell/write and
+//     bash/write feed; others read /dev/null.
 //   - `timeout` is how long the call waits: past it the call returns status
 //     running with the output so far, and the command goes on (shell/view
 //     follows it, shell/kill stops it). Only `hard_timeout` kills the

@@ -55,8 +55,8 @@ type mountShown struct {
 	ReadOnly bool   `json:"read_only"`
 }
 
-// handleSandbox answers in the envelope and, because DeerFlow reads them
-// either way, with the same fields at the top level too.
+// handleSandbox answers AIO's SandboxResponse: the context at the top level
+// and "data" null (its schema allows only a string or null there).
 func (s *Server) handleSandbox(w http.ResponseWriter, r *http.Request) error {
 	d := sandboxDetail{
 		System: systemEnv{OS: runtime.GOOS, OSVersion: kernelRelease(), Arch: runtime.GOARCH, User: userName(),
@@ -75,11 +75,11 @@ func (s *Server) handleSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	info := sandboxInfo{HomeDir: s.home, Workspace: s.home, Version: s.version, Detail: d}
 	writeJSON(w, http.StatusOK, struct {
-		Success bool        `json:"success"`
-		Message string      `json:"message"`
-		Data    sandboxInfo `json:"data"`
+		Success bool    `json:"success"`
+		Message string  `json:"message"`
+		Data    *string `json:"data"`
 		sandboxInfo
-	}{true, "ok", info, info})
+	}{true, "ok", nil, info})
 	return nil
 }
 

@@ -145,3 +145,10 @@ func (b *outBuf) readFrom(off int64) ([]byte, int64) {
 	}
 	return b.tail(int(off - tailStart)), b.total
 }
+
+// size is the stream offset reached so far (bytes stored, omitted included).
+func (b *outBuf) size() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
+}

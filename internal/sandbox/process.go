@@ -95,6 +95,9 @@ type command struct {
 	finished bool
 	killedAs string // status to report once our kill took effect
 	exitCode int
+
+	inMu  sync.Mutex // held across a stdin write, apart from mu
+	stdin *os.File   // write end of an async command's stdin; nil = none or closed
 }
 
 type startSpec struct {
@@ -103,6 +106,7 @@ type startSpec struct {
 	dir          string
 	env          []string
 	separate     bool // stdout and stderr kept apart (bash/exec)
+	stdin        bool // a pipe the client writes through shell/write, bash/write
 	hardTimeout  time.Duration
 	stateFile    string
 	maxOutput    int64
@@ -139,10 +143,23 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 	cmd.Dir, cmd.Env = sp.dir, sp.env
 	cmd.Stdout, cmd.Stderr = writers[0], writers[n-1]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if sp.stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(readers)
+			closeAll(writers)
+			return nil, fmt.Errorf("stdin pipe: %w", err)
+		}
+		cmd.Stdin, c.stdin = r, w
+		writers = append(writers, r) // closed below like the output ends
+	}
 	err := cmd.Start()
 	closeAll(writers) // the child holds its own copies
 	if err != nil {
 		closeAll(readers)
+		if c.stdin != nil {
+			_ = c.stdin.Close()
+		}
 		return nil, fmt.Errorf("start shell: %w", err)
 	}
 	c.pgid = cmd.Process.Pid
@@ -193,6 +210,12 @@ func (c *command) wait(cmd *exec.Cmd, drained <-chan struct{}, onExit func(*comm
 	c.mu.Lock()
 	c.finished, c.exitCode = true, code
 	c.mu.Unlock()
+	c.inMu.Lock()
+	if c.stdin != nil {
+		_ = c.stdin.Close()
+		c.stdin = nil
+	}
+	c.inMu.Unlock()
 	onExit(c)
 	close(c.done)
 	c.changed.fire()
@@ -211,6 +234,41 @@ func (c *command) kill(reason string) bool {
 	}
 	_ = syscall.Kill(-c.pgid, syscall.SIGKILL)
 	return true
+}
+
+// signal sends sig to the command's process group; a signal that ends
+// commands marks it killed, so its state is not committed.
+func (c *command) signal(sig syscall.Signal, ends bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.finished {
+		return false
+	}
+	if ends && c.killedAs == "" {
+		c.killedAs = statusTerminated
+	}
+	_ = syscall.Kill(-c.pgid, sig)
+	return true
+}
+
+// errNoStdin: the command takes no input (it ended, or it was not started
+// with async_mode and reads /dev/null).
+var errNoStdin = errors.New("the command is not running with an input pipe")
+
+// write sends input to the command's stdin. It fails once the command
+// ended, and when its stdin is not a pipe.
+func (c *command) write(input string) error {
+	c.inMu.Lock()
+	defer c.inMu.Unlock()
+	if c.stdin == nil {
+		return errNoStdin
+	}
+	// a program that stopped reading must not block the handler
+	_ = c.stdin.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c.stdin, input); err != nil {
+		return fmt.Errorf("write stdin: %w", err)
+	}
+	return nil
 }
 
 // state returns the status and exit code (nil while running).

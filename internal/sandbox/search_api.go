@@ -211,37 +211,6 @@ func (s *Server) handleFileFind(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// handleFileGlob lists files and directories under path whose relative path
-// matches pattern.
-func (s *Server) handleFileGlob(w http.ResponseWriter, r *http.Request) error {
-	var req struct {
-		Path    *string `json:"path"`
-		Pattern *string `json:"pattern"`
-	}
-	if err := decode(w, r, &req); err != nil {
-		return err
-	}
-	host, virt, _, err := s.searchRoot(req.Path, false)
-	if err != nil {
-		return err
-	}
-	if req.Pattern == nil {
-		return missing("pattern")
-	}
-	pattern, err := checkGlob("pattern", *req.Pattern, virt)
-	if err != nil {
-		return err
-	}
-	files, truncated, err := matchFiles(r.Context(), host, virt, func(rel string, _ fs.DirEntry) bool {
-		return matchGlob(pattern, rel)
-	})
-	if err != nil {
-		return s.fsError(err, virt)
-	}
-	ok(w, "glob matched", map[string]any{"path": virt, "files": files, "truncated": truncated})
-	return nil
-}
-
 func (s *Server) handleFileList(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		Path       *string `json:"path"`
@@ -374,16 +343,30 @@ func (s *Server) handleFileGrep(w http.ResponseWriter, r *http.Request) error {
 			return s.fsError(err, virt)
 		}
 	}
-	ok(w, "search finished", map[string]any{"matches": g.matches, "truncated": g.truncated})
+	ok(w, "search finished", grepResult{Path: virt, Pattern: *req.Pattern, Matches: g.matches,
+		MatchCount: len(g.matches), FilesSearched: g.searched, FilesMatched: g.matched, Truncated: g.truncated})
 	return nil
 }
 
+// grepResult is the AIO FileGrepResult (path and pattern are required by
+// the SDKs' model).
+type grepResult struct {
+	Path          string      `json:"path"`
+	Pattern       string      `json:"pattern"`
+	Matches       []grepMatch `json:"matches"`
+	MatchCount    int         `json:"match_count"`
+	FilesSearched int         `json:"files_searched"`
+	FilesMatched  int         `json:"files_matched"`
+	Truncated     bool        `json:"truncated"`
+}
+
 type grepper struct {
-	re        *regexp.Regexp
-	limit     int
-	maxSize   int64
-	matches   []grepMatch
-	truncated bool
+	re                *regexp.Regexp
+	limit             int
+	maxSize           int64
+	matches           []grepMatch
+	searched, matched int
+	truncated         bool
 }
 
 // file greps one file; it reports true once the result limit is reached.
@@ -400,6 +383,8 @@ func (g *grepper) file(ctx context.Context, host, virt string) bool {
 	if head, _ := br.Peek(binarySniffBytes); bytes.IndexByte(head, 0) >= 0 {
 		return false
 	}
+	g.searched++
+	counted := false
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -413,6 +398,9 @@ func (g *grepper) file(ctx context.Context, host, virt string) bool {
 		if len(g.matches) == g.limit {
 			g.truncated = true
 			return true
+		}
+		if !counted {
+			g.matched, counted = g.matched+1, true
 		}
 		g.matches = append(g.matches, grepMatch{File: virt, LineNumber: n, LineContent: cutLine(line)})
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,8 +46,23 @@ func newSearchServer(t *testing.T) *testServer {
 }
 
 type filesResult struct {
-	Files     []string `json:"files"`
+	Files     pathList `json:"files"`
 	Truncated bool     `json:"truncated"`
+}
+
+// pathList decodes find's path strings and glob's GlobFileInfo objects alike.
+type pathList []string
+
+func (p *pathList) UnmarshalJSON(b []byte) error {
+	var objs []struct{ Path string }
+	if err := json.Unmarshal(b, &objs); err == nil {
+		*p = pathList{}
+		for _, o := range objs {
+			*p = append(*p, o.Path)
+		}
+		return nil
+	}
+	return json.Unmarshal(b, (*[]string)(p))
 }
 
 func TestFileFindAndGlob(t *testing.T) {
@@ -69,9 +85,13 @@ func TestFileFindAndGlob(t *testing.T) {
 		{"glob", "pattern", vWorkspace, "src/l?b", []string{w + "src/lib"}},
 	} {
 		t.Run(tc.endpoint+" "+tc.pattern, func(t *testing.T) {
-			r := okData[filesResult](t, ts, "/v1/file/"+tc.endpoint, map[string]any{"path": tc.path, tc.field: tc.pattern})
+			body := map[string]any{"path": tc.path, tc.field: tc.pattern}
+			if tc.endpoint == "glob" { // AIO's defaults skip both
+				body["files_only"], body["include_hidden"] = false, true
+			}
+			r := okData[filesResult](t, ts, "/v1/file/"+tc.endpoint, body)
 			slices.Sort(r.Files)
-			if !slices.Equal(r.Files, tc.want) || r.Truncated {
+			if !slices.Equal(r.Files, pathList(tc.want)) || r.Truncated {
 				t.Fatalf("got %v, want %v", r.Files, tc.want)
 			}
 		})

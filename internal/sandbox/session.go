@@ -41,6 +41,8 @@ type session struct {
 	running   map[*command]bool
 	last      *command
 	lastUsed  time.Time
+	created   time.Time
+	commands  int // commands started
 }
 
 // sessionStore holds the sessions of one server.
@@ -76,7 +78,7 @@ func (st *sessionStore) create(id, cwd string, env []string, noChange time.Durat
 		return s, false
 	}
 	st.evictLocked()
-	s := &session{id: id, generated: generated, cwd: cwd, env: env, noChange: noChange, running: map[*command]bool{}, lastUsed: time.Now()}
+	s := &session{id: id, generated: generated, cwd: cwd, env: env, noChange: noChange, running: map[*command]bool{}, lastUsed: time.Now(), created: time.Now()}
 	st.m[id] = s
 	return s, true
 }
@@ -194,6 +196,7 @@ type runSpec struct {
 	dir          string             // host dir; "" = the session's cwd
 	env          map[string]*string // this command only; nil value unsets
 	separate     bool
+	stdin        bool
 	hardTimeout  time.Duration
 }
 
@@ -220,8 +223,8 @@ func (s *session) start(srv *Server, rs runSpec) (*command, error) {
 	id := newID()
 	sp := startSpec{
 		id: id, session: s.id, text: rs.text, mapped: rs.mapped, dir: dir,
-		env:       commandEnv(base, rs.env, dir),
-		separate:  rs.separate,
+		env:      commandEnv(base, rs.env, dir),
+		separate: rs.separate, stdin: rs.stdin,
 		stateFile: filepath.Join(srv.ensureStateDir(), id),
 		maxOutput: srv.maxOutput, pm: srv.pm, hardTimeout: rs.hardTimeout,
 	}
@@ -231,6 +234,7 @@ func (s *session) start(srv *Server, rs runSpec) (*command, error) {
 		return nil, err
 	}
 	c.seq = seq
+	s.commands++
 	s.running[c] = true
 	s.last = c
 	s.lastUsed = time.Now()

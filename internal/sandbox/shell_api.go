@@ -12,9 +12,15 @@ import (
 )
 
 // Shell API. Semantics worth knowing:
-//   - A call without a session id (shell/exec `id`, bash/exec `session_id`)
-//     runs in the server's one default session, so state carries over
-//     between id-less calls; its id comes back in `session_id`.
+//   - shell/exec without `id` runs in the server's one default session, so
+//     state carries over between id-less calls; its id comes back in
+//     `session_id`.
+//   - bash/exec without `session_id` runs in a fresh session made from the
+//     server's start state (home dir, inherited env), as AIO's
+//     BashExecRequest says: it sees no earlier `cd`/`export` and leaves none
+//     behind. A command that finished within the call takes its session
+//     with it; one still running keeps it (a generated session, evicted
+//     first) so bash/output and bash/kill can follow it.
 //   - `timeout` (seconds) only stops waiting, as in the all-in-one sandbox:
 //     the call returns status running with the output so far and the
 //     command continues (shell/view follows it). `hard_timeout` kills the
@@ -78,6 +84,9 @@ type bashResult struct {
 	Stdout    string `json:"stdout"`
 	Stderr    string `json:"stderr"`
 	ExitCode  *int   `json:"exit_code"`
+	// Offset and StderrOffset are where bash/output continues from.
+	Offset       int64 `json:"offset"`
+	StderrOffset int64 `json:"stderr_offset"`
 }
 
 type sessionResult struct {
@@ -112,6 +121,8 @@ type execReq struct {
 	env                         map[string]*string
 	hard                        time.Duration
 	separate                    bool
+	fresh                       bool // no session id: a new session, not the default one
+	stdin                       bool // async_mode: stdin is a pipe for shell/write, bash/write
 }
 
 // startExec finds the session (without an id, the default one) and starts
@@ -120,7 +131,7 @@ func (s *Server) startExec(x execReq, idField string) (*session, *command, error
 	if s.closing.Load() {
 		return nil, nil, statusErr(http.StatusServiceUnavailable, "sandbox server is shutting down")
 	}
-	rs := runSpec{text: x.command, mapped: s.pm.MapCommand(x.command), separate: x.separate, hardTimeout: x.hard}
+	rs := runSpec{text: x.command, mapped: s.pm.MapCommand(x.command), separate: x.separate, stdin: x.stdin, hardTimeout: x.hard}
 	if strings.ContainsRune(x.command, 0) {
 		return nil, nil, invalid("command", "command must not contain NUL bytes")
 	}
@@ -144,7 +155,13 @@ func (s *Server) startExec(x execReq, idField string) (*session, *command, error
 			rs.env[k] = v
 		}
 	}
-	sess, found := s.sessions.byID(x.sessionID, s.homeHost, s.baseEnv)
+	var sess *session
+	found := true
+	if x.fresh && x.sessionID == "" {
+		sess, _ = s.sessions.create("", s.homeHost, s.baseEnv, 0)
+	} else {
+		sess, found = s.sessions.byID(x.sessionID, s.homeHost, s.baseEnv)
+	}
 	if !found {
 		return nil, nil, statusErr(http.StatusNotFound, "unknown session: %s (field %s)", x.sessionID, idField)
 	}
@@ -285,7 +302,8 @@ func (s *Server) handleShellExec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sess, c, err := s.startExec(execReq{sessionID: req.ID, command: cmd, execDir: req.ExecDir, env: req.Env, hard: hard}, "id")
+	sess, c, err := s.startExec(execReq{sessionID: req.ID, command: cmd, execDir: req.ExecDir, env: req.Env, hard: hard,
+		stdin: req.AsyncMode}, "id")
 	if err != nil {
 		return err
 	}
@@ -428,18 +446,19 @@ func (s *Server) handleBashExec(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sess, c, err := s.startExec(execReq{sessionID: req.SessionID, command: cmd, execDir: req.ExecDir,
-		env: req.Env, hard: hard, separate: true}, "session_id")
+		env: req.Env, hard: hard, separate: true, fresh: true, stdin: req.AsyncMode}, "session_id")
 	if err != nil {
 		return err
 	}
 	o := awaitOpts{async: req.AsyncMode, wait: wait}
 	st := await(r.Context(), c, o, nil)
-	res := bashResult{SessionID: sess.id, CommandID: c.id, Command: c.text, Status: st,
-		Stdout: truncateChars(c.streams[0].String(), limit), Stderr: truncateChars(c.streams[1].String(), limit),
-		ExitCode: exitCodeFor(c, st)}
-	if st == statusHardTimeout {
-		res.Status = "timed_out" // the AIO bash API's name for it
+	if req.SessionID == "" && st != statusRunning {
+		s.sessions.remove(sess.id)
 	}
+	res := bashResult{SessionID: sess.id, CommandID: c.id, Command: c.text, Status: bashStatus(st),
+		Stdout: truncateChars(c.streams[0].String(), limit), Stderr: truncateChars(c.streams[1].String(), limit),
+		ExitCode: exitCodeFor(c, st), Offset: c.streams[0].size(), StderrOffset: c.streams[1].size()}
+
 	ok(w, statusMessage(st, o), res)
 	return nil
 }

@@ -183,7 +183,14 @@ func TestIsolationMatrix(t *testing.T) {
 		t.Fatalf("bob's sandbox after alice's deletes: %d %s", code, body)
 	}
 
-	// Listing: a user sees their own; admin sees all.
+	// Listing: a user sees their own; admin sees all. The list holds what
+	// the provisioner API made, so each user registers the thread there.
+	for user, key := range owners {
+		if code, body, _ := (req{"POST", "/api/sandboxes", "", map[string]any{"sandbox_id": sids[user], "thread_id": "shared"},
+			[]string{"X-API-Key", key}}).do(t, g); code != 200 {
+			t.Fatalf("%s registers its sandbox: %d %s", user, code, body)
+		}
+	}
 	for cred, want := range map[string][]string{"alice-key": {sids["alice"]}, "ops-key": {sids["alice"], sids["bob"]}} {
 		code, body, _ := req{"GET", "/api/sandboxes", "", nil, []string{"X-API-Key", cred}}.do(t, g)
 		if code != 200 {
