@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,8 +27,40 @@ const (
 // drainGrace is how long a finished command's output pipe is drained before
 // the result is returned. Background children (`server &`) may keep the
 // pipe open for good; their later output still lands in the command's
-// buffer, visible through /v1/shell/view.
-const drainGrace = 100 * time.Millisecond
+// buffer, visible through /v1/shell/view. Past the grace the drain goes on
+// while a pipe still holds unread bytes or its reader holds some it has
+// not stored (a busy machine may not have scheduled the reader yet), up to
+// drainMax: output written before the shell exited is never cut off.
+const (
+	drainGrace = 100 * time.Millisecond
+	drainMax   = 5 * time.Second
+)
+
+// pipeReader copies one output pipe into its buffer. idle is true while it
+// holds no bytes of its own: parked in Read, or finished.
+type pipeReader struct {
+	f    *os.File
+	idle atomic.Bool
+}
+
+func (p *pipeReader) copyTo(dst *outBuf) {
+	defer p.idle.Store(true)
+	buf := make([]byte, 32<<10)
+	for {
+		p.idle.Store(true)
+		n, err := p.f.Read(buf)
+		p.idle.Store(false)
+		if n > 0 {
+			_, _ = dst.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// quiet: nothing written so far is still on its way into the buffer.
+func (p *pipeReader) quiet() bool { return p.idle.Load() && unread(p.f) == 0 }
 
 // shellScript runs the user command ($1) through eval, so a syntax error is
 // an ordinary failure, and on any exit dumps the shell's cwd and exported
@@ -166,11 +199,13 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 	reg.add(c)
 
 	var wg sync.WaitGroup
+	pipes := make([]*pipeReader, len(readers))
 	for i, r := range readers {
+		pipes[i] = &pipeReader{f: r}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = io.CopyBuffer(c.streams[i], r, make([]byte, 32<<10))
+			pipes[i].copyTo(c.streams[i])
 			_ = r.Close()
 			c.streams[i].flush()
 		}()
@@ -184,19 +219,44 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 	if sp.hardTimeout > 0 {
 		c.timer = time.AfterFunc(sp.hardTimeout, func() { c.kill(statusHardTimeout) })
 	}
-	go c.wait(cmd, drained, onExit)
+	go c.wait(cmd, pipes, drained, onExit)
 	return c, nil
 }
 
-func (c *command) wait(cmd *exec.Cmd, drained <-chan struct{}, onExit func(*command)) {
+// awaitDrain returns once every pipe reached EOF, or, past drainGrace, once
+// nothing already written is still in flight (see drainGrace).
+func awaitDrain(pipes []*pipeReader, drained <-chan struct{}) {
+	grace := time.NewTimer(drainGrace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+		return
+	case <-grace.C:
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(drainMax); time.Now().Before(deadline); {
+		quiet := true
+		for _, p := range pipes {
+			quiet = quiet && p.quiet()
+		}
+		if quiet {
+			return
+		}
+		select {
+		case <-drained:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *command) wait(cmd *exec.Cmd, pipes []*pipeReader, drained <-chan struct{}, onExit func(*command)) {
 	_ = cmd.Wait()
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	select {
-	case <-drained:
-	case <-time.After(drainGrace):
-	}
+	awaitDrain(pipes, drained)
 	for _, s := range c.streams {
 		s.flush()
 	}
