@@ -7,14 +7,22 @@ import (
 )
 
 // TestAIOSDKMethodsThroughGateway drives the agent_sandbox SDK methods of
-// issue 16 through both data-plane routes of a real gateway, including an
-// interactive program fed through write_to_process.
+// issue 16 through the three data-plane routes of a real gateway (thread,
+// sandbox id, capability URL), including an interactive program fed through
+// write_to_process.
 func TestAIOSDKMethodsThroughGateway(t *testing.T) {
 	t.Parallel()
 	g := newFleet(t).start()
 	shell(t, g.URL, "sdk", "true")
 	sid := sandboxOf(t, g.URL, "sdk").SandboxID
-	for i, base := range []string{g.URL + "/threads/sdk/v1", g.URL + "/sandboxes/" + sid + "/v1"} {
+	code, raw, _ := call(t, "GET", g.URL+"/threads/sdk/sandbox", nil)
+	var view struct {
+		URL string `json:"sandbox_url"`
+	}
+	if code != 200 || json.Unmarshal(raw, &view) != nil || view.URL == "" {
+		t.Fatalf("GET /threads/sdk/sandbox: %d %s", code, raw)
+	}
+	for i, base := range []string{g.URL + "/threads/sdk/v1", g.URL + "/sandboxes/" + sid + "/v1", view.URL + "/v1"} {
 		post := func(path string, body any, v any) {
 			t.Helper()
 			code, raw, _ := call(t, "POST", base+path, body)
