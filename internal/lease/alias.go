@@ -45,7 +45,8 @@ func (s *Store) DeleteAlias(ctx context.Context, user, alias string) error {
 	return nil
 }
 
-// AliasesBySandbox returns sid -> client id for every alias of user.
+// AliasesBySandbox returns sid -> client id for every alias of user, or of
+// every user when user is "" (an admin's listing).
 func (s *Store) AliasesBySandbox(ctx context.Context, user string) (map[string]string, error) {
 	all, err := s.rdb.HGetAll(ctx, s.keys.Aliases()).Result()
 	if err != nil {
@@ -53,7 +54,8 @@ func (s *Store) AliasesBySandbox(ctx context.Context, user string) (map[string]s
 	}
 	out := make(map[string]string)
 	for field, sid := range all {
-		if alias, ok := strings.CutPrefix(field, user+":"); ok {
+		owner, alias, ok := strings.Cut(field, ":") // user names hold no ':'
+		if ok && (user == "" || owner == user) {
 			out[sid] = alias
 		}
 	}

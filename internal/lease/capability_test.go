@@ -120,6 +120,9 @@ func TestReleaseAndAliasesAreIdentityBound(t *testing.T) {
 				t.Fatalf("%s's aliases = %v", user, m)
 			}
 		}
+		if m, _ := s.AliasesBySandbox(ctx, ""); len(m) != 2 || m["aaaa"] != "box" || m["bbbb"] != "box" {
+			t.Fatalf("every user's aliases (an admin's list) = %v", m)
+		}
 		if _, ok, _ := s.Alias(ctx, "carol", "box"); ok {
 			t.Fatal("carol resolves another user's alias")
 		}

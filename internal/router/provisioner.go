@@ -216,7 +216,11 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	aliases, err := rt.aliases.AliasesBySandbox(ctx, p.User)
+	aliasesOf := p.User
+	if p.Has(auth.ScopeAdmin) {
+		aliasesOf = "" // every user's: an admin lists every sandbox the API made
+	}
+	aliases, err := rt.aliases.AliasesBySandbox(ctx, aliasesOf)
 	if err != nil {
 		return errors.Join(pool.ErrState, err)
 	}

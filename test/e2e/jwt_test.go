@@ -19,7 +19,13 @@ func TestJWTAdminOnlyThroughTheConfiguredClaim(t *testing.T) {
 	g := newFleet(t, "--auth-api-keys", "alice="+sha("alice-key"),
 		"--auth-jwt-hs256-secret", jwtSecret, "--auth-jwt-audience", jwtAudience,
 		"--auth-jwt-admin-claim", "sandgate_role", "--auth-jwt-admin-value", "operator").start()
-	code, body, _ := req{"POST", "/threads/private/v1/file/write", "",
+	// Made through the provisioner API, so that its listing has it.
+	code, body, _ := req{"POST", "/api/sandboxes", "", map[string]any{"sandbox_id": identity.SandboxID("alice", "private"),
+		"thread_id": "private"}, bearer("alice-key")}.do(t, g)
+	if code != 200 {
+		t.Fatalf("alice creates her sandbox through the provisioner API: %d %s", code, body)
+	}
+	code, body, _ = req{"POST", "/threads/private/v1/file/write", "",
 		map[string]any{"file": "/mnt/user-data/workspace/secret.txt", "content": "alice-only"}, bearer("alice-key")}.do(t, g)
 	if code != 200 {
 		t.Fatalf("alice writes her file: %d %s", code, body)
