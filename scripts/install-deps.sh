@@ -12,6 +12,9 @@ want+=(wrk:wrk)
 # chattr: test/e2e's permission-denied case sets the immutable attribute (the
 # one permission that binds root); under CI=true it fails without it.
 want+=(chattr:e2fsprogs)
+# curl: the sandbox-secret e2e tests attack sandbox ports with it (as the
+# host and as nobody); python3 and node: the sandbox's code/execute tests.
+want+=(curl:curl python3:python3 node:nodejs)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}

@@ -3,21 +3,18 @@ package sandbox
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // needRuntime skips without bin, except under CI, where it fails.
 func needRuntime(t *testing.T, bin string) {
 	t.Helper()
-	if _, err := exec.LookPath(bin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI", bin)
-		}
-		t.Skipf("%s not installed", bin)
-	}
+	_, err := exec.LookPath(bin)
+	testutil.Require(t, err == nil, bin)
 }
 
 func TestCodeExecute(t *testing.T) {

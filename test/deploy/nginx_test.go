@@ -30,13 +30,7 @@ var upstreamLine = regexp.MustCompile(`(?m)^(\s*)server gateway:8080 resolve( [^
 // responses streamed unbuffered, forwarding headers.
 func TestNginxConfig(t *testing.T) {
 	t.Parallel()
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, statErr := os.Stat("/usr/sbin/nginx"); statErr == nil {
-			nginx, err = "/usr/sbin/nginx", nil
-		}
-	}
-	testutil.Require(t, err == nil, "nginx (Debian package nginx)")
+	nginx := testutil.Nginx(t)
 
 	release := make(chan struct{})
 	a, b := standIn(t, "a", release), standIn(t, "b", release)

@@ -125,13 +125,7 @@ func rawRequest(t *testing.T, base, path string, body []byte, authorization stri
 // raw request line per request.
 func startNormalisingNginx(t *testing.T, port int, upstream string) string {
 	t.Helper()
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, statErr := os.Stat("/usr/sbin/nginx"); statErr == nil {
-			nginx, err = "/usr/sbin/nginx", nil
-		}
-	}
-	testutil.Require(t, err == nil, "nginx (Debian package nginx)")
+	nginx := testutil.Nginx(t)
 	dir := t.TempDir()
 	user := ""
 	if os.Geteuid() == 0 {
