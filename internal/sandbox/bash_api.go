@@ -72,13 +72,7 @@ func (s *Server) handleBashSessionClose(w http.ResponseWriter, r *http.Request) 
 }
 
 func (s *Server) closeBashSession(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("session_id")
-	if _, found := s.sessions.remove(id); !found {
-		return statusErr(http.StatusNotFound, "unknown session: %s", id)
-	}
-	s.groups.kill(func(c *command) bool { return c.session == id })
-	ok(w, "session closed", map[string]string{"session_id": id})
-	return nil
+	return s.endSession(w, r.PathValue("session_id"), "session closed")
 }
 
 // bashCommand finds a session's command: command_id, or the latest one.

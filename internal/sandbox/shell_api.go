@@ -413,12 +413,16 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) err
 }
 
 func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
+	return s.endSession(w, r.PathValue("id"), "session deleted")
+}
+
+// endSession forgets session id and kills its running commands.
+func (s *Server) endSession(w http.ResponseWriter, id, msg string) error {
 	if _, found := s.sessions.remove(id); !found {
 		return statusErr(http.StatusNotFound, "unknown session: %s", id)
 	}
 	s.groups.kill(func(c *command) bool { return c.session == id })
-	ok(w, "session deleted", map[string]string{"session_id": id})
+	ok(w, msg, map[string]string{"session_id": id})
 	return nil
 }
 

@@ -6,7 +6,6 @@ package testutil
 import (
 	"net"
 	"os"
-	"os/exec"
 	"testing"
 )
 
@@ -32,18 +31,4 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// Nginx returns the nginx binary (Debian installs it in /usr/sbin, often
-// outside a non-root PATH), or fails or skips as Require does.
-func Nginx(t testing.TB) string {
-	t.Helper()
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, statErr := os.Stat("/usr/sbin/nginx"); statErr == nil {
-			nginx, err = "/usr/sbin/nginx", nil
-		}
-	}
-	Require(t, err == nil, "nginx (Debian package nginx)")
-	return nginx
 }

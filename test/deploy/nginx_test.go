@@ -8,12 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +28,7 @@ var upstreamLine = regexp.MustCompile(`(?m)^(\s*)server gateway:8080 resolve( [^
 // responses streamed unbuffered, forwarding headers.
 func TestNginxConfig(t *testing.T) {
 	t.Parallel()
-	nginx := testutil.Nginx(t)
+	testutil.Nginx(t) // before the stand-ins start: fail or skip at once
 
 	release := make(chan struct{})
 	a, b := standIn(t, "a", release), standIn(t, "b", release)
@@ -53,47 +51,10 @@ func TestNginxConfig(t *testing.T) {
 	}
 	local = strings.Replace(local, accessLog, "access_log "+filepath.Join(dir, "access.log")+" sandgate;", 1)
 
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root;" // workers must reach the temp dirs below
-	}
-	main := fmt.Sprintf(`%s
-worker_processes 1;
-daemon off;
-pid %[2]s/nginx.pid;
-error_log %[2]s/error.log;
-events { worker_connections 128; }
-http {
-    access_log off;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-    include %[2]s/sandgate.conf;
-}
-`, user, dir)
-	for name, data := range map[string]string{"nginx.conf": main, "sandgate.conf": local} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if out, err := exec.Command(nginx, "-t", "-p", dir, "-c", filepath.Join(dir, "nginx.conf")).CombinedOutput(); err != nil {
-		t.Fatalf("nginx -t: %v\n%s", err, out)
-	}
-	cmd := exec.Command(nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "sandgate.conf"), []byte(local), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Logf("nginx error.log:\n%s", log)
-		}
-	})
+	testutil.StartNginx(t, dir, "    access_log off;\n    include "+filepath.Join(dir, "sandgate.conf")+";")
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	waitOK(t, hc, base+"/who", 10*time.Second)

@@ -7,10 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -125,52 +123,14 @@ func rawRequest(t *testing.T, base, path string, body []byte, authorization stri
 // raw request line per request.
 func startNormalisingNginx(t *testing.T, port int, upstream string) string {
 	t.Helper()
-	nginx := testutil.Nginx(t)
 	dir := t.TempDir()
-	user := ""
-	if os.Geteuid() == 0 {
-		user = "user root;"
-	}
-	conf := fmt.Sprintf(`%s
-worker_processes 1;
-daemon off;
-pid %[2]s/nginx.pid;
-error_log %[2]s/error.log;
-events { worker_connections 128; }
-http {
-    log_format raw '$request';
-    access_log %[2]s/access.log raw;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
-    upstream up { server %[3]s; }
+	testutil.StartNginx(t, dir, fmt.Sprintf(`    log_format raw '$request';
+    access_log %[1]s/access.log raw;
+    upstream up { server %[2]s; }
     server {
-        listen 127.0.0.1:%[4]d;
+        listen 127.0.0.1:%[3]d;
         location / { proxy_pass http://up/; }
-    }
-}
-`, user, dir, upstream, port)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(nginx, "-p", dir, "-c", path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Logf("nginx output:\n%s\nerror.log:\n%s", out.String(), log)
-		}
-	})
+    }`, dir, upstream, port))
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -182,7 +142,7 @@ http {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nginx in front of %s did not answer /healthz: %v\n%s", upstream, err, out.String())
+			t.Fatalf("nginx in front of %s did not answer /healthz: %v", upstream, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
