@@ -334,6 +334,11 @@ func (s *Server) commandOf(w http.ResponseWriter, r *http.Request) (*session, *c
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.lastCommandOf(id)
+}
+
+// lastCommandOf finds session id and its latest command, or a 404.
+func (s *Server) lastCommandOf(id string) (*session, *command, error) {
 	sess, found := s.sessions.get(id)
 	if !found {
 		return nil, nil, statusErr(http.StatusNotFound, "unknown session: %s", id)

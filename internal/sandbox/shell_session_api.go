@@ -41,13 +41,9 @@ func (s *Server) handleShellWrite(w http.ResponseWriter, r *http.Request) error 
 	if req.PressEnter == nil {
 		return missing("press_enter")
 	}
-	sess, found := s.sessions.get(id)
-	if !found {
-		return statusErr(http.StatusNotFound, "unknown session: %s", id)
-	}
-	c := sess.lastCommand()
-	if c == nil {
-		return statusErr(http.StatusNotFound, "session %s has not run a command", id)
+	_, c, err := s.lastCommandOf(id)
+	if err != nil {
+		return err
 	}
 	input := *req.Input
 	if *req.PressEnter {
@@ -100,13 +96,9 @@ func (s *Server) handleShellWait(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	sess, found := s.sessions.get(id)
-	if !found {
-		return statusErr(http.StatusNotFound, "unknown session: %s", id)
-	}
-	c := sess.lastCommand()
-	if c == nil {
-		return statusErr(http.StatusNotFound, "session %s has not run a command", id)
+	_, c, err := s.lastCommandOf(id)
+	if err != nil {
+		return err
 	}
 	st := await(r.Context(), c, awaitOpts{wait: wait}, nil)
 	ok(w, statusMessage(st, awaitOpts{}), statusResult{Status: st})
