@@ -65,10 +65,15 @@ func waitReady(ctx context.Context, baseURL, header, value string) (err error) {
 		span.End()
 	}()
 	interval := readyFirstInterval
+	client, base := readyClient, baseURL
+	if b, socket := HTTPBase(baseURL); socket != "" {
+		client, base = unixReadyClient(socket), b
+		defer client.CloseIdleConnections()
+	}
 	var lastErr error
 	for {
 		probes++
-		ok, err := probe(ctx, baseURL+"/v1/sandbox", header, value)
+		ok, err := probe(ctx, client, base+"/v1/sandbox", header, value)
 		if ok {
 			return nil
 		}
@@ -84,7 +89,15 @@ func waitReady(ctx context.Context, baseURL, header, value string) (err error) {
 	}
 }
 
-func probe(ctx context.Context, url, header, value string) (bool, error) {
+// unixReadyClient is readyClient for a sandbox on a Unix socket.
+func unixReadyClient(socket string) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{Proxy: nil, DialContext: DialUnix(socket, time.Second), MaxIdleConnsPerHost: 1},
+		Timeout:   readyProbeTimeout,
+	}
+}
+
+func probe(ctx context.Context, client *http.Client, url, header, value string) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, fmt.Errorf("build probe: %w", err)
@@ -93,7 +106,7 @@ func probe(ctx context.Context, url, header, value string) (bool, error) {
 		req.Header.Set(header, value)
 	}
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	resp, err := readyClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var ue *neturl.Error
 		if errors.As(err, &ue) {

@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Store:        store,
 		Backend:      be,
 		BackendName:  name,
-		NewTransport: func() http.RoundTripper { return proxy.NewTransport(proxy.TransportConfig{}) },
+		NewTransport: func(socket string) http.RoundTripper { return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket}) },
 		Log:          log,
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,

@@ -47,8 +47,9 @@ type Deps struct {
 	Backend backend.Backend
 	// BackendName is recorded in records and logs.
 	BackendName string
-	// NewTransport returns the connection pool for one sandbox incarnation.
-	NewTransport func() http.RoundTripper
+	// NewTransport returns the connection pool for one sandbox incarnation;
+	// socket is its Unix socket ("" = a TCP sandbox, dialled by URL host).
+	NewTransport func(socket string) http.RoundTripper
 	Clock        Clock
 	Log          *slog.Logger
 	// Tracer starts the root spans of background passes (reaper,
@@ -76,7 +77,7 @@ type Pool struct {
 	locker  *lease.Locker
 	backend backend.Backend
 	name    string
-	newRT   func() http.RoundTripper
+	newRT   func(socket string) http.RoundTripper
 	clock   Clock
 	log     *slog.Logger
 	cache   *cache
@@ -102,7 +103,13 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		d.Log = slog.Default()
 	}
 	if d.NewTransport == nil {
-		d.NewTransport = func() http.RoundTripper { return http.DefaultTransport.(*http.Transport).Clone() }
+		d.NewTransport = func(socket string) http.RoundTripper {
+			t := http.DefaultTransport.(*http.Transport).Clone()
+			if socket != "" {
+				t.DialContext = backend.DialUnix(socket, 2*time.Second)
+			}
+			return t
+		}
 	}
 	return &Pool{
 		cfg:     cfg,
@@ -380,7 +387,8 @@ func (p *Pool) unlock(h *lease.Held) {
 
 // newRoute builds and caches the route of a live record.
 func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
-	u, err := url.Parse(rec.URL)
+	base, socket := backend.HTTPBase(rec.URL)
+	u, err := url.Parse(base)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("sandbox %s has a bad url", rec.SandboxID)
 	}
@@ -393,7 +401,7 @@ func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
 		CreatedAt:   rec.CreatedAt,
 		// A path is kept: a remote provisioner may hand out http://host/sandboxes/{id}.
 		url:       &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/"), RawPath: strings.TrimSuffix(u.RawPath, "/")},
-		transport: p.newRT(),
+		transport: p.newRT(socket),
 	}
 	if rec.Secret != "" {
 		r.key = []string{rec.Secret}

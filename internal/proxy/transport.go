@@ -18,6 +18,9 @@ type TransportConfig struct {
 	DialTimeout     time.Duration // 0 = 2s: a sandbox is local or in-cluster
 	MaxIdle         int           // 0 = 256 (Go's default of 2 per host reconnects under load)
 	IdleConnTimeout time.Duration // 0 = 90s
+	// UnixSocket, when set, is where every connection goes, whatever the
+	// request's host: a sandbox that listens on a Unix socket.
+	UnixSocket string
 }
 
 // Transport is the HTTP/1.1 connection pool of one sandbox incarnation.
@@ -152,7 +155,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 		}
 		c.Close()
 	}
-	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	nc, err := t.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +164,14 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	// and larger body reads (ReverseProxy copies 32 KiB at a time) bypass the
 	// buffer; 8 KiB sends a request head with a 4 KiB body in one write.
 	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, nil
+}
+
+// dial connects to the sandbox: its Unix socket, or addr.
+func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if t.cfg.UnixSocket != "" {
+		return t.dialer.DialContext(ctx, "unix", t.cfg.UnixSocket)
+	}
+	return t.dialer.DialContext(ctx, network, addr)
 }
 
 // release returns c to the pool, or closes it.
@@ -202,7 +213,7 @@ func (t *Transport) upgrader() *http.Transport {
 	t.stdOnce.Do(func() {
 		t.std = &http.Transport{
 			Proxy:               nil,
-			DialContext:         t.dialer.DialContext,
+			DialContext:         t.dial,
 			DisableCompression:  true,
 			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
 			MaxIdleConnsPerHost: 4,
