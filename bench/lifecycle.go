@@ -51,7 +51,9 @@ func lifecycle(ctx context.Context) (Result, error) {
 	}
 	p, err := pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: filepath.Join(tmp, "data")}, MaxSandboxes: -1},
 		pool.Deps{Store: lease.NewStore(rdb, "bench:{lc}:"), Backend: be, BackendName: "process",
-			NewTransport: func(socket string) http.RoundTripper { return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket}) }, Log: quiet})
+			NewTransport: func(socket string) http.RoundTripper {
+				return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket})
+			}, Log: quiet})
 	if err != nil {
 		return Result{}, err
 	}

@@ -80,14 +80,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		return telemetry.PoolCounts(n), err
 	})
 	g.pool, err = pool.New(cfg.Pool, pool.Deps{
-		Store:        store,
-		Backend:      be,
-		BackendName:  name,
-		NewTransport: func(socket string) http.RoundTripper { return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket}) },
-		Log:          log,
-		Tracer:       g.tracing.Tracer(),
-		Metrics:      g.metrics,
-		Creates:      limits,
+		Store:       store,
+		Backend:     be,
+		BackendName: name,
+		NewTransport: func(socket string) http.RoundTripper {
+			return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket})
+		},
+		Log:     log,
+		Tracer:  g.tracing.Tracer(),
+		Metrics: g.metrics,
+		Creates: limits,
 	})
 	if err != nil {
 		g.close()
