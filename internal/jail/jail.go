@@ -1,0 +1,55 @@
+// Package jail runs a program in a sandbox of its own on Linux without a
+// container engine: new user, mount, PID, network, IPC, UTS and cgroup
+// namespaces, a root of its own (pivot_root) built from read-only system
+// directories and the sandbox's bind mounts, an unprivileged uid inside,
+// Landlock, a seccomp filter and resource limits. It is what the process
+// backend's default isolation (process_isolation: namespaces) is made of.
+//
+// The parent side (Command) prepares the clone flags, the id maps and the
+// mount sources; the child side (Init, the `gateway sandbox-init`
+// subcommand) runs as PID 1 of the new PID namespace, builds the root,
+// locks itself down and starts the sandbox server, reaping every orphan
+// until the server exits.
+package jail
+
+// Limits bound one sandbox. The zero value of each field is its documented
+// default; a negative value means no limit.
+type Limits struct {
+	// Memory in bytes for the whole sandbox: a cgroup's memory limit where
+	// the gateway may write one, else RLIMIT_AS on every process. 0 = 2 GiB.
+	Memory int64 `json:"memory"`
+	// Processes (and threads) the sandbox may run at once: the pids
+	// cgroup, and RLIMIT_NPROC of the sandbox's own host uid. 0 = 512.
+	Processes int64 `json:"processes"`
+	// OpenFiles per process (RLIMIT_NOFILE). 0 = 4096.
+	OpenFiles int64 `json:"open_files"`
+	// FileSize is the largest file a process may write (RLIMIT_FSIZE).
+	// 0 = 8 GiB.
+	FileSize int64 `json:"file_size"`
+	// TmpSize bounds the private /tmp (a tmpfs). 0 = 512 MiB.
+	TmpSize int64 `json:"tmp_size"`
+}
+
+// Documented defaults of Limits.
+const (
+	DefaultMemory    = 2 << 30
+	DefaultProcesses = 512
+	DefaultOpenFiles = 4096
+	DefaultFileSize  = 8 << 30
+	DefaultTmpSize   = 512 << 20
+)
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&l.Memory, DefaultMemory)
+	def(&l.Processes, DefaultProcesses)
+	def(&l.OpenFiles, DefaultOpenFiles)
+	def(&l.FileSize, DefaultFileSize)
+	def(&l.TmpSize, DefaultTmpSize)
+	return l
+}
