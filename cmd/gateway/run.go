@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime/debug"
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/gateway"
+	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -16,6 +18,12 @@ func run(ctx context.Context, args []string) error {
 		switch args[0] {
 		case "sandbox":
 			return sandbox.Main(ctx, args[1:])
+		case jail.InitCommand: // the process backend's sandbox PID 1
+			code, err := jail.Init()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "sandbox-init:", err)
+			}
+			os.Exit(code)
 		case "serve":
 			args = args[1:]
 		}

@@ -17,7 +17,9 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/docker"
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
+	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/backend/remote"
+	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
@@ -87,6 +89,10 @@ func (c Config) ImageRequested() bool { return c.imageSet }
 type ProcessConfig struct {
 	// Binary is the sandbox server executable; empty = this gateway binary.
 	Binary string
+	// Isolation is namespaces (the default) or none (see process.Config).
+	Isolation string
+	// Limits bound each isolated sandbox.
+	Limits jail.Limits
 }
 
 // Default returns the documented defaults.
@@ -196,6 +202,14 @@ func (c Config) Validate() error {
 		if reserved(m.ContainerPath) {
 			return fmt.Errorf("mounts[%d]: container_path %s is reserved", i, m.ContainerPath)
 		}
+	}
+	if c.Backend == "process" && c.Process.Isolation == process.IsolationNone && c.Auth.Enabled() {
+		return errors.New("process_isolation: none runs every sandbox as the gateway's own user, with its files and " +
+			"network, and authentication is configured (several users): refusing; keep process_isolation: namespaces " +
+			"or use a container backend")
+	}
+	if err := (process.Config{StateDir: c.DataDir, Isolation: c.Process.Isolation}).Validate(); err != nil {
+		return err
 	}
 	if err := c.Docker.Validate(); err != nil {
 		return err

@@ -135,6 +135,9 @@ func TestValidationNamesTheField(t *testing.T) {
 		{args: []string{"--allowed-hosts", "http://gateway.internal"}, field: "allowed_hosts"},
 		{args: []string{"--allowed-hosts", "gateway.internal:8080"}, field: "allowed_hosts"},
 		{args: []string{"--metrics-token", "short"}, field: "metrics_token"},
+		{args: []string{"--process-isolation", "chroot"}, field: "process_isolation"},
+		{args: []string{"--process-isolation", "none", "--auth-jwt-hs256-secret", "0123456789abcdef0123456789abcdef", "--auth-jwt-any-audience"}, field: "process_isolation"},
+		{args: []string{"--process-memory", "lots"}, field: "process-memory"},
 	}
 	for _, c := range cases {
 		env := map[string]string{}

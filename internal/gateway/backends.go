@@ -34,13 +34,15 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backe
 	case "process":
 		if cfg.ImageRequested() {
 			log.Warn("image is set, so container sandboxes were asked for, but the backend is process: sandboxes run as "+
-				"unisolated host processes and the image is not used; set backend: docker (or kubernetes, applecontainer) "+
-				"to run them in containers, or drop image", "image", cfg.Docker.Image)
+				"host processes (isolated by namespaces unless process_isolation: none) and the image is not used; set backend: "+
+				"docker (or kubernetes, applecontainer) to run them in containers, or drop image", "image", cfg.Docker.Image)
 		}
 		be, err := process.New(process.Config{
-			Binary:   cfg.Process.Binary,
-			StateDir: filepath.Join(cfg.DataDir, "sandboxes", "process"),
-			Instance: cfg.Pool.Instance,
+			Binary:    cfg.Process.Binary,
+			StateDir:  filepath.Join(cfg.DataDir, "sandboxes", "process"),
+			Instance:  cfg.Pool.Instance,
+			Isolation: cfg.Process.Isolation,
+			Limits:    cfg.Process.Limits,
 		}, log)
 		if err != nil {
 			return nil, "", fmt.Errorf("process backend: %w", err)
@@ -107,12 +109,13 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 		}
 		_ = d.Close()
 	}
-	if cfg.Auth.Enabled() {
-		// Credentials mean several users: the process backend does not keep
-		// their code apart, so falling back to it would fail open.
+	if cfg.Auth.Enabled() && cfg.Process.Isolation == process.IsolationNone {
+		// Credentials mean several users: the unisolated process backend
+		// does not keep their code apart, so falling back to it would fail
+		// open.
 		return nil, "", fmt.Errorf("%w (docker: %w)", errAutoUnisolated, err)
 	}
-	log.Warn("backend auto: using process: sandboxes are unisolated host processes",
+	log.Warn("backend auto: using process: sandboxes are host processes in namespaces of their own",
 		"why", "no container runtime answered", "docker_err", err, "image_ignored", cfg.ImageRequested())
 	cfg.Backend = "process"
 	return newBackend(ctx, cfg, log)
@@ -121,8 +124,8 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 // errAutoUnisolated refuses `auto` falling back to the process backend
 // while credentials are configured.
 var errAutoUnisolated = errors.New("backend auto: no container runtime answered and authentication is configured " +
-	"(several users): refusing to fall back to the unisolated process backend; make the Docker engine reachable " +
-	"(docker_host / DOCKER_HOST), or choose a backend explicitly (--backend process accepts unisolated sandboxes)")
+	"(several users): refusing to fall back to the process backend with process_isolation: none; make the Docker engine " +
+	"reachable (docker_host / DOCKER_HOST), or keep process_isolation: namespaces")
 
 // checkImage runs the docker backend's start-up image check, bounded.
 func checkImage(ctx context.Context, d *docker.Docker) {

@@ -20,9 +20,9 @@ type Limits struct {
 	Memory int64 `json:"memory"`
 	// Processes (and threads) the sandbox may run at once: the pids
 	// cgroup, and RLIMIT_NPROC of the sandbox's own host uid. 0 = 512.
-	Processes int64 `json:"processes"`
+	Processes int `json:"processes"`
 	// OpenFiles per process (RLIMIT_NOFILE). 0 = 4096.
-	OpenFiles int64 `json:"open_files"`
+	OpenFiles int `json:"open_files"`
 	// FileSize is the largest file a process may write (RLIMIT_FSIZE).
 	// 0 = 8 GiB.
 	FileSize int64 `json:"file_size"`
@@ -41,15 +41,17 @@ const (
 
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
-	def := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&l.Memory, DefaultMemory)
-	def(&l.Processes, DefaultProcesses)
-	def(&l.OpenFiles, DefaultOpenFiles)
-	def(&l.FileSize, DefaultFileSize)
-	def(&l.TmpSize, DefaultTmpSize)
+	l.Memory = orDefault(l.Memory, DefaultMemory)
+	l.Processes = orDefault(l.Processes, DefaultProcesses)
+	l.OpenFiles = orDefault(l.OpenFiles, DefaultOpenFiles)
+	l.FileSize = orDefault(l.FileSize, DefaultFileSize)
+	l.TmpSize = orDefault(l.TmpSize, DefaultTmpSize)
 	return l
+}
+
+func orDefault[T int | int64](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
 }

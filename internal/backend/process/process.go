@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/jail"
 )
 
 // Name is the backend's name in Info.Backend and logs.
@@ -47,13 +48,33 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Instance is the gateway instance id recorded in the labels (optional).
 	Instance string
+	// Isolation is IsolationNamespaces ("" = it, the default) or
+	// IsolationNone (the sandbox is a plain child process with the gateway's
+	// user, files and network: one trusted user only).
+	Isolation string
+	// Limits bound each isolated sandbox (zero fields: jail's defaults).
+	Limits jail.Limits
+	// CgroupRoot is where cgroups are mounted; "" = /sys/fs/cgroup.
+	CgroupRoot string
 }
+
+// Isolation modes.
+const (
+	IsolationNamespaces = "namespaces"
+	IsolationNone       = "none"
+)
+
+// maxSocketPath is what fits sockaddr_un's sun_path with its NUL.
+const maxSocketPath = 107
 
 // Validate reports configuration errors.
 func (c Config) Validate() error {
 	var errs []error
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("process backend: state dir is required"))
+	}
+	if c.Isolation != "" && c.Isolation != IsolationNamespaces && c.Isolation != IsolationNone {
+		errs = append(errs, fmt.Errorf("process backend: process_isolation %q: want namespaces or none", c.Isolation))
 	}
 	if c.ReadyTimeout < 0 {
 		errs = append(errs, fmt.Errorf("process backend: ready timeout %v is negative", c.ReadyTimeout))
@@ -68,6 +89,8 @@ type Process struct {
 
 	mu       sync.Mutex
 	children map[int]*child // by pid: sandboxes this Process started and reaps
+
+	cgroups *jail.Cgroups // nil with IsolationNone
 }
 
 var _ backend.Backend = (*Process)(nil)
@@ -97,13 +120,27 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("process backend: resolve state dir: %w", err)
 	}
+	if len(cfg.StateDir)+len("/0123456789abcdef.sock") > maxSocketPath {
+		return nil, fmt.Errorf("process backend: state dir %d bytes long: sandbox sockets in it would pass the %d-byte limit of a Unix socket path; choose a shorter data_dir",
+			len(cfg.StateDir), maxSocketPath)
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("process backend: create state dir: %w", err)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Process{cfg: cfg, log: log.With("backend", Name), children: map[int]*child{}}, nil
+	p := &Process{cfg: cfg, log: log.With("backend", Name), children: map[int]*child{}}
+	if cfg.Isolation == IsolationNone {
+		p.log.Warn("process_isolation: none: sandboxes run as the gateway's user, see its files, processes and network; for one trusted user only")
+		return p, nil
+	}
+	p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup"))
+	if err := p.probe(); err != nil {
+		return nil, fmt.Errorf("process backend: process_isolation: namespaces does not work on this machine: %w; "+
+			"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
+	}
+	return p, nil
 }
 
 // Create starts the sandbox, or returns the live one already running under

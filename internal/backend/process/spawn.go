@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -109,25 +110,17 @@ func childEnv(parent []string, configured map[string]string) []string {
 	return append(env, sandbox.KeepEnvVar+"="+strings.Join(names, ","))
 }
 
-// start launches the sandbox server in its own process group (so terminal
-// signals to the gateway do not reach it, it outlives the gateway, and the
-// whole group can be killed) on a loopback socket bound here: the kernel
-// picks the port, and connections queue in the backlog until the child
-// serves, so there is neither a port race nor a startup gap to poll across.
+// start launches the sandbox server on a Unix socket bound here, in the
+// 0700 state dir: connections queue in the backlog until the child serves,
+// so there is neither a port race nor a startup gap to poll across, and no
+// TCP port on the host leads to the sandbox. Isolated, the server runs in a
+// jail (isolate.go); with IsolationNone, as a plain child in its own process
+// group (so terminal signals to the gateway do not reach it, it outlives
+// the gateway, and the whole group can be killed).
 func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string, error) {
-	args, err := serverArgs(spec.Mounts, spec.Secret != "")
+	sock, socketPath, err := p.listen(spec.SandboxID)
 	if err != nil {
 		return nil, "", err
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", fmt.Errorf("bind sandbox port: %w", err)
-	}
-	defer ln.Close()
-	sock, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return nil, "", fmt.Errorf("pass sandbox socket: %w", err)
 	}
 	defer sock.Close()
 	logf, err := p.openLog(spec.SandboxID)
@@ -141,11 +134,7 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 		return nil, "", fmt.Errorf("sandbox recorded pipe: %w", err)
 	}
 	defer recordedR.Close()
-
-	cmd := exec.Command(p.cfg.Binary, args...)
-	cmd.Env = childEnv(os.Environ(), spec.Env)
-	cmd.Stdout, cmd.Stderr = logf, logf          // the file itself, no pipe: the child outlives us
-	cmd.ExtraFiles = []*os.File{sock, recordedR} // fd 3, fd 4
+	files := []*os.File{sock, recordedR} // the server's fd 3, fd 4
 	if spec.Secret != "" {
 		secretR, err := secretPipe(spec.Secret)
 		if err != nil {
@@ -153,12 +142,17 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 			return nil, "", err
 		}
 		defer secretR.Close()
-		cmd.ExtraFiles = append(cmd.ExtraFiles, secretR) // fd 5
+		files = append(files, secretR) // fd 5
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	var cmd *exec.Cmd
+	if p.cgroups == nil {
+		cmd, err = p.startPlain(spec, files, logf)
+	} else {
+		cmd, err = p.startJailed(spec, files, logf)
+	}
+	if err != nil {
 		_ = recordedW.Close()
-		return nil, "", fmt.Errorf("start sandbox server: %w", err)
+		return nil, "", err
 	}
 	c := &child{pid: cmd.Process.Pid, done: make(chan struct{}), recorded: recordedW}
 	p.mu.Lock()
@@ -178,7 +172,46 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 		}
 		log.Info("sandbox process exited", "status", cmd.ProcessState.String())
 	}()
-	return c, "http://" + ln.Addr().String(), nil
+	return c, backend.UnixURL(socketPath), nil
+}
+
+// startPlain runs the server as a child of the gateway, with the thread's
+// dirs mapped to the virtual paths by rewriting (IsolationNone).
+func (p *Process) startPlain(spec backend.Spec, files []*os.File, logf *os.File) (*exec.Cmd, error) {
+	args, err := serverArgs(spec.Mounts, spec.Secret != "")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(p.cfg.Binary, args...)
+	cmd.Env = childEnv(os.Environ(), spec.Env)
+	cmd.Stdout, cmd.Stderr = logf, logf // the file itself, no pipe: the child outlives us
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start sandbox server: %w", err)
+	}
+	return cmd, nil
+}
+
+// listen binds the sandbox's socket, replacing a dead incarnation's (the
+// caller holds the id's lock and found no live sandbox), and returns it as
+// a file for the child.
+func (p *Process) listen(sid string) (*os.File, string, error) {
+	path := p.socketPath(sid)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, "", fmt.Errorf("remove old sandbox socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, "", fmt.Errorf("bind sandbox socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // the socket file belongs to the sandbox now
+	defer ln.Close()
+	f, err := ln.File()
+	if err != nil {
+		return nil, "", fmt.Errorf("pass sandbox socket: %w", err)
+	}
+	return f, path, nil
 }
 
 // secretPipe returns the read end of a pipe holding secret, its write end

@@ -66,6 +66,9 @@ func validSandboxID(sid string) error {
 
 func (p *Process) statePath(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".json") }
 func (p *Process) logPath(sid string) string   { return filepath.Join(p.cfg.StateDir, sid+".log") }
+func (p *Process) socketPath(sid string) string {
+	return filepath.Join(p.cfg.StateDir, sid+".sock")
+}
 
 // readState returns nil, nil when there is no state file.
 func (p *Process) readState(sid string) (*state, error) {
@@ -109,7 +112,15 @@ func (p *Process) writeState(st *state) error {
 	return nil
 }
 
+// removeState drops what a gone sandbox leaves: its state file, its
+// socket and its cgroups.
 func (p *Process) removeState(sid string) error {
+	_ = os.Remove(p.socketPath(sid))
+	if p.cgroups != nil {
+		if err := p.cgroups.Remove(sid); err != nil {
+			p.log.Warn("remove sandbox cgroup", "sandbox_id", sid, "err", err)
+		}
+	}
 	if err := os.Remove(p.statePath(sid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove sandbox state: %w", err)
 	}

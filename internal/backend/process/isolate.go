@@ -1,0 +1,128 @@
+package process
+
+import (
+		"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/jail"
+)
+
+// sandboxPath is the PATH of an isolated sandbox: the host's program dirs,
+// which are all it has, not the gateway's PATH (its entries need not exist
+// inside).
+const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// probeTimeout bounds the start-up check that this kernel can isolate.
+const probeTimeout = 10 * time.Second
+
+// startJailed starts the server in a jail of its own: new namespaces, the
+// thread's dirs bound at their real /mnt/user-data paths (no rewriting),
+// an unprivileged uid of its own, Landlock, seccomp and limits, in its own
+// cgroups when this machine lets the gateway make them.
+func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File) (*exec.Cmd, error) {
+	uid, gid := jail.HostID(spec.SandboxID)
+	mounts := make([]jail.Mount, 0, len(spec.Mounts))
+	for _, m := range spec.Mounts {
+		if !m.ReadOnly && uid != os.Geteuid() && strings.HasPrefix(m.ContainerPath, backend.VirtualUserData+"/") {
+			// The thread's own dirs become the sandbox uid's; a configured
+			// extra mount keeps its owner (it may be shared).
+			if err := jail.Own(m.HostPath, uid, gid); err != nil {
+				return nil, err
+			}
+		}
+		mounts = append(mounts, jail.Mount{Target: m.ContainerPath, Source: m.HostPath, ReadOnly: m.ReadOnly})
+	}
+	args, err := serverArgs(nil, spec.Secret != "")
+	if err != nil {
+		return nil, err
+	}
+	limits := p.cfg.Limits.WithDefaults()
+	placed := func(pid int) error {
+		if p.cgroups.Mode() == jail.NoCgroups {
+			return nil
+		}
+		return p.cgroups.Place(spec.SandboxID, pid, limits)
+	}
+	c := jail.Command{
+		Binary: p.cfg.Binary,
+		Spec: jail.Spec{
+			Mounts:         mounts,
+			Limits:         limits,
+			MemoryByRlimit: p.cgroups.Mode() == jail.NoCgroups,
+			Dir:            backend.VirtualWorkspace,
+			Args:           args,
+			Env:            childEnv(isolatedEnv, spec.Env),
+		},
+		Files:  files,
+		UID:    uid,
+		GID:    gid,
+		Output: logf,
+		Placed: placed,
+	}
+	cmd, err := c.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start isolated sandbox: %w", err)
+	}
+	return cmd, nil
+}
+
+// isolatedEnv is all an isolated sandbox inherits: nothing of the
+// gateway's environment.
+var isolatedEnv = []string{
+	"PATH=" + sandboxPath,
+	"HOME=" + backend.VirtualWorkspace,
+	"LANG=C.UTF-8",
+	"TERM=xterm-256color",
+}
+
+// probe builds one throwaway jail, the way every sandbox is built, and
+// reports why it could not: the start-up check that this kernel allows
+// what isolation needs.
+func (p *Process) probe() error {
+	dir, err := os.MkdirTemp(p.cfg.StateDir, "probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	out, err := os.CreateTemp(dir, "log")
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	c := jail.Command{
+		Binary: p.cfg.Binary,
+		Spec: jail.Spec{
+			Mounts: []jail.Mount{{Target: backend.VirtualWorkspace, Source: dir}},
+			Dir:    "/", Args: []string{"probe"}, Probe: true,
+			MemoryByRlimit: p.cgroups.Mode() == jail.NoCgroups,
+		},
+		Output: out,
+	}
+	c.UID, c.GID = jail.HostID("probe")
+	if err := jail.Own(dir, c.UID, c.GID); err != nil {
+		return err
+	}
+	cmd, err := c.Start()
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(probeTimeout):
+		_ = cmd.Process.Kill()
+		err = errors.Join(errors.New("timed out"), <-done)
+	}
+	if err != nil {
+		msg, _ := os.ReadFile(out.Name())
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(msg)))
+	}
+	p.log.Info("process isolation: namespaces", "memory_limit", p.cgroups.Mode(), "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
+	return nil
+}

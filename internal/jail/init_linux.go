@@ -1,0 +1,312 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// newRoot is where the child builds the sandbox's root before pivoting
+// into it: a tmpfs over /tmp of its private copy of the host's mounts.
+const newRoot = "/tmp"
+
+// Init is the sandbox's PID 1 (InitCommand): it reads its Spec, builds the
+// root, locks itself down, starts the server and reaps every process of the
+// sandbox until the server exits, whose exit status it returns.
+func Init() (int, error) {
+	// Descriptors inherited from the gateway (the spec pipe, the mount
+	// trees) must not reach the server; the ones it should have are
+	// handed over explicitly.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 1, fmt.Errorf("mark inherited fds: %w", err)
+	}
+	// Nothing in the sandbox may read this process's memory or environ.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 1, fmt.Errorf("set non-dumpable: %w", err)
+	}
+	spec, err := readSpec()
+	if err != nil {
+		return 1, err
+	}
+	if err := build(&spec); err != nil {
+		return 1, err
+	}
+	writable := []string{"/tmp", "/dev/shm"}
+	for _, m := range spec.Mounts {
+		if !m.ReadOnly && m.Target != ServerBinary {
+			writable = append(writable, m.Target)
+		}
+	}
+	if _, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable); err != nil {
+		return 1, fmt.Errorf("lock down: %w", err)
+	}
+	if spec.Probe {
+		return 0, nil
+	}
+	return serve(spec)
+}
+
+func readSpec() (Spec, error) {
+	f := os.NewFile(specFD, "spec")
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return Spec{}, fmt.Errorf("read spec: %w", err)
+	}
+	var spec Spec
+	if err := json.Unmarshal(body, &spec); err != nil {
+		return Spec{}, fmt.Errorf("decode spec: %w", err)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	return spec, spec.Validate()
+}
+
+// serve starts the server and reaps until it exits. As PID 1 of the
+// sandbox this process inherits every orphan; when it returns, the kernel
+// kills whatever still runs in the sandbox.
+func serve(spec Spec) (int, error) {
+	cmd := &exec.Cmd{
+		Path:   ServerBinary,
+		Args:   append([]string{ServerBinary}, spec.Args...),
+		Env:    spec.Env,
+		Dir:    spec.Dir,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+	}
+	for i := range spec.Files {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(FirstFile+i), "server-"+strconv.Itoa(i)))
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	if err := cmd.Start(); err != nil {
+		return 1, fmt.Errorf("start server: %w", err)
+	}
+	for _, f := range cmd.ExtraFiles {
+		_ = f.Close() // the server holds them now; a closed write end must reach it as EOF
+	}
+	server := cmd.Process.Pid
+	go func() {
+		for s := range sigs {
+			_ = unix.Kill(server, s.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return 1, fmt.Errorf("wait: %w", err)
+		case pid != server:
+			continue // an orphan reaped
+		case ws.Signaled():
+			return 128 + int(ws.Signal()), nil
+		default:
+			return ws.ExitStatus(), nil
+		}
+	}
+}
+
+// build makes the sandbox's root and pivots into it.
+func build(spec *Spec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// Sources bound by path are opened before the root tmpfs may hide them.
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		if m.FD != 0 {
+			continue
+		}
+		fd, err := unix.Open(m.Source, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open mount source of %s: %w", m.Target, err)
+		}
+		m.FD = fd
+	}
+	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
+		return fmt.Errorf("mount root: %w", err)
+	}
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"system dirs", systemDirs},
+		{"/etc", etc},
+		{"/dev", devices},
+		{"/tmp", func() error { return tmpfs("/tmp", 0o1777, spec.Limits.TmpSize) }},
+		{"mounts", func() error { return bindMounts(spec.Mounts) }},
+		{"/proc", func() error { return mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "") }},
+		{"pivot", pivot},
+		{"hostname", func() error { return unix.Sethostname([]byte(hostname)) }},
+		{"loopback", loopbackUp},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return fmt.Errorf("sandbox %s: %w", s.what, err)
+		}
+	}
+	return nil
+}
+
+// inRoot is a path of the root being built.
+func inRoot(p string) string { return filepath.Join(newRoot, p) }
+
+// mountAt mounts inside the new root, creating the mount point.
+func mountAt(source, target, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(inRoot(target), 0o755); err != nil {
+		return err
+	}
+	return unix.Mount(source, inRoot(target), fstype, flags, data)
+}
+
+// tmpfs mounts a tmpfs of size bytes (<= 0: the kernel's default, half
+// of RAM) inside the new root.
+func tmpfs(target string, mode os.FileMode, size int64) error {
+	data := fmt.Sprintf("mode=%o", mode)
+	if size > 0 {
+		data += fmt.Sprintf(",size=%d", size)
+	}
+	return mountAt("tmpfs", target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data)
+}
+
+// setAttr changes mount attributes of a mount and those below it; unlike a
+// remount it keeps the flags it does not name, the locked ones included.
+func setAttr(path string, attr uint64) error {
+	return unix.MountSetattr(unix.AT_FDCWD, path, unix.AT_RECURSIVE,
+		&unix.MountAttr{Attr_set: attr})
+}
+
+const readOnly = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+
+// systemDirs binds the host's program and library dirs read-only, and
+// copies the symlinks a merged-/usr system has in their place.
+func systemDirs() error {
+	for _, name := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if err := bindHost("/"+name, readOnly); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindHost binds a host path to the same path in the new root (a symlink
+// is recreated instead; a missing one is skipped).
+func bindHost(p string, attr uint64) error {
+	fi, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, inRoot(p))
+	}
+	if err := mountPoint(inRoot(p), fi.IsDir()); err != nil {
+		return err
+	}
+	if err := unix.Mount(p, inRoot(p), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", p, err)
+	}
+	return setAttr(inRoot(p), attr)
+}
+
+// mountPoint creates an empty dir or file to mount on.
+func mountPoint(p string, dir bool) error {
+	if dir {
+		return os.MkdirAll(p, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// bindMounts attaches each mount: a detached tree from the parent, or a
+// source this process opened by path.
+func bindMounts(mounts []Mount) error {
+	for _, m := range mounts {
+		var st unix.Stat_t
+		if err := unix.Fstat(m.FD, &st); err != nil {
+			return fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+		target := inRoot(m.Target)
+		if err := mountPoint(target, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
+			return fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+		var err error
+		if m.Source == "" { // a detached tree
+			err = unix.MoveMount(m.FD, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		} else {
+			err = unix.Mount("/proc/self/fd/"+strconv.Itoa(m.FD), target, "", unix.MS_BIND|unix.MS_REC, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+		_ = unix.Close(m.FD)
+		attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+		if m.ReadOnly {
+			attr |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := setAttr(target, attr); err != nil {
+			return fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+	}
+	return nil
+}
+
+// pivot makes the new root the root, drops the host's mounts and seals the
+// root's own tmpfs read-only (its dirs and /etc files are done).
+func pivot() error {
+	if err := os.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	// The old root is stacked on ".": detaching it leaves the new one.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach host mounts: %w", err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	return unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY})
+}
+
+// loopbackUp brings up lo, the only interface of the sandbox's network
+// namespace: the server's port proxy and the commands' own servers use it.
+func loopbackUp() error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr)
+}

@@ -1,0 +1,196 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// InitCommand is the subcommand of the gateway binary that runs as the
+// sandbox's PID 1 (Init).
+const InitCommand = "sandbox-init"
+
+// Host ids of sandboxes when the gateway may map any (it runs as root):
+// one per sandbox id, from a range no account uses, so a sandbox's files on
+// the host belong to nobody real and its RLIMIT_NPROC counts its own
+// processes. Two ids colliding share a host uid, and nothing else: each
+// sandbox still sees only its own namespaces and mounts.
+const (
+	hostIDBase  = 1 << 30
+	hostIDRange = 1 << 24
+)
+
+// HostID is the host uid and gid SandboxUID maps to for a sandbox: an id of
+// its own when the gateway runs as root, else the gateway's own (an
+// unprivileged user can map only itself).
+func HostID(sandboxID string) (uid, gid int) {
+	if os.Geteuid() != 0 {
+		return os.Geteuid(), os.Getegid()
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sandboxID))
+	id := hostIDBase + int(h.Sum32()%hostIDRange)
+	return id, id
+}
+
+// Own makes dir, and everything under it when dir is not already theirs,
+// belong to uid:gid: the writable mounts of a sandbox whose host uid is its
+// own. A dir that already belongs to them is left as is, so a thread's
+// files are walked once, not on every create.
+func Own(dir string, uid, gid int) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
+	}
+	if int(st.Uid) == uid && int(st.Gid) == gid {
+		return nil
+	}
+	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
+	}
+	return nil
+}
+
+// Command starts a sandbox: Binary's InitCommand in new namespaces, which
+// then runs Spec.Args as the sandbox server.
+type Command struct {
+	Binary string
+	Spec   Spec
+	// Files are handed to the server as its fds 3, 4, ...
+	Files []*os.File
+	// UID and GID are the host ids the sandbox's user maps to (HostID).
+	UID, GID int
+	// Output receives the child's stdout and stderr.
+	Output *os.File
+	// Placed runs once the child exists and before it does anything: the
+	// place to put it in its cgroups. An error kills the child.
+	Placed func(pid int) error
+}
+
+// Start starts the child and, after Placed, hands it the spec. The caller
+// waits for the returned command.
+func (c *Command) Start() (*exec.Cmd, error) {
+	spec := c.Spec
+	spec.Files = len(c.Files)
+	spec.Mounts = append(slices.Clone(spec.Mounts), Mount{Target: ServerBinary, Source: c.Binary, ReadOnly: true})
+	trees, err := detach(spec.Mounts, FirstFile+len(c.Files))
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(trees)
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode sandbox spec: %w", err)
+	}
+	// The child runs the binary through a descriptor: as its unprivileged
+	// host uid it may not traverse the dirs above it (a test's 0700 temp
+	// dir, /root).
+	bin, err := os.Open(c.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox binary: %w", err)
+	}
+	defer bin.Close()
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox spec pipe: %w", err)
+	}
+	defer specR.Close()
+	extra := append(append([]*os.File{specR}, c.Files...), trees...)
+	cmd := exec.Command(fmt.Sprintf("/proc/self/fd/%d", 3+len(extra)), InitCommand)
+	cmd.Args[0] = "sandgate" // what the sandbox's ps shows: not a host path
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = c.Output, c.Output
+	cmd.ExtraFiles = append(extra, bin)
+	cmd.SysProcAttr = sysProcAttr(c.UID, c.GID)
+	if err := cmd.Start(); err != nil {
+		_ = specW.Close()
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	if c.Placed != nil {
+		err = c.Placed(cmd.Process.Pid)
+	}
+	if err == nil {
+		// The spec fits the pipe's buffer (64 KiB) unless a huge
+		// environment was configured; then the write waits for the child.
+		_, err = specW.Write(body)
+	}
+	if err = errors.Join(err, specW.Close()); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("hand over sandbox spec: %w", err)
+	}
+	return cmd, nil
+}
+
+// sysProcAttr puts the child in new namespaces as SandboxUID, mapped to
+// uid:gid on the host, with the capabilities it needs to build its root
+// (in its own user namespace only, dropped before the server starts).
+func sysProcAttr(uid, gid int) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxUID, HostID: uid, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxGID, HostID: gid, Size: 1}},
+		Credential:  &syscall.Credential{Uid: SandboxUID, Gid: SandboxGID, Groups: []uint32{}},
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
+		// Its own process group: terminal signals to the gateway do not
+		// reach it, and it outlives the gateway.
+		Setpgid: true,
+	}
+	if os.Geteuid() == 0 {
+		// Root may let the child clear the gateway's supplementary groups.
+		attr.GidMappingsEnableSetgroups = true
+	} else {
+		// setgroups stays denied (the kernel's rule for an unprivileged
+		// map); the gateway user's groups, unmapped, read as nobody.
+		attr.Credential.NoSetGroups = true
+	}
+	return attr
+}
+
+// detach clones each mount's source as a detached mount tree (open_tree),
+// numbering their fds in the child from first on. A detached tree lets the
+// child mount a path its unprivileged host uid could not even reach (a
+// data dir under /root). Where the gateway may not clone mounts (it is not
+// root), the child binds the source path itself.
+func detach(mounts []Mount, first int) ([]*os.File, error) {
+	var trees []*os.File
+	for i := range mounts {
+		m := &mounts[i]
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if errors.Is(err, unix.EPERM) {
+			continue
+		}
+		if err != nil {
+			closeAll(trees)
+			return nil, fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+		trees = append(trees, os.NewFile(uintptr(fd), m.Target))
+		m.FD, m.Source = first+len(trees)-1, ""
+	}
+	return trees, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}

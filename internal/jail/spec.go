@@ -1,0 +1,94 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+)
+
+// SandboxUID and SandboxGID are the ids every sandbox runs as inside its
+// user namespace: an ordinary user, never root, mapped to a host id of its
+// own (see HostID).
+const (
+	SandboxUID = 1000
+	SandboxGID = 1000
+)
+
+// Mount is one bind mount into the sandbox's root.
+type Mount struct {
+	// Target is the absolute path inside the sandbox.
+	Target string `json:"target"`
+	// Source is the host path, bound by the child itself; used only when
+	// the parent could not hand over a detached mount (FD 0).
+	Source string `json:"source,omitempty"`
+	// FD is the child's descriptor of a detached mount tree the parent
+	// cloned with open_tree: a path the child could not even traverse as
+	// its unprivileged host uid. 0 = none.
+	FD       int  `json:"fd,omitempty"`
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+// Spec is what the child builds and runs. The parent sends it as JSON on
+// the child's fd 3 once the child sits in its cgroups: reading it to EOF is
+// the child's signal to go on.
+type Spec struct {
+	Mounts []Mount `json:"mounts"`
+	Limits Limits  `json:"limits"`
+	// MemoryByRlimit: no cgroup holds the sandbox, so RLIMIT_AS bounds it.
+	MemoryByRlimit bool `json:"memory_by_rlimit,omitempty"`
+	// Dir is the working directory of Args.
+	Dir string `json:"dir"`
+	// Args and Env are the server's command line (Args[0] is run as this
+	// binary, /proc/self/exe) and its whole environment.
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	// Probe builds the sandbox and exits 0 instead of starting the server:
+	// the start-up check that this kernel can isolate at all.
+	Probe bool `json:"probe,omitempty"`
+	// Files is how many descriptors from fd FirstFile on are handed to the
+	// server as its fds 3, 4, ...
+	Files int `json:"files"`
+}
+
+// Child-side descriptor layout.
+const (
+	specFD = 3
+	// FirstFile is the child's first descriptor passed on to the server.
+	FirstFile = 4
+)
+
+// reservedTops are the sandbox root's own top-level dirs, which no mount may
+// shadow (only ServerBinary lives under .sandgate, put there by the parent).
+var reservedTops = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp", "sys"}
+
+// ServerBinary is where the server binary is mounted inside: under the
+// sandbox's own root, so Landlock, which knows paths below the root only,
+// lets it be executed.
+const ServerBinary = "/.sandgate/sandgate"
+
+// Validate checks what the child relies on.
+func (s Spec) Validate() error {
+	var errs []error
+	for _, m := range s.Mounts {
+		if !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
+			errs = append(errs, fmt.Errorf("mount target %q: want a clean absolute path below /", m.Target))
+		} else if top := strings.SplitN(m.Target[1:], "/", 2)[0]; slices.Contains(reservedTops, top) {
+			errs = append(errs, fmt.Errorf("mount target %s: /%s is the sandbox's own", m.Target, top))
+		}
+		if m.FD == 0 && !path.IsAbs(m.Source) {
+			errs = append(errs, fmt.Errorf("mount %s: no source", m.Target))
+		}
+	}
+	if len(s.Args) == 0 {
+		errs = append(errs, errors.New("no server command"))
+	}
+	for _, kv := range s.Env {
+		if !strings.Contains(kv, "=") || strings.ContainsRune(kv, 0) {
+			name, _, _ := strings.Cut(kv, "=") // never the value: it may be a secret
+			errs = append(errs, fmt.Errorf("bad environment entry %q", name))
+		}
+	}
+	return errors.Join(errs...)
+}
