@@ -11,7 +11,7 @@ const NoCgroups = "none"
 // Cgroups placeholder.
 type Cgroups struct{}
 
-func OpenCgroups(root string) *Cgroups                       { return &Cgroups{} }
-func (c *Cgroups) Mode() string                              { return NoCgroups }
+func OpenCgroups(root string) *Cgroups                        { return &Cgroups{} }
+func (c *Cgroups) Mode() string                               { return NoCgroups }
 func (c *Cgroups) Place(name string, pid int, l Limits) error { return nil }
-func (c *Cgroups) Remove(name string) error                  { return nil }
+func (c *Cgroups) Remove(name string) error                   { return nil }

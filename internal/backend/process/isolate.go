@@ -1,7 +1,7 @@
 package process
 
 import (
-		"errors"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
