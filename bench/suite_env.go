@@ -48,10 +48,14 @@ func (e *suiteEnv) close() {
 }
 
 // benchSpec is the spec of the bench user's thread, with its real mounts
-// under dataDir and the gateway's sandbox id.
+// under dataDir (made here, so a measured Create finds them) and the
+// gateway's sandbox id.
 func benchSpec(dataDir, thread string) (backend.Spec, error) {
 	mounts, err := backend.ThreadMounts(backend.MountConfig{DataDir: dataDir}, "bench", thread)
 	if err != nil {
+		return backend.Spec{}, err
+	}
+	if err := backend.EnsureHostDirs(mounts); err != nil {
 		return backend.Spec{}, err
 	}
 	return backend.Spec{SandboxID: identity.SandboxID("bench", thread), User: "bench", Thread: thread, Mounts: mounts}, nil

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,9 +31,15 @@ func ThreadDir(dataDir, user, thread string) string {
 	return filepath.Join(dataDir, "users", user, "threads", thread, "user-data")
 }
 
-// ThreadMounts returns the mounts for one thread's sandbox, creating the
-// thread's host directories on demand. user and thread must already be
-// validated path-safe identifiers.
+// ErrHostDirs marks a mount's host directory that cannot be created (disk
+// full, read-only filesystem, a file in its place): the gateway host's
+// fault, not the sandbox's, so callers answer 507 rather than 502.
+var ErrHostDirs = errors.New("mount host directory unavailable")
+
+// ThreadMounts returns the mounts for one thread's sandbox. It creates
+// nothing: only the backends that bind host directories make them
+// (EnsureHostDirs), so kubernetes and remote never touch the gateway's disk.
+// user and thread must already be validated path-safe identifiers.
 func ThreadMounts(cfg MountConfig, user, thread string) ([]Mount, error) {
 	base, err := filepath.Abs(ThreadDir(cfg.DataDir, user, thread))
 	if err != nil {
@@ -44,11 +51,7 @@ func ThreadMounts(cfg MountConfig, user, thread string) ([]Mount, error) {
 		{"uploads", VirtualUploads},
 		{"outputs", VirtualOutputs},
 	} {
-		dir := filepath.Join(base, sub.name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("create thread %s dir: %w", sub.name, err)
-		}
-		mounts = append(mounts, Mount{HostPath: dir, ContainerPath: sub.virtual})
+		mounts = append(mounts, Mount{HostPath: filepath.Join(base, sub.name), ContainerPath: sub.virtual})
 	}
 	for _, ro := range []struct{ host, virtual string }{
 		{cfg.SkillsDir, VirtualSkills},
@@ -61,10 +64,33 @@ func ThreadMounts(cfg MountConfig, user, thread string) ([]Mount, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resolve %s: %w", ro.virtual, err)
 		}
-		if err := os.MkdirAll(abs, 0o755); err != nil {
-			return nil, fmt.Errorf("create %s dir: %w", ro.virtual, err)
-		}
 		mounts = append(mounts, Mount{HostPath: abs, ContainerPath: ro.virtual, ReadOnly: true})
 	}
 	return append(mounts, cfg.Extra...), nil
+}
+
+// EnsureHostDirs creates the standard mounts' missing host directories
+// (0o755, read-only ones too: an empty skills dir beats a failed bind).
+// Backends that bind host paths call it at the start of Create. Configured
+// extra mounts are the operator's and must already exist. Errors wrap
+// ErrHostDirs and the cause (errors.Is(err, syscall.ENOSPC) holds).
+func EnsureHostDirs(mounts []Mount) error {
+	for _, m := range mounts {
+		if !standardMount(m.ContainerPath) {
+			continue
+		}
+		if err := os.MkdirAll(m.HostPath, 0o755); err != nil {
+			return fmt.Errorf("%w: create %s dir: %w", ErrHostDirs, m.ContainerPath, err)
+		}
+	}
+	return nil
+}
+
+// standardMount: a virtual path ThreadMounts makes from MountConfig.
+func standardMount(virtual string) bool {
+	switch virtual {
+	case VirtualWorkspace, VirtualUploads, VirtualOutputs, VirtualSkills, VirtualACPWorkspace:
+		return true
+	}
+	return false
 }

@@ -167,6 +167,8 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 }
 
 func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, error) {
+	// Only the paths: backends that bind host dirs create them in Create
+	// (backend.EnsureHostDirs); the others never need the gateway's disk.
 	mounts, err := backend.ThreadMounts(p.cfg.Mounts, user, thread)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStorage, err)
@@ -185,8 +187,11 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	end(span, err)
 	p.metrics.Created(err == nil)
 	if err != nil {
-		if errors.Is(err, backend.ErrUnavailable) {
+		switch {
+		case errors.Is(err, backend.ErrUnavailable):
 			return nil, err
+		case errors.Is(err, backend.ErrHostDirs):
+			return nil, fmt.Errorf("%w: %w", ErrStorage, err)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
 	}

@@ -121,6 +121,9 @@ func (a *AppleContainer) Create(ctx context.Context, spec backend.Spec) (backend
 	if err := validateSpec(spec); err != nil {
 		return backend.Info{}, err
 	}
+	if err := backend.EnsureHostDirs(spec.Mounts); err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
+	}
 	sid, name := spec.SandboxID, a.name(spec.SandboxID)
 	log := a.log.With("sandbox_id", sid, "thread", spec.Thread)
 	if info, ok, err := a.adoptExisting(ctx, name, sid, log); err != nil || ok {

@@ -33,6 +33,9 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	if err := validateSpec(spec); err != nil {
 		return backend.Info{}, err
 	}
+	if err := backend.EnsureHostDirs(spec.Mounts); err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
+	}
 	sid := spec.SandboxID
 	log := d.log.With("sandbox_id", sid, "thread", spec.Thread)
 	serverPath, err := d.prepareImage(ctx)

@@ -149,6 +149,9 @@ func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, 
 	if err := validateSpec(spec); err != nil {
 		return backend.Info{}, err
 	}
+	if err := backend.EnsureHostDirs(spec.Mounts); err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
+	}
 	sid := spec.SandboxID
 	log := p.log.With("sandbox_id", sid, "thread", spec.Thread)
 	l, err := p.lock(ctx, sid)
