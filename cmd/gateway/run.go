@@ -18,12 +18,15 @@ func run(ctx context.Context, args []string) error {
 		switch args[0] {
 		case "sandbox":
 			return sandbox.Main(ctx, args[1:])
-		case jail.InitCommand: // the process backend's sandbox PID 1
-			code, err := jail.Init()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "sandbox-init:", err)
+		case jail.InitCommand: // an isolated process sandbox: set up, then serve in this process
+			server, err := jail.Setup()
+			if err != nil || len(server) == 0 {
+				return err // a probe ends here
 			}
-			os.Exit(code)
+			if server[0] != "sandbox" {
+				return fmt.Errorf("sandbox-init: server command %q is not sandbox", server[0])
+			}
+			return sandbox.Main(ctx, server[1:])
 		case "serve":
 			args = args[1:]
 		}

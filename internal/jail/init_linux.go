@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,40 +17,46 @@ import (
 // into it: a tmpfs over /tmp of its private copy of the host's mounts.
 const newRoot = "/tmp"
 
-// Init is the sandbox's PID 1 (InitCommand): it reads its Spec, builds the
-// root, locks itself down, starts the server and reaps every process of the
-// sandbox until the server exits, whose exit status it returns.
-func Init() (int, error) {
+// Setup turns this process (InitCommand, PID 1 of the new namespaces) into
+// the sandbox: it reads its Spec, builds the root and pivots into it, takes
+// the server's environment, working directory and descriptors (the files
+// handed over become fds 3, 4, ...), and locks itself down. It returns the
+// server's command line for the caller to run in this same process, so a
+// sandbox costs one program start; nil after a probe.
+func Setup() ([]string, error) {
 	// Descriptors inherited from the gateway (the spec pipe, the mount
-	// trees) must not reach the server; the ones it should have are
-	// handed over explicitly.
+	// trees) must not reach the sandbox's commands; the server's own are
+	// moved into place below, close-on-exec too.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		return 1, fmt.Errorf("mark inherited fds: %w", err)
+		return nil, fmt.Errorf("mark inherited fds: %w", err)
 	}
 	// Nothing in the sandbox may read this process's memory or environ.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return 1, fmt.Errorf("set non-dumpable: %w", err)
+		return nil, fmt.Errorf("set non-dumpable: %w", err)
 	}
 	spec, err := readSpec()
 	if err != nil {
-		return 1, err
+		return nil, err
 	}
 	if err := build(&spec); err != nil {
-		return 1, err
+		return nil, err
+	}
+	if err := takeOver(spec); err != nil {
+		return nil, err
 	}
 	writable := []string{"/tmp", "/dev/shm"}
 	for _, m := range spec.Mounts {
-		if !m.ReadOnly && m.Target != ServerBinary {
+		if !m.ReadOnly {
 			writable = append(writable, m.Target)
 		}
 	}
 	if _, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable); err != nil {
-		return 1, fmt.Errorf("lock down: %w", err)
+		return nil, fmt.Errorf("lock down: %w", err)
 	}
 	if spec.Probe {
-		return 0, nil
+		return nil, nil
 	}
-	return serve(spec)
+	return spec.Args, nil
 }
 
 func readSpec() (Spec, error) {
@@ -70,51 +74,29 @@ func readSpec() (Spec, error) {
 	return spec, spec.Validate()
 }
 
-// serve starts the server and reaps until it exits. As PID 1 of the
-// sandbox this process inherits every orphan; when it returns, the kernel
-// kills whatever still runs in the sandbox.
-func serve(spec Spec) (int, error) {
-	cmd := &exec.Cmd{
-		Path:   ServerBinary,
-		Args:   append([]string{ServerBinary}, spec.Args...),
-		Env:    spec.Env,
-		Dir:    spec.Dir,
-		Stdout: os.Stdout,
-		Stderr: os.Stderr,
+// takeOver gives this process the server's environment and working
+// directory, and moves the handed-over files down to fds 3, 4, ... (the
+// spec pipe, fd 3, is closed by now).
+func takeOver(spec Spec) error {
+	os.Clearenv()
+	for _, kv := range spec.Env {
+		name, value, _ := strings.Cut(kv, "=")
+		if err := os.Setenv(name, value); err != nil {
+			return fmt.Errorf("environment: %w", err)
+		}
+	}
+	if err := os.Chdir(spec.Dir); err != nil {
+		return fmt.Errorf("working directory: %w", err)
 	}
 	for i := range spec.Files {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(FirstFile+i), "server-"+strconv.Itoa(i)))
-	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
-	if err := cmd.Start(); err != nil {
-		return 1, fmt.Errorf("start server: %w", err)
-	}
-	for _, f := range cmd.ExtraFiles {
-		_ = f.Close() // the server holds them now; a closed write end must reach it as EOF
-	}
-	server := cmd.Process.Pid
-	go func() {
-		for s := range sigs {
-			_ = unix.Kill(server, s.(syscall.Signal))
-		}
-	}()
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil:
-			return 1, fmt.Errorf("wait: %w", err)
-		case pid != server:
-			continue // an orphan reaped
-		case ws.Signaled():
-			return 128 + int(ws.Signal()), nil
-		default:
-			return ws.ExitStatus(), nil
+		if err := unix.Dup3(FirstFile+i, specFD+i, unix.O_CLOEXEC); err != nil {
+			return fmt.Errorf("move server fd: %w", err)
 		}
 	}
+	if spec.Files > 0 {
+		_ = unix.Close(FirstFile + spec.Files - 1) // the last one has no slot to be overwritten by
+	}
+	return nil
 }
 
 // build makes the sandbox's root and pivots into it.

@@ -34,5 +34,5 @@ type Command struct {
 // Start fails off Linux.
 func (c *Command) Start() (*exec.Cmd, error) { return nil, errUnsupported }
 
-// Init fails off Linux.
-func Init() (int, error) { return 1, errUnsupported }
+// Setup fails off Linux.
+func Setup() ([]string, error) { return nil, errUnsupported }

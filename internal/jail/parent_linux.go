@@ -87,7 +87,7 @@ type Command struct {
 func (c *Command) Start() (*exec.Cmd, error) {
 	spec := c.Spec
 	spec.Files = len(c.Files)
-	spec.Mounts = append(slices.Clone(spec.Mounts), Mount{Target: ServerBinary, Source: c.Binary, ReadOnly: true})
+	spec.Mounts = slices.Clone(spec.Mounts)
 	trees, err := detach(spec.Mounts, FirstFile+len(c.Files))
 	if err != nil {
 		return nil, err

@@ -40,15 +40,16 @@ type Spec struct {
 	MemoryByRlimit bool `json:"memory_by_rlimit,omitempty"`
 	// Dir is the working directory of Args.
 	Dir string `json:"dir"`
-	// Args and Env are the server's command line (Args[0] is run as this
-	// binary, /proc/self/exe) and its whole environment.
+	// Args is the server's command line (the gateway binary's arguments,
+	// run in the same process once the sandbox is set up); Env is its
+	// whole environment.
 	Args []string `json:"args"`
 	Env  []string `json:"env"`
 	// Probe builds the sandbox and exits 0 instead of starting the server:
 	// the start-up check that this kernel can isolate at all.
 	Probe bool `json:"probe,omitempty"`
-	// Files is how many descriptors from fd FirstFile on are handed to the
-	// server as its fds 3, 4, ...
+	// Files is how many descriptors from fd FirstFile on become the
+	// server's fds 3, 4, ...
 	Files int `json:"files"`
 }
 
@@ -60,13 +61,8 @@ const (
 )
 
 // reservedTops are the sandbox root's own top-level dirs, which no mount may
-// shadow (only ServerBinary lives under .sandgate, put there by the parent).
+// shadow.
 var reservedTops = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp", "sys"}
-
-// ServerBinary is where the server binary is mounted inside: under the
-// sandbox's own root, so Landlock, which knows paths below the root only,
-// lets it be executed.
-const ServerBinary = "/.sandgate/sandgate"
 
 // Validate checks what the child relies on.
 func (s Spec) Validate() error {

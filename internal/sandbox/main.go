@@ -77,6 +77,7 @@ func Main(ctx context.Context, args []string) error {
 		go awaitRecorded(*recordedFD, cancel, log)
 	}
 	cfg.Logger = log
+	reapOrphans(ctx, log)
 	// The gateway passes its OTEL_* variables down, so with tracing on the
 	// server's spans continue the gateway's traces (traceparent).
 	host, _ := os.Hostname()

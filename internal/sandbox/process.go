@@ -186,7 +186,7 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 		cmd.Stdin, c.stdin = r, w
 		writers = append(writers, r) // closed below like the output ends
 	}
-	err := cmd.Start()
+	err := startOwned(cmd)
 	closeAll(writers) // the child holds its own copies
 	if err != nil {
 		closeAll(readers)
@@ -252,7 +252,7 @@ func awaitDrain(pipes []*pipeReader, drained <-chan struct{}) {
 }
 
 func (c *command) wait(cmd *exec.Cmd, pipes []*pipeReader, drained <-chan struct{}, onExit func(*command)) {
-	_ = cmd.Wait()
+	_ = waitOwned(cmd)
 	if c.timer != nil {
 		c.timer.Stop()
 	}
