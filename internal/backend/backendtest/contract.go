@@ -74,11 +74,11 @@ func Run(t *testing.T, h Harness) {
 
 type contract struct{ Harness }
 
-// spec is the harness's spec with what the pool adds: an extra label and
-// a freshly minted secret.
+// spec is the harness's spec with what the pool adds: the identity labels
+// over a configured one, and a freshly minted secret.
 func (c *contract) spec(t *testing.T, thread string) backend.Spec {
 	s := c.Spec(t, "contract", thread)
-	s.Labels = map[string]string{"sandgate.test/suite": "contract"}
+	s.Labels = backend.IdentityLabels(s, c.Instance, map[string]string{"sandgate.test/suite": "contract"})
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	s.Secret = hex.EncodeToString(b)
@@ -110,13 +110,19 @@ func (c *contract) createDescribes(t *testing.T) {
 	if res := Exec(t, info, "echo contract-$((6*7))"); res.ExitCode != 0 || strings.TrimSpace(res.Output) != "contract-42" {
 		t.Errorf("exec = %+v, want contract-42", res)
 	}
-	want := backend.IdentityLabels(s, c.Instance, s.Labels)
+	c.checkLabels(t, "Create", info, s)
+}
+
+// checkLabels: the labels the reconciler adopts a sandbox by are on info.
+func (c *contract) checkLabels(t *testing.T, from string, info backend.Info, s backend.Spec) {
+	t.Helper()
+	want := s.Labels
 	if c.IDLabelsOnly {
 		want = map[string]string{backend.LabelSandboxID: s.SandboxID, backend.LabelUser: s.User, backend.LabelThread: s.Thread}
 	}
 	for k, v := range want {
 		if info.Labels[k] != v {
-			t.Errorf("label %s = %q, want %q", k, info.Labels[k], v)
+			t.Errorf("%s: label %s = %q, want %q", from, k, info.Labels[k], v)
 		}
 	}
 }
@@ -166,15 +172,18 @@ func (c *contract) discoverAndList(t *testing.T) {
 		got.Incarnation != info.Incarnation || got.Backend != info.Backend || got.Secret != info.Secret {
 		t.Errorf("discovered %+v, created %+v", got, info)
 	}
+	c.checkLabels(t, "Discover", got, s)
 	if ok, err := other.Alive(Ctx(t), got); err != nil || !ok {
 		t.Errorf("Alive from another instance = %v, %v", ok, err)
 	}
 	if res := Exec(t, got, "echo discovered"); res.ExitCode != 0 {
 		t.Errorf("exec on the discovered sandbox = %+v", res)
 	}
-	if l := listed(t, other, s.SandboxID); len(l) != 1 || l[0].Incarnation != info.Incarnation || l[0].URL != info.URL {
-		t.Errorf("List from another instance = %+v, want the one sandbox %s", l, info.Incarnation)
+	l := listed(t, other, s.SandboxID)
+	if len(l) != 1 || l[0].Incarnation != info.Incarnation || l[0].URL != info.URL {
+		t.Fatalf("List from another instance = %+v, want the one sandbox %s", l, info.Incarnation)
 	}
+	c.checkLabels(t, "List", l[0], s)
 	if _, ok, err := other.Discover(Ctx(t), identity.SandboxID("contract", "never-created")); ok || err != nil {
 		t.Errorf("Discover of an id never created = %v, %v", ok, err)
 	}

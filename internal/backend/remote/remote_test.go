@@ -203,7 +203,7 @@ func TestLifecycleAgainstDeerFlowsContract(t *testing.T) {
 		t.Fatalf("Create: %v", err)
 	}
 	if info.SandboxID != s.SandboxID || info.URL == "" || info.Incarnation != incarnationOf(info.URL) || info.Backend != Name ||
-		info.User != "alice" || info.Thread != "t1" || info.Labels[backend.LabelThread] != "t1" {
+		info.User != "alice" || info.Thread != "t1" {
 		t.Errorf("info = %+v", info)
 	}
 	if out := backendtest.Exec(t, info, "echo from-remote"); !strings.Contains(out.Output, "from-remote") {
