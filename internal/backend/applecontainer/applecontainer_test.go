@@ -16,38 +16,45 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/sandbox"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
-
-func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backend.Spec {
-	t.Helper()
-	mounts, err := backend.ThreadMounts(mc, user, thread)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // newWithStandIn returns a backend driving a fresh stand-in CLI.
 func newWithStandIn(t *testing.T, old bool) (*AppleContainer, string, *testutil.LogBuffer) {
 	t.Helper()
 	bin := newFakeCLI(t, fakeSettings{Gateway: testutil.GatewayBinary(t), Old: old})
 	logs := &testutil.LogBuffer{}
-	a, err := New(Config{Binary: bin, Image: "sandgate-sandbox:latest", ContainerPrefix: "sgt", Port: testutil.FreePort(t),
-		Memory: 2 << 30, CPUs: 2, CapAdd: []string{"CHOWN"}, Instance: "test", ReadyTimeout: 20 * time.Second},
-		slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), logs), nil)))
+	return newApple(t, standInConfig(t, bin), logs), bin, logs
+}
+
+func standInConfig(t *testing.T, bin string) Config {
+	return Config{Binary: bin, Image: "sandgate-sandbox:latest", ContainerPrefix: "sgt", Port: testutil.FreePort(t),
+		Memory: 2 << 30, CPUs: 2, CapAdd: []string{"CHOWN"}, Instance: "test", ReadyTimeout: 20 * time.Second}
+}
+
+func newApple(t *testing.T, cfg Config, logs *testutil.LogBuffer) *AppleContainer {
+	t.Helper()
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), logs), nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, bin, logs
+	return a
+}
+
+// TestContract runs the shared contract against the stand-in CLI (the
+// only `container` there is on Linux); instances share the CLI and config.
+func TestContract(t *testing.T) {
+	t.Parallel()
+	cfg := standInConfig(t, newFakeCLI(t, fakeSettings{Gateway: testutil.GatewayBinary(t)}))
+	backendtest.Run(t, backendtest.Harness{
+		Name:     Name,
+		Instance: cfg.Instance,
+		New:      func(t *testing.T) backend.Backend { return newApple(t, cfg, &testutil.LogBuffer{}) },
+		NoSecret: true, // the server gets no secret channel: the shared key applies
+	})
 }
 
 func runCalls(calls [][]string) [][]string {
@@ -58,15 +65,6 @@ func runCalls(calls [][]string) [][]string {
 		}
 	}
 	return out
-}
-
-func containsRun(args, want []string) bool {
-	for i := range args {
-		if i+len(want) <= len(args) && slices.Equal(args[i:i+len(want)], want) {
-			return true
-		}
-	}
-	return false
 }
 
 func TestRunArgs(t *testing.T) {
@@ -92,7 +90,7 @@ func TestRunArgs(t *testing.T) {
 		{"--cap-drop", "ALL", "--cap-add", "CHOWN", "--cap-add", "SETUID", "--init"},
 		{"--entrypoint", "/gateway", "img:1", "sandbox", "--listen", "0.0.0.0:9000", "--home", backend.VirtualWorkspace},
 	} {
-		if !containsRun(args, want) {
+		if !backendtest.ContainsRun(args, want) {
 			t.Errorf("args lack %q:\n%q", want, args)
 		}
 	}
@@ -121,9 +119,9 @@ func TestRunArgs(t *testing.T) {
 func TestLifecycleWithStandInCLI(t *testing.T) {
 	t.Parallel()
 	a, bin, logs := newWithStandIn(t, false)
-	ctx := testCtx(t)
+	ctx := backendtest.Ctx(t)
 	dataDir := t.TempDir()
-	spec := threadSpec(t, backend.MountConfig{DataDir: dataDir, SkillsDir: t.TempDir()}, "alice", "t1")
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: dataDir, SkillsDir: t.TempDir()}, "alice", "t1")
 	spec.Env = map[string]string{"API_KEY": "topsecret-77"}
 
 	info, err := a.Create(ctx, spec)
@@ -153,7 +151,7 @@ func TestLifecycleWithStandInCLI(t *testing.T) {
 		{"--cap-drop", "ALL", "--cap-add", "CHOWN", "--init"},
 		{"--entrypoint", "/gateway", "sandgate-sandbox:latest", "sandbox", "--listen", "0.0.0.0:" + strconv.Itoa(a.cfg.Port)},
 	} {
-		if !containsRun(runs[0], want) {
+		if !backendtest.ContainsRun(runs[0], want) {
 			t.Errorf("run lacks %q:\n%q", want, runs[0])
 		}
 	}
@@ -175,24 +173,14 @@ func TestLifecycleWithStandInCLI(t *testing.T) {
 		t.Error("an env value reached a command line or the log")
 	}
 
-	// Idempotent create, Alive, Discover, List.
+	// Another create adopts the container without running one (the
+	// contract has the rest of the lifecycle).
 	again, err := a.Create(ctx, spec)
 	if err != nil || again.Incarnation != info.Incarnation || len(runCalls(fakeCalls(t, bin))) != 1 {
 		t.Fatalf("second Create: %+v %v", again, err)
 	}
-	if ok, err := a.Alive(ctx, info); !ok || err != nil {
-		t.Fatalf("Alive = %v %v", ok, err)
-	}
 	if ok, _ := a.Alive(ctx, backend.Info{SandboxID: info.SandboxID, Incarnation: "another"}); ok {
 		t.Fatal("another incarnation counted as alive")
-	}
-	got, ok, err := a.Discover(ctx, spec.SandboxID)
-	if err != nil || !ok || got.URL != info.URL || got.Incarnation != info.Incarnation {
-		t.Fatalf("Discover = %+v %v %v", got, ok, err)
-	}
-	list, err := a.List(ctx)
-	if err != nil || len(list) != 1 || list[0].SandboxID != spec.SandboxID {
-		t.Fatalf("List = %+v %v", list, err)
 	}
 
 	if err := a.Destroy(ctx, info); err != nil {
@@ -205,19 +193,13 @@ func TestLifecycleWithStandInCLI(t *testing.T) {
 	if !stopped {
 		t.Error("Destroy did not stop with a grace period")
 	}
-	if ok, err := a.Alive(ctx, info); ok || err != nil {
-		t.Fatalf("destroyed Alive = %v %v", ok, err)
-	}
-	if err := a.Destroy(ctx, info); err != nil {
-		t.Fatalf("Destroy again: %v", err)
-	}
 }
 
 func TestOldCLIAndDeadContainer(t *testing.T) {
 	t.Parallel()
 	a, bin, logs := newWithStandIn(t, true)
-	ctx := testCtx(t)
-	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "bob", "old")
+	ctx := backendtest.Ctx(t)
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "bob", "old")
 	first, err := a.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +235,7 @@ func TestOldCLIAndDeadContainer(t *testing.T) {
 func TestForeignContainerNameIsRefused(t *testing.T) {
 	t.Parallel()
 	a, bin, _ := newWithStandIn(t, false)
-	ctx := testCtx(t)
+	ctx := backendtest.Ctx(t)
 	sid := identity.SandboxID("carol", "x")
 	// A running container under the name, without Sandgate's labels (its
 	// "process" is this test, which is certainly alive).

@@ -143,6 +143,7 @@ func fail(msg string) int {
 func fakeRun(dir string, settings fakeSettings, args []string) int {
 	c := fakeContainer{Labels: map[string]string{}}
 	var entrypoint, envPath string
+	var mounts []string
 	valued := map[string]bool{"--name": true, "--label": true, "--env-file": true, "--mount": true, "--user": true,
 		"--cpus": true, "--memory": true, "--cap-add": true, "--cap-drop": true, "--entrypoint": true}
 	i := 0
@@ -164,6 +165,8 @@ func fakeRun(dir string, settings fakeSettings, args []string) int {
 				envPath = v
 			case "--entrypoint":
 				entrypoint = v
+			case "--mount":
+				mounts = append(mounts, v)
 			}
 		default:
 			return fail("Error: Unknown option '" + flag + "'")
@@ -173,6 +176,12 @@ func fakeRun(dir string, settings fakeSettings, args []string) int {
 		return fail("Error: missing image or --name")
 	}
 	cmdArgs := args[i+1:]
+	// The real CLI refuses a taken name atomically: one run at a time.
+	lock, err := os.OpenFile(filepath.Join(dir, "run.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil || syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) != nil {
+		return fail(fmt.Sprint("Error: lock: ", err))
+	}
+	defer lock.Close()
 	if _, err := os.Stat(statePath(dir, c.ID)); err == nil {
 		return fail(`Error: container with id "` + c.ID + `" already exists`)
 	}
@@ -197,6 +206,19 @@ func fakeRun(dir string, settings fakeSettings, args []string) int {
 		if rest, ok := strings.CutPrefix(a, "0.0.0.0:"); ok && j > 0 && cmdArgs[j-1] == "--listen" {
 			cmdArgs[j] = c.IP + ":" + rest
 		}
+	}
+	// The VM's bind mounts are the server's path mappings here.
+	for _, m := range mounts {
+		opts := map[string]string{}
+		for _, kv := range strings.Split(m, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			opts[k] = v
+		}
+		flag := "--map"
+		if _, ro := opts["readonly"]; ro {
+			flag = "--map-ro"
+		}
+		cmdArgs = append(cmdArgs, flag, opts["target"]+"="+opts["source"])
 	}
 	logf, err := os.Create(filepath.Join(dir, c.ID+".log"))
 	if err != nil {

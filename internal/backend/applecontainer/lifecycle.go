@@ -13,7 +13,7 @@ import (
 // unknown is nil; a container that is not ours is an error.
 func (a *AppleContainer) Destroy(ctx context.Context, info backend.Info) error {
 	sid := info.SandboxID
-	if err := validateSpec(backend.Spec{SandboxID: sid}); err != nil {
+	if err := backend.ValidSandboxID(sid); err != nil {
 		return err
 	}
 	name := a.name(sid)
@@ -45,7 +45,7 @@ func (a *AppleContainer) Destroy(ctx context.Context, info backend.Info) error {
 
 // Alive reports whether the incarnation's container runs (one CLI call).
 func (a *AppleContainer) Alive(ctx context.Context, info backend.Info) (bool, error) {
-	if err := validateSpec(backend.Spec{SandboxID: info.SandboxID}); err != nil {
+	if err := backend.ValidSandboxID(info.SandboxID); err != nil {
 		return false, err
 	}
 	s, found, err := a.find(ctx, a.name(info.SandboxID))
@@ -59,7 +59,7 @@ func (a *AppleContainer) Alive(ctx context.Context, info backend.Info) (bool, er
 // Discover finds the sandbox's running container by name and returns it
 // once it answers within discoverReadyTimeout.
 func (a *AppleContainer) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
-	if err := validateSpec(backend.Spec{SandboxID: sid}); err != nil {
+	if err := backend.ValidSandboxID(sid); err != nil {
 		return backend.Info{}, false, err
 	}
 	s, found, err := a.find(ctx, a.name(sid))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,43 +30,29 @@ func resolveUser(u string) string {
 	}
 }
 
-// validateSpec rejects what the CLI's flag syntax cannot carry.
+// validateSpec adds to backend.ValidateSpec what the CLI's flag syntax
+// (--mount a=b,c=d) and its env file (one NAME=value a line) cannot carry.
 func validateSpec(spec backend.Spec) error {
-	sid := spec.SandboxID
-	if len(sid) != 16 || strings.Trim(sid, "0123456789abcdef") != "" {
-		return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
+	if err := backend.ValidateSpec(spec); err != nil {
+		return err
 	}
 	for _, m := range spec.Mounts {
-		if !path.IsAbs(m.ContainerPath) || path.Clean(m.ContainerPath) != m.ContainerPath || m.HostPath == "" ||
-			strings.ContainsAny(m.ContainerPath+m.HostPath, ",\n") {
-			return fmt.Errorf("mount %q -> %q: want a host path and a clean absolute container path, without commas", m.HostPath, m.ContainerPath)
+		if strings.ContainsAny(m.ContainerPath+m.HostPath, ",\n") {
+			return fmt.Errorf("mount %q -> %q: want paths without commas or newlines", m.HostPath, m.ContainerPath)
 		}
 	}
 	for name, value := range spec.Env {
-		if name == "" || strings.ContainsAny(name, "=\n\r\x00#") || strings.ContainsAny(value, "\n\r\x00") {
-			return fmt.Errorf("sandbox environment variable %q: names without '=' or '#' and single-line values only (the CLI reads them from an env file)", name)
+		if strings.ContainsAny(name, "\n\r#") || strings.ContainsAny(value, "\n\r") {
+			return fmt.Errorf("sandbox environment variable %q: names without '#' and single-line values only (the CLI reads them from an env file)", name)
 		}
 	}
 	return nil
 }
 
-// envFile is the configured env plus, for the server, the names it must not
-// strip and HOME = the workspace (as the docker backend does).
+// envFile is the configured env plus, for the server, HOME = the workspace
+// and the names it must not strip (as the docker backend does).
 func envFile(env map[string]string) string {
-	names := make([]string, 0, len(env))
-	for name := range env {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	var b strings.Builder
-	for _, name := range names {
-		b.WriteString(name + "=" + env[name] + "\n")
-	}
-	if _, set := env["HOME"]; !set {
-		b.WriteString("HOME=" + backend.VirtualWorkspace + "\n")
-	}
-	b.WriteString(sandbox.KeepEnvVar + "=" + strings.Join(names, ",") + "\n")
-	return b.String()
+	return strings.Join(backend.ServerEnv(env, backend.VirtualWorkspace, sandbox.KeepEnvVar), "\n") + "\n"
 }
 
 // runArgs is the `container run` command line for spec (env values stay in

@@ -30,7 +30,7 @@ const (
 // concurrent creator's start), or clears a dead or hung one and tries again,
 // so two gateways racing on one thread end up with one container.
 func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := backend.ValidateSpec(spec); err != nil {
 		return backend.Info{}, err
 	}
 	if err := backend.EnsureHostDirs(spec.Mounts); err != nil {

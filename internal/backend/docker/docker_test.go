@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -36,12 +35,12 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(skills, "SKILL.md"), []byte("skill text"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec := threadSpec(t, backend.MountConfig{DataDir: dataDir, SkillsDir: skills}, "alice", "t1")
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: dataDir, SkillsDir: skills}, "alice", "t1")
 	spec.Env = map[string]string{"API_KEY": "s3cret-value-42", "PLAIN": "plain-value"}
 	spec.Labels = map[string]string{"team": "x"}
-	info := mustCreate(t, d, spec)
+	info := backendtest.MustCreate(t, d, spec)
 
-	if !strings.HasPrefix(info.URL, "http://127.0.0.1:") || getStatus(info.URL) != 200 {
+	if !strings.HasPrefix(info.URL, "http://127.0.0.1:") || backendtest.Status(t, info.URL, "") != 200 {
 		t.Fatalf("URL %q not serving on loopback", info.URL)
 	}
 	c := h.inspect(info.Incarnation)
@@ -84,7 +83,7 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	}
 
 	// The sandbox API works on the bind mounts; the env reaches shells.
-	out := shell(t, info.URL, "echo hi > notes.txt && pwd && id -u && echo key=$API_KEY plain=$PLAIN && grep CapEff /proc/self/status && cat /mnt/skills/SKILL.md")
+	out := backendtest.Exec(t, info, "echo hi > notes.txt && pwd && id -u && echo key=$API_KEY plain=$PLAIN && grep CapEff /proc/self/status && cat /mnt/skills/SKILL.md")
 	for _, want := range []string{backend.VirtualWorkspace, strconv.Itoa(os.Getuid()), "key=s3cret-value-42", "plain=plain-value",
 		"CapEff:\t0000000000000000", "skill text"} {
 		if !strings.Contains(out.Output, want) {
@@ -95,46 +94,12 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	if err != nil || string(data) != "hi\n" {
 		t.Errorf("file on host: %q %v", data, err)
 	}
-	ro := shell(t, info.URL, "echo x > /mnt/skills/new.txt")
-	if *ro.ExitCode == 0 || !strings.Contains(strings.ToLower(ro.Output), "read-only") {
-		t.Errorf("write to skills: exit %d %q", *ro.ExitCode, ro.Output)
+	ro := backendtest.Exec(t, info, "echo x > /mnt/skills/new.txt")
+	if ro.ExitCode == 0 || !strings.Contains(strings.ToLower(ro.Output), "read-only") {
+		t.Errorf("write to skills: exit %d %q", ro.ExitCode, ro.Output)
 	}
 	if strings.Contains(h.logs.String(), "s3cret-value-42") {
 		t.Error("an environment value reached the log")
-	}
-}
-
-func TestConcurrentCreatesMakeOneContainer(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "bob", "race")
-	// Separate backends (separate engine clients), as separate gateways would be.
-	backends := []*Docker{h.backend(), h.backend(), h.backend()}
-	infos := make([]backend.Info, len(backends))
-	errs := make([]error, len(backends))
-	var wg sync.WaitGroup
-	for i, d := range backends {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			infos[i], errs[i] = d.Create(testCtx(t), spec)
-		}()
-	}
-	wg.Wait()
-	for i := range backends {
-		if errs[i] != nil {
-			t.Fatalf("create %d: %v", i, errs[i])
-		}
-		if infos[i].Incarnation != infos[0].Incarnation || infos[i].URL != infos[0].URL {
-			t.Errorf("create %d got %s, create 0 got %s", i, infos[i].Incarnation, infos[0].Incarnation)
-		}
-	}
-	if n := len(h.containers()); n != 1 {
-		t.Fatalf("%d containers for one thread", n)
-	}
-	again := mustCreate(t, backends[0], spec)
-	if again.Incarnation != infos[0].Incarnation {
-		t.Errorf("Create of a running sandbox made %s, want %s", again.Incarnation, infos[0].Incarnation)
 	}
 }
 
@@ -142,8 +107,8 @@ func TestPauseResumeDestroy(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	d := h.backend()
-	ctx := testCtx(t)
-	info := mustCreate(t, d, threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "carol", "p"))
+	ctx := backendtest.Ctx(t)
+	info := backendtest.MustCreate(t, d, backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "carol", "p"))
 
 	for range 2 { // idempotent
 		if err := d.Pause(ctx, info); err != nil {
@@ -161,7 +126,7 @@ func TestPauseResumeDestroy(t *testing.T) {
 			t.Fatalf("Resume: %v", err)
 		}
 	}
-	if h.inspect(info.Incarnation).State.Paused || getStatus(info.URL) != 200 {
+	if h.inspect(info.Incarnation).State.Paused || backendtest.Status(t, info.URL, "") != 200 {
 		t.Fatal("resumed sandbox not serving")
 	}
 
@@ -182,21 +147,16 @@ func TestPauseResumeDestroy(t *testing.T) {
 	if ok, err := d.Alive(ctx, info); ok || err != nil {
 		t.Fatalf("destroyed sandbox Alive = %v, %v", ok, err)
 	}
-	for _, i := range []backend.Info{info, {SandboxID: info.SandboxID}, {SandboxID: identity.SandboxID("nobody", "x")}} {
-		if err := d.Destroy(ctx, i); err != nil {
-			t.Errorf("Destroy(%+v) again: %v", i, err)
-		}
-	}
 }
 
 func TestDiscoverAndListSeeOnlyTheirPrefix(t *testing.T) {
 	t.Parallel()
 	h, other := newHarness(t), newHarness(t)
 	d, od := h.backend(), other.backend()
-	ctx := testCtx(t)
+	ctx := backendtest.Ctx(t)
 	mc := backend.MountConfig{DataDir: t.TempDir()}
-	mine := mustCreate(t, d, threadSpec(t, mc, "dave", "mine"))
-	theirs := mustCreate(t, od, threadSpec(t, mc, "dave", "theirs"))
+	mine := backendtest.MustCreate(t, d, backendtest.Spec(t, mc, "dave", "mine"))
+	theirs := backendtest.MustCreate(t, od, backendtest.Spec(t, mc, "dave", "theirs"))
 
 	got, ok, err := h.backend().Discover(ctx, mine.SandboxID)
 	if err != nil || !ok || got.Incarnation != mine.Incarnation || got.URL != mine.URL || got.Thread != "mine" {
@@ -218,7 +178,7 @@ func TestDiscoverAndListSeeOnlyTheirPrefix(t *testing.T) {
 	if err != nil || !ok || h.inspect(mine.Incarnation).State.Paused {
 		t.Fatalf("Discover of a paused sandbox: %v %v, paused=%v", ok, err, h.inspect(mine.Incarnation).State.Paused)
 	}
-	if got.URL != mine.URL || getStatus(got.URL) != 200 {
+	if got.URL != mine.URL || backendtest.Status(t, got.URL, "") != 200 {
 		t.Fatalf("discovered sandbox not serving")
 	}
 }
@@ -227,9 +187,9 @@ func TestDeadContainersAreReplaced(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	d := h.backend()
-	ctx := testCtx(t)
-	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "erin", "dead")
-	first := mustCreate(t, d, spec)
+	ctx := backendtest.Ctx(t)
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "erin", "dead")
+	first := backendtest.MustCreate(t, d, spec)
 
 	// Stopped behind the backend's back: not alive, not discovered, replaced.
 	timeout := 0
@@ -242,8 +202,8 @@ func TestDeadContainersAreReplaced(t *testing.T) {
 	if _, ok, err := d.Discover(ctx, spec.SandboxID); ok || err != nil {
 		t.Fatalf("stopped Discover = %v %v", ok, err)
 	}
-	second := mustCreate(t, d, spec)
-	if second.Incarnation == first.Incarnation || getStatus(second.URL) != 200 {
+	second := backendtest.MustCreate(t, d, spec)
+	if second.Incarnation == first.Incarnation || backendtest.Status(t, second.URL, "") != 200 {
 		t.Fatalf("not replaced: %s", second.Incarnation)
 	}
 	if _, err := h.api.ContainerInspect(ctx, first.Incarnation); !cerrdefs.IsNotFound(err) {
@@ -264,7 +224,7 @@ func TestDeadContainersAreReplaced(t *testing.T) {
 	if ok, err := d.Alive(ctx, second); ok || err != nil {
 		t.Fatalf("removed Alive = %v %v", ok, err)
 	}
-	third := mustCreate(t, d, spec)
+	third := backendtest.MustCreate(t, d, spec)
 	if third.Incarnation == second.Incarnation || len(h.containers()) != 1 {
 		t.Fatalf("after removal: %s, %d containers", third.Incarnation, len(h.containers()))
 	}
@@ -274,8 +234,8 @@ func TestForeignContainerIsLeftAlone(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	d := h.backend()
-	ctx := testCtx(t)
-	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "frank", "foreign")
+	ctx := backendtest.Ctx(t)
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "frank", "foreign")
 	name := h.prefix + "-" + spec.SandboxID
 	// Someone else's container under the sandbox's name: same labels but
 	// managed-by, so the harness still cleans it up.
@@ -308,7 +268,7 @@ func TestForeignContainerIsLeftAlone(t *testing.T) {
 func TestMissingImageIsNamed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	spec := threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "gina", "img")
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "gina", "img")
 	cases := []struct{ image, policy, want string }{
 		{"sandgate-test-missing:nope", PullNever, "docker_pull_policy is never"},
 		// A registry that refuses at once: the pull fails fast, without network.
@@ -317,7 +277,7 @@ func TestMissingImageIsNamed(t *testing.T) {
 	}
 	for _, c := range cases {
 		d := h.backend(func(cfg *Config) { cfg.Image, cfg.PullPolicy = c.image, c.policy })
-		_, err := d.Create(testCtx(t), spec)
+		_, err := d.Create(backendtest.Ctx(t), spec)
 		if err == nil || !strings.Contains(err.Error(), c.image) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s with %s: %v", c.image, c.policy, err)
 		}
@@ -326,11 +286,11 @@ func TestMissingImageIsNamed(t *testing.T) {
 			t.Errorf("%s with %s: not an ImageError naming it: %v", c.image, c.policy, err)
 		}
 		// /readyz: the engine answers but the image is missing.
-		if err := d.Ping(testCtx(t)); !errors.As(err, &img) || img.Image != c.image {
+		if err := d.Ping(backendtest.Ctx(t)); !errors.As(err, &img) || img.Image != c.image {
 			t.Errorf("%s: Ping = %v, want an ImageError naming it", c.image, err)
 		}
 	}
-	if err := h.backend().Ping(testCtx(t)); err != nil {
+	if err := h.backend().Ping(backendtest.Ctx(t)); err != nil {
 		t.Errorf("Ping with the image present: %v", err)
 	}
 	if !strings.Contains(h.logs.String(), "pulling image") {
@@ -350,7 +310,7 @@ func TestExitBeforeReadyFailsFast(t *testing.T) {
 ENTRYPOINT ["/bin/sh", "-c", "echo boom-before-ready >&2; exit 3"]`)
 	d := h.backend(func(c *Config) { c.Image, c.ReadyTimeout = tag, 45*time.Second })
 	began := time.Now()
-	_, err := d.Create(testCtx(t), threadSpec(t, backend.MountConfig{DataDir: t.TempDir()}, "hank", "boom"))
+	_, err := d.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "hank", "boom"))
 	if err == nil || !strings.Contains(err.Error(), "status 3") || !strings.Contains(err.Error(), "boom-before-ready") {
 		t.Fatalf("Create: %v", err)
 	}
@@ -372,7 +332,7 @@ func buildDerived(t *testing.T, h *harness, lines string) string {
 	_ = tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
 	_, _ = tw.Write([]byte(dockerfile))
 	_ = tw.Close()
-	ctx := testCtx(t)
+	ctx := backendtest.Ctx(t)
 	resp, err := h.api.ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, Version: build.BuilderV1,
 		Labels: map[string]string{testutil.TestImageLabel: "true"}})
 	if err != nil {

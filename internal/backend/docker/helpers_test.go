@@ -1,14 +1,11 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +15,6 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -98,64 +94,4 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// threadSpec is a spec with the thread's real mounts under dataDir.
-func threadSpec(t *testing.T, mc backend.MountConfig, user, thread string) backend.Spec {
-	t.Helper()
-	mounts, err := backend.ThreadMounts(mc, user, thread)
-	if err != nil {
-		t.Fatalf("ThreadMounts: %v", err)
-	}
-	return backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Mounts: mounts}
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func mustCreate(t *testing.T, d *Docker, spec backend.Spec) backend.Info {
-	t.Helper()
-	info, err := d.Create(testCtx(t), spec)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	return info
-}
-
-type execData struct {
-	Status   string `json:"status"`
-	Output   string `json:"output"`
-	ExitCode *int   `json:"exit_code"`
-}
-
-// shell runs command through the sandbox's own API.
-func shell(t *testing.T, url, command string) execData {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"command": command})
-	resp, err := http.Post(url+"/v1/shell/exec", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("exec %q: %v", command, err)
-	}
-	defer resp.Body.Close()
-	var env struct {
-		Success bool     `json:"success"`
-		Data    execData `json:"data"`
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || json.Unmarshal(raw, &env) != nil || env.Data.ExitCode == nil {
-		t.Fatalf("exec %q: %d %s", command, resp.StatusCode, raw)
-	}
-	return env.Data
-}
-
-func getStatus(url string) int {
-	resp, err := http.Get(url + "/v1/sandbox")
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }

@@ -23,7 +23,7 @@ import (
 // nil; a container that is not this sandbox's is left alone with an error.
 func (d *Docker) Destroy(ctx context.Context, info backend.Info) error {
 	sid := info.SandboxID
-	if err := validSandboxID(sid); err != nil {
+	if err := backend.ValidSandboxID(sid); err != nil {
 		return err
 	}
 	c, err := d.api.ContainerInspect(ctx, cmp.Or(info.Incarnation, d.name(sid)))
@@ -86,7 +86,7 @@ func (d *Docker) remove(ctx context.Context, id string) error {
 func (d *Docker) Alive(ctx context.Context, info backend.Info) (bool, error) {
 	target := info.Incarnation
 	if target == "" {
-		if err := validSandboxID(info.SandboxID); err != nil {
+		if err := backend.ValidSandboxID(info.SandboxID); err != nil {
 			return false, err
 		}
 		target = d.name(info.SandboxID)
@@ -109,7 +109,7 @@ func (d *Docker) Alive(ctx context.Context, info backend.Info) (bool, error) {
 // full ReadyTimeout). A paused one is unpaused: Discover's caller is about
 // to hand it out. Stopped containers are not found; Create clears them.
 func (d *Docker) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
-	if err := validSandboxID(sid); err != nil {
+	if err := backend.ValidSandboxID(sid); err != nil {
 		return backend.Info{}, false, err
 	}
 	c, err := d.api.ContainerInspect(ctx, d.name(sid))
@@ -163,7 +163,7 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 	out := make([]backend.Info, 0, len(cs))
 	for _, c := range cs {
 		sid := c.Labels[backend.LabelSandboxID]
-		if validSandboxID(sid) != nil || !hasName(c.Names, d.name(sid)) {
+		if backend.ValidSandboxID(sid) != nil || !hasName(c.Names, d.name(sid)) {
 			continue
 		}
 		if c.State != container.StateRunning && c.State != container.StatePaused {

@@ -3,11 +3,9 @@ package docker
 import (
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -41,36 +39,6 @@ func resolveUser(u string) string {
 	default:
 		return u
 	}
-}
-
-// validateSpec rejects what cannot be given to the engine unambiguously.
-func validateSpec(spec backend.Spec) error {
-	if err := validSandboxID(spec.SandboxID); err != nil {
-		return err
-	}
-	for _, m := range spec.Mounts {
-		if !path.IsAbs(m.ContainerPath) || path.Clean(m.ContainerPath) != m.ContainerPath {
-			return fmt.Errorf("invalid mount path %q: want a clean absolute path", m.ContainerPath)
-		}
-		if m.HostPath == "" {
-			return fmt.Errorf("mount %s: empty host path", m.ContainerPath)
-		}
-	}
-	for name, value := range spec.Env {
-		if name == "" || strings.ContainsAny(name, "=\x00") || strings.ContainsRune(value, 0) {
-			return fmt.Errorf("invalid sandbox environment variable %q", name)
-		}
-	}
-	return nil
-}
-
-// validSandboxID accepts exactly what the gateway derives from
-// hex(sha256(user:thread))[:16], which also keeps container names valid.
-func validSandboxID(sid string) error {
-	if len(sid) != 16 || strings.Trim(sid, "0123456789abcdef") != "" {
-		return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
-	}
-	return nil
 }
 
 // containerSpec builds the container for spec. serverPath is the image's
@@ -153,27 +121,15 @@ func bindMounts(ms []backend.Mount) []mount.Mount {
 	return out
 }
 
-// containerEnv is the configured environment, sorted, plus the list of its
-// names for the sandbox server (which otherwise strips secret-looking
-// variables such as API_KEY from its shells). With our own server, HOME is
-// the workspace unless configured, matching the home_dir the API reports.
+// containerEnv is the configured environment, sorted; for our own server
+// also HOME = the workspace unless configured (matching the home_dir the
+// API reports) and the list of configured names (which the server
+// otherwise strips when they look secret, such as API_KEY).
 func containerEnv(configured map[string]string, ownServer bool) []string {
-	names := make([]string, 0, len(configured))
-	for name := range configured {
-		names = append(names, name)
+	if !ownServer {
+		return backend.ServerEnv(configured, "", "")
 	}
-	slices.Sort(names)
-	env := make([]string, 0, len(names)+2)
-	for _, name := range names {
-		env = append(env, name+"="+configured[name])
-	}
-	if ownServer {
-		if _, set := configured["HOME"]; !set {
-			env = append(env, "HOME="+backend.VirtualWorkspace)
-		}
-		env = append(env, sandbox.KeepEnvVar+"="+strings.Join(names, ","))
-	}
-	return env
+	return backend.ServerEnv(configured, backend.VirtualWorkspace, sandbox.KeepEnvVar)
 }
 
 // sandboxURL is where the gateway reaches the container: the published

@@ -213,27 +213,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateSpec(t *testing.T) {
-	t.Parallel()
-	good := backend.Spec{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{HostPath: "rel/dir", ContainerPath: "/mnt/x"}}}
-	if err := validateSpec(good); err != nil {
-		t.Fatalf("good spec: %v", err)
-	}
-	for _, spec := range []backend.Spec{
-		{SandboxID: "0123456789ABCDEF"},
-		{SandboxID: "../../etc/passwd"},
-		{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{HostPath: "/a", ContainerPath: "mnt/x"}}},
-		{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{HostPath: "/a", ContainerPath: "/mnt/../x"}}},
-		{SandboxID: "0123456789abcdef", Mounts: []backend.Mount{{ContainerPath: "/mnt/x"}}},
-		{SandboxID: "0123456789abcdef", Env: map[string]string{"A=B": "c"}},
-		{SandboxID: "0123456789abcdef", Env: map[string]string{"A": "nul\x00"}},
-	} {
-		if err := validateSpec(spec); err == nil {
-			t.Errorf("accepted %+v", spec)
-		}
-	}
-}
-
 func TestFollowPull(t *testing.T) {
 	t.Parallel()
 	stream := `{"status":"Pulling from library/debian","id":"bookworm"}

@@ -1,18 +1,14 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
@@ -76,25 +73,10 @@ func podName(sid string) string { return DefaultPodPrefix + "-" + sid }
 
 func testLog(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(t.Output(), nil)) }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func spec(user, thread string) backend.Spec {
 	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"}}
 	s.Labels = backend.IdentityLabels(s, "test", map[string]string{"team": "x"})
 	return s
-}
-
-func mustCreate(t *testing.T, k *Kubernetes, s backend.Spec) backend.Info {
-	t.Helper()
-	info, err := k.Create(testCtx(t), s)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	return info
 }
 
 func (e *kubeEnv) pod(t *testing.T, name string) (*corev1.Pod, bool) {
@@ -121,54 +103,19 @@ func (e *kubeEnv) service(t *testing.T, name string) (*corev1.Service, bool) {
 	return svc, true
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// shell runs a command in the sandbox through its own API.
-func shell(t *testing.T, url, command string) string {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"command": command})
-	resp, err := http.Post(url+"/v1/shell/exec", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("exec: %v", err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var env struct {
-		Data struct {
-			Output   string `json:"output"`
-			ExitCode *int   `json:"exit_code"`
-		} `json:"data"`
-	}
-	if resp.StatusCode != 200 || json.Unmarshal(data, &env) != nil || env.Data.ExitCode == nil {
-		t.Fatalf("exec %q: %d %s", command, resp.StatusCode, data)
-	}
-	return env.Data.Output
-}
-
-// writeFile writes through the sandbox's file API and reports success.
-func writeFile(t *testing.T, url, file string) (bool, string) {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"file": file, "content": "x"})
-	resp, err := http.Post(url+"/v1/file/write", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var env struct {
-		Success bool `json:"success"`
-	}
-	_ = json.Unmarshal(data, &env)
-	return resp.StatusCode == 200 && env.Success, string(data)
+// TestContract runs the shared contract in nodeport mode: the stand-in
+// kubelet runs each Pod as a real sandbox server with the PVC's thread
+// subPath as its user data, so all of it holds, files across a recreate
+// included. The Pod gets no secret channel: the shared key applies.
+func TestContract(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	backendtest.Run(t, backendtest.Harness{
+		Name:     Name,
+		Instance: "test",
+		New:      func(t *testing.T) backend.Backend { return e.backend(t, e.config()) },
+		NoSecret: true,
+	})
 }
 
 func TestCreateExecDestroyThroughNodePort(t *testing.T) {
@@ -176,7 +123,7 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 	e := newKubeEnv(t)
 	k := e.backend(t, e.config())
 	s := spec("alice", "chat:42")
-	info := mustCreate(t, k, s)
+	info := backendtest.MustCreate(t, k, s)
 	name := podName(s.SandboxID)
 
 	pod, ok := e.pod(t, name)
@@ -211,7 +158,7 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 
 	// The sandbox runs with the thread's PVC subPath as its workspace, the
 	// env given, and skills read-only.
-	out := shell(t, info.URL, "echo \"$GREETING\" > /mnt/user-data/workspace/note.txt && cat /mnt/user-data/workspace/note.txt")
+	out := backendtest.Exec(t, info, "echo \"$GREETING\" > /mnt/user-data/workspace/note.txt && cat /mnt/user-data/workspace/note.txt").Output
 	if strings.TrimSpace(out) != "hello" {
 		t.Errorf("exec output %q", out)
 	}
@@ -219,31 +166,20 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 	if b, err := os.ReadFile(onPVC); err != nil || strings.TrimSpace(string(b)) != "hello" {
 		t.Errorf("file on the PVC at the thread's subPath: %q, %v", b, err)
 	}
-	if ok, body := writeFile(t, info.URL, "/mnt/skills/x"); ok {
-		t.Errorf("skills writable: %s", body)
+	if err := backendtest.WriteFile(t, info, "/mnt/skills/x", "x"); err == nil {
+		t.Error("skills writable")
 	}
-	if ok, body := writeFile(t, info.URL, "/mnt/user-data/outputs/x"); !ok {
-		t.Errorf("outputs not writable: %s", body)
+	if err := backendtest.WriteFile(t, info, "/mnt/user-data/outputs/x", "x"); err != nil {
+		t.Errorf("outputs not writable: %v", err)
 	}
 
-	if ok, err := k.Alive(testCtx(t), info); err != nil || !ok {
+	if ok, err := k.Alive(backendtest.Ctx(t), info); err != nil || !ok {
 		t.Errorf("Alive = %v, %v", ok, err)
 	}
-	if err := k.Ping(testCtx(t)); err != nil {
+	if err := k.Ping(backendtest.Ctx(t)); err != nil {
 		t.Errorf("Ping = %v", err)
 	}
-	other := e.backend(t, e.config())
-	found, ok, err := other.Discover(testCtx(t), s.SandboxID)
-	if err != nil || !ok || found.URL != info.URL || found.Incarnation != info.Incarnation || found.Thread != "chat:42" {
-		t.Errorf("Discover from a second replica = %+v, %v, %v", found, ok, err)
-	}
-	list, err := other.List(testCtx(t))
-	if err != nil || len(list) != 1 || list[0].SandboxID != s.SandboxID || list[0].URL != info.URL ||
-		list[0].Labels[backend.LabelUser] != "alice" || list[0].Labels[backend.LabelThread] != "chat:42" {
-		t.Errorf("List = %+v, %v", list, err)
-	}
-
-	if err := k.Destroy(testCtx(t), info); err != nil {
+	if err := k.Destroy(backendtest.Ctx(t), info); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
 	if _, ok := e.pod(t, name); ok {
@@ -252,48 +188,11 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 	if _, ok := e.service(t, name); ok {
 		t.Error("service still there after Destroy")
 	}
-	eventually(t, "the sandbox server is stopped", func() bool { return !e.kubelet.Running(name) })
-	eventually(t, "Alive is false", func() bool {
-		ok, err := k.Alive(testCtx(t), info)
+	backendtest.Eventually(t, "the sandbox server is stopped", func() bool { return !e.kubelet.Running(name) })
+	backendtest.Eventually(t, "Alive is false", func() bool {
+		ok, err := k.Alive(backendtest.Ctx(t), info)
 		return err == nil && !ok
 	})
-	for _, again := range []backend.Info{info, {SandboxID: s.SandboxID}} {
-		if err := k.Destroy(testCtx(t), again); err != nil {
-			t.Errorf("Destroy of a gone sandbox: %v", err)
-		}
-	}
-	if _, ok, err := k.Discover(testCtx(t), s.SandboxID); ok || err != nil {
-		t.Errorf("Discover after Destroy = %v, %v", ok, err)
-	}
-}
-
-func TestConcurrentCreatesMakeOnePod(t *testing.T) {
-	t.Parallel()
-	e := newKubeEnv(t)
-	a, b := e.backend(t, e.config()), e.backend(t, e.config())
-	s := spec("bob", "same")
-	var wg sync.WaitGroup
-	infos := make([]backend.Info, 4)
-	errs := make([]error, 4)
-	for i := range infos {
-		wg.Go(func() {
-			k := a
-			if i%2 == 1 {
-				k = b
-			}
-			infos[i], errs[i] = k.Create(testCtx(t), s)
-		})
-	}
-	wg.Wait()
-	for i := range infos {
-		if errs[i] != nil || infos[i].Incarnation != infos[0].Incarnation || infos[i].URL != infos[0].URL {
-			t.Fatalf("create %d = %+v, %v; first %+v", i, infos[i], errs[i], infos[0])
-		}
-	}
-	pods, err := e.api.Admin.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("%d pods, %v", len(pods.Items), err)
-	}
 }
 
 func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
@@ -302,25 +201,25 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 	k := e.backend(t, e.config())
 	s := spec("carol", "t")
 	name := podName(s.SandboxID)
-	first := mustCreate(t, k, s)
+	first := backendtest.MustCreate(t, k, s)
 
 	e.kubelet.Crash(name)
-	eventually(t, "Alive notices the crash", func() bool {
-		ok, err := k.Alive(testCtx(t), first)
+	backendtest.Eventually(t, "Alive notices the crash", func() bool {
+		ok, err := k.Alive(backendtest.Ctx(t), first)
 		return err == nil && !ok
 	})
 	if pod, _ := e.pod(t, name); pod == nil || pod.Status.Phase != corev1.PodFailed {
 		t.Fatalf("crashed pod = %+v", pod)
 	}
-	if _, ok, err := k.Discover(testCtx(t), s.SandboxID); ok || err != nil {
+	if _, ok, err := k.Discover(backendtest.Ctx(t), s.SandboxID); ok || err != nil {
 		t.Errorf("Discover of a Failed pod = %v, %v", ok, err)
 	}
 
-	second := mustCreate(t, k, s) // replaces the Failed pod under the same name
+	second := backendtest.MustCreate(t, k, s) // replaces the Failed pod under the same name
 	if second.Incarnation == first.Incarnation {
 		t.Fatal("Create returned the Failed incarnation")
 	}
-	if out := shell(t, second.URL, "echo again"); strings.TrimSpace(out) != "again" {
+	if out := backendtest.Exec(t, second, "echo again").Output; strings.TrimSpace(out) != "again" {
 		t.Errorf("exec on the replacement: %q", out)
 	}
 	svc, _ := e.service(t, name)
@@ -328,10 +227,10 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 		t.Errorf("service not re-owned by the new pod: %+v", svc)
 	}
 	// Destroying the old incarnation leaves the new one alone.
-	if err := k.Destroy(testCtx(t), first); err != nil {
+	if err := k.Destroy(backendtest.Ctx(t), first); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := k.Alive(testCtx(t), second); err != nil || !ok {
+	if ok, err := k.Alive(backendtest.Ctx(t), second); err != nil || !ok {
 		t.Fatalf("new incarnation after destroying the old one: Alive = %v, %v", ok, err)
 	}
 	if _, ok := e.service(t, name); !ok {
@@ -340,11 +239,11 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 
 	// List skips finished pods and removes them.
 	e.kubelet.Crash(name)
-	eventually(t, "the pod is Failed", func() bool {
+	backendtest.Eventually(t, "the pod is Failed", func() bool {
 		pod, _ := e.pod(t, name)
 		return pod != nil && pod.Status.Phase == corev1.PodFailed
 	})
-	list, err := k.List(testCtx(t))
+	list, err := k.List(backendtest.Ctx(t))
 	if err != nil || len(list) != 0 {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
@@ -364,7 +263,7 @@ func TestCreateFailsFastWhenThePodFails(t *testing.T) {
 	k := e.backend(t, cfg)
 	s := spec("dave", "t")
 	began := time.Now()
-	_, err := k.Create(testCtx(t), s)
+	_, err := k.Create(backendtest.Ctx(t), s)
 	if err == nil || !strings.Contains(err.Error(), "ErrImagePull") {
 		t.Fatalf("Create = %v, want the pod's failure reason", err)
 	}
@@ -405,11 +304,11 @@ func TestAliveReadsTheInformerCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	info := mustCreate(t, k, spec("erin", "t"))
+	info := backendtest.MustCreate(t, k, spec("erin", "t"))
 
 	before := counter.n.Load()
 	for range 200 {
-		if ok, err := k.Alive(testCtx(t), info); err != nil || !ok {
+		if ok, err := k.Alive(backendtest.Ctx(t), info); err != nil || !ok {
 			t.Fatalf("Alive = %v, %v", ok, err)
 		}
 	}
@@ -419,7 +318,7 @@ func TestAliveReadsTheInformerCache(t *testing.T) {
 	// A miss is confirmed with the API server.
 	stale := info
 	stale.Incarnation = "not-this-one"
-	if ok, err := k.Alive(testCtx(t), stale); err != nil || ok {
+	if ok, err := k.Alive(backendtest.Ctx(t), stale); err != nil || ok {
 		t.Errorf("Alive of another incarnation = %v, %v", ok, err)
 	}
 	if counter.n.Load() == before {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/sandbox"
 )
 
@@ -24,13 +26,13 @@ func TestChildEnvironment(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/otel/client.key")
 
 	p := newProcess(t, t.TempDir())
-	spec := threadSpec(t, t.TempDir(), "lee", "env")
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "lee", "env")
 	spec.Env = map[string]string{
 		"SANDBOX_VISIBLE":         "configured",
 		"CONFIGURED_API_KEY":      "kept-on-purpose",
 		"PROCESS_TEST_OVERRIDDEN": "spec-value",
 	}
-	info := mustCreate(t, p, spec)
+	info := backendtest.MustCreate(t, p, spec)
 
 	env := map[string]string{}
 	for _, kv := range procList(t, pidOf(t, info), "environ") {
@@ -101,9 +103,9 @@ func TestDestroyKillsSessionsOutsideItsGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newProcessWith(t, Config{Binary: wrapper, StateDir: t.TempDir()})
-	spec := threadSpec(t, t.TempDir(), "max", "sessions")
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "max", "sessions")
 	spec.Env = map[string]string{"SESSION_PIDFILE": pidFile, "SANDBOX_SERVER": newProcess(t, t.TempDir()).cfg.Binary}
-	info := mustCreate(t, p, spec)
+	info := backendtest.MustCreate(t, p, spec)
 
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -115,7 +117,7 @@ func TestDestroyKillsSessionsOutsideItsGroup(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(session, syscall.SIGKILL) })
 	// The background setsid may not have run yet when the server answers.
-	eventually(t, "the session leads its own group", func() bool {
+	backendtest.Eventually(t, "the session leads its own group", func() bool {
 		pgid, _ := syscall.Getpgid(session)
 		return pgid == session
 	})
@@ -123,8 +125,8 @@ func TestDestroyKillsSessionsOutsideItsGroup(t *testing.T) {
 	if err != nil || !found || pr.PPID != pidOf(t, info) {
 		t.Fatalf("session %d is not the sandbox's child: %+v %v %v", session, pr, found, err)
 	}
-	if err := p.Destroy(testCtx(t), info); err != nil {
+	if err := p.Destroy(backendtest.Ctx(t), info); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the session is gone", func() bool { ok, _ := live(t.Context(), session, pr.Start); return !ok })
+	backendtest.Eventually(t, "the session is gone", func() bool { ok, _ := live(t.Context(), session, pr.Start); return !ok })
 }

@@ -302,7 +302,7 @@ func (p *Process) abandon(c *child, st *state, sid string) {
 // the same id is left alone; an unknown sandbox is nil.
 func (p *Process) Destroy(ctx context.Context, info backend.Info) error {
 	sid := info.SandboxID
-	if err := validSandboxID(sid); err != nil {
+	if err := backend.ValidSandboxID(sid); err != nil {
 		return err
 	}
 	l, err := p.lock(ctx, sid)
@@ -376,7 +376,7 @@ func (p *Process) Alive(ctx context.Context, info backend.Info) (bool, error) {
 // discoverReadyTimeout is reported not found (Create then gives it the full
 // ReadyTimeout before replacing it).
 func (p *Process) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
-	if err := validSandboxID(sid); err != nil {
+	if err := backend.ValidSandboxID(sid); err != nil {
 		return backend.Info{}, false, err
 	}
 	st, err := p.liveState(ctx, sid)
@@ -405,7 +405,7 @@ func (p *Process) List(ctx context.Context) ([]backend.Info, error) {
 	var out []backend.Info
 	for _, e := range entries {
 		sid, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || validSandboxID(sid) != nil {
+		if !ok || backend.ValidSandboxID(sid) != nil {
 			continue
 		}
 		st, err := p.liveState(ctx, sid)

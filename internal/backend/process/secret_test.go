@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
 )
 
 // TestSecretDeliveredAndRecoverable: a sandbox created with a secret
@@ -20,9 +21,9 @@ func TestSecretDeliveredAndRecoverable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	p := newProcess(t, dir)
-	spec := threadSpec(t, t.TempDir(), "u", "secret-thread")
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "u", "secret-thread")
 	spec.Secret = "process-backend-secret-0123456789abcdef"
-	info := mustCreate(t, p, spec)
+	info := backendtest.MustCreate(t, p, spec)
 	if info.Secret != spec.Secret {
 		t.Fatalf("Create returned secret %q", info.Secret)
 	}
@@ -30,17 +31,8 @@ func TestSecretDeliveredAndRecoverable(t *testing.T) {
 		key  string
 		want int
 	}{{"", http.StatusUnauthorized}, {"wrong", http.StatusUnauthorized}, {spec.Secret, http.StatusOK}} {
-		req, _ := http.NewRequest(http.MethodGet, info.URL+"/v1/sandbox", nil)
-		if c.key != "" {
-			req.Header.Set(backend.SecretHeader, c.key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != c.want {
-			t.Fatalf("key %q: status %d, want %d", c.key, resp.StatusCode, c.want)
+		if got := backendtest.Status(t, info.URL, c.key); got != c.want {
+			t.Fatalf("key %q: status %d, want %d", c.key, got, c.want)
 		}
 	}
 	pid, _, err := parseIncarnation(info.Incarnation)
@@ -58,7 +50,7 @@ func TestSecretDeliveredAndRecoverable(t *testing.T) {
 	}
 
 	other := newProcess(t, dir)
-	found, ok, err := other.Discover(testCtx(t), spec.SandboxID)
+	found, ok, err := other.Discover(backendtest.Ctx(t), spec.SandboxID)
 	if err != nil || !ok || found.Secret != spec.Secret {
 		t.Fatalf("Discover: ok=%v err=%v secret=%q", ok, err, found.Secret)
 	}

@@ -8,9 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -36,22 +34,15 @@ func (c *child) confirm() {
 	_ = c.recorded.Close()
 }
 
-// validateSpec rejects what cannot be passed to the child unambiguously.
+// validateSpec adds to backend.ValidateSpec what --map's PATH=HOST syntax
+// cannot carry.
 func validateSpec(spec backend.Spec) error {
-	if err := validSandboxID(spec.SandboxID); err != nil {
+	if err := backend.ValidateSpec(spec); err != nil {
 		return err
 	}
 	for _, m := range spec.Mounts {
-		if !path.IsAbs(m.ContainerPath) || path.Clean(m.ContainerPath) != m.ContainerPath || strings.Contains(m.ContainerPath, "=") {
-			return fmt.Errorf("invalid mount path %q: want a clean absolute path without '='", m.ContainerPath)
-		}
-		if m.HostPath == "" {
-			return fmt.Errorf("mount %s: empty host path", m.ContainerPath)
-		}
-	}
-	for name, value := range spec.Env {
-		if name == "" || strings.ContainsAny(name, "=\x00") || strings.ContainsRune(value, 0) {
-			return fmt.Errorf("invalid sandbox environment variable %q", name)
+		if strings.Contains(m.ContainerPath, "=") {
+			return fmt.Errorf("invalid mount path %q: want a path without '='", m.ContainerPath)
 		}
 	}
 	return nil
@@ -99,15 +90,7 @@ func childEnv(parent []string, configured map[string]string) []string {
 		}
 		env = append(env, kv)
 	}
-	names := make([]string, 0, len(configured))
-	for name := range configured {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		env = append(env, name+"="+configured[name])
-	}
-	return append(env, sandbox.KeepEnvVar+"="+strings.Join(names, ","))
+	return append(env, backend.ServerEnv(configured, "", sandbox.KeepEnvVar)...)
 }
 
 // start launches the sandbox server on a Unix socket bound here, in the

@@ -49,21 +49,6 @@ func (s *state) info() backend.Info {
 	}
 }
 
-// validSandboxID accepts exactly what the gateway derives from
-// hex(sha256(user:thread))[:16]; it also makes every file name built from an
-// id path-safe.
-func validSandboxID(sid string) error {
-	if len(sid) != 16 {
-		return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
-	}
-	for _, c := range []byte(sid) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return fmt.Errorf("invalid sandbox id %q: want 16 lowercase hex characters", sid)
-		}
-	}
-	return nil
-}
-
 func (p *Process) statePath(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".json") }
 func (p *Process) logPath(sid string) string   { return filepath.Join(p.cfg.StateDir, sid+".log") }
 func (p *Process) socketPath(sid string) string {

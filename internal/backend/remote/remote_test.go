@@ -1,11 +1,9 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/backend/process"
-	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -176,83 +174,43 @@ func newRemote(t *testing.T, url, key string) *Remote {
 	return r
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+// TestContract runs the shared contract through the stand-in provisioner;
+// every instance is a client of its own.
+func TestContract(t *testing.T) {
+	t.Parallel()
+	p := newProvisioner(t, 2)
+	backendtest.Run(t, backendtest.Harness{
+		Name: Name,
+		New:  func(t *testing.T) backend.Backend { return newRemote(t, p.srv.URL, p.key) },
+		// DeerFlow's API carries no secret, no labels, no incarnation.
+		NoSecret: true, IDLabelsOnly: true, DestroyIgnoresIncarnation: true,
+	})
 }
 
-func threadSpec(user, thread string) backend.Spec {
-	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread}
-	s.Labels = backend.IdentityLabels(s, "", nil)
-	return s
-}
-
-func shell(t *testing.T, url, command string) string {
-	t.Helper()
-	body, _ := json.Marshal(map[string]string{"command": command})
-	resp, err := http.Post(url+"/v1/shell/exec", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("exec: %d %s", resp.StatusCode, data)
-	}
-	return string(data)
-}
-
+// The contract has the lifecycle; this is what is DeerFlow's own: Ping
+// without /health, a base URL with a trailing slash, the API key on every call.
 func TestLifecycleAgainstDeerFlowsContract(t *testing.T) {
 	t.Parallel()
 	p := newProvisioner(t, 2)
 	r := newRemote(t, p.srv.URL+"/", p.key) // a trailing slash, as configs have it
-	s := threadSpec("alice", "t1")
+	s := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "alice", "t1")
 
-	if err := r.Ping(testCtx(t)); err != nil {
+	if err := r.Ping(backendtest.Ctx(t)); err != nil {
 		t.Errorf("Ping = %v (a provisioner without /health answers 404: up)", err)
 	}
-	info, err := r.Create(testCtx(t), s)
+	info, err := r.Create(backendtest.Ctx(t), s)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	if info.SandboxID != s.SandboxID || info.URL == "" || info.Incarnation != incarnationOf(info.URL) || info.Backend != Name ||
-		info.User != "alice" || info.Thread != "t1" || info.Labels[backend.LabelThread] != "t1" {
+		info.User != "alice" || info.Thread != "t1" {
 		t.Errorf("info = %+v", info)
 	}
-	if out := shell(t, info.URL, "echo from-remote"); !strings.Contains(out, "from-remote") {
-		t.Errorf("exec on sandbox_url: %s", out)
+	if out := backendtest.Exec(t, info, "echo from-remote"); !strings.Contains(out.Output, "from-remote") {
+		t.Errorf("exec on sandbox_url: %+v", out)
 	}
-	again, err := r.Create(testCtx(t), s)
-	if err != nil || again.URL != info.URL {
-		t.Errorf("second Create = %+v, %v; want the same sandbox", again, err)
-	}
-	if ok, err := r.Alive(testCtx(t), info); err != nil || !ok {
-		t.Errorf("Alive = %v, %v", ok, err)
-	}
-	found, ok, err := r.Discover(testCtx(t), s.SandboxID)
-	if err != nil || !ok || found.URL != info.URL || found.User != "alice" || found.Thread != "t1" {
-		t.Errorf("Discover = %+v, %v, %v", found, ok, err)
-	}
-	list, err := r.List(testCtx(t))
-	if err != nil || len(list) != 1 || list[0].SandboxID != s.SandboxID || list[0].Labels[backend.LabelUser] != "alice" {
-		t.Errorf("List = %+v, %v", list, err)
-	}
-
-	if err := r.Destroy(testCtx(t), info); err != nil {
+	if err := r.Destroy(backendtest.Ctx(t), info); err != nil {
 		t.Fatalf("Destroy: %v", err)
-	}
-	if ok, err := r.Alive(testCtx(t), info); err != nil || ok {
-		t.Errorf("Alive after Destroy = %v, %v", ok, err)
-	}
-	if _, ok, err := r.Discover(testCtx(t), s.SandboxID); err != nil || ok {
-		t.Errorf("Discover after Destroy = %v, %v", ok, err)
-	}
-	if err := r.Destroy(testCtx(t), info); err != nil {
-		t.Errorf("Destroy of an unknown sandbox (404) = %v, want nil", err)
-	}
-	if testutil.Probe(info.URL) {
-		t.Error("sandbox still answers after Destroy")
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -267,8 +225,8 @@ func TestStatusAndIncarnation(t *testing.T) {
 	t.Parallel()
 	p := newProvisioner(t, 2)
 	r := newRemote(t, p.srv.URL, p.key)
-	s := threadSpec("bob", "t")
-	info, err := r.Create(testCtx(t), s)
+	s := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "bob", "t")
+	info, err := r.Create(backendtest.Ctx(t), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,15 +234,15 @@ func TestStatusAndIncarnation(t *testing.T) {
 
 	other := info
 	other.Incarnation = "http://127.0.0.1:1" // an earlier sandbox at another address
-	if ok, err := r.Alive(testCtx(t), other); err != nil || ok {
+	if ok, err := r.Alive(backendtest.Ctx(t), other); err != nil || ok {
 		t.Errorf("Alive of another incarnation = %v, %v", ok, err)
 	}
 	for _, status := range []string{"Pending", "Failed", "Succeeded"} {
 		p.setStatus(s.SandboxID, status)
-		if ok, err := r.Alive(testCtx(t), info); err != nil || ok {
+		if ok, err := r.Alive(backendtest.Ctx(t), info); err != nil || ok {
 			t.Errorf("Alive with status %s = %v, %v", status, ok, err)
 		}
-		if _, ok, err := r.Discover(testCtx(t), s.SandboxID); err != nil || ok {
+		if _, ok, err := r.Discover(backendtest.Ctx(t), s.SandboxID); err != nil || ok {
 			t.Errorf("Discover with status %s = %v, %v", status, ok, err)
 		}
 	}
@@ -296,16 +254,16 @@ func TestMountContract(t *testing.T) {
 		t.Parallel()
 		p := newProvisioner(t, 0)
 		r := newRemote(t, p.srv.URL, p.key)
-		if _, err := r.Create(testCtx(t), threadSpec("alice", "t")); err == nil || !strings.Contains(err.Error(), "cannot keep user") {
+		if _, err := r.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "alice", "t")); err == nil || !strings.Contains(err.Error(), "cannot keep user") {
 			t.Fatalf("Create for alice on a v0 provisioner = %v", err)
 		}
-		info, err := r.Create(testCtx(t), threadSpec("default", "t"))
+		info, err := r.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "default", "t"))
 		if err != nil {
 			t.Fatalf("Create for the default user: %v", err)
 		}
 		t.Cleanup(func() { _ = r.Destroy(context.Background(), info) })
 		// DeerFlow does not adopt sandboxes of another contract.
-		if _, ok, err := r.Discover(testCtx(t), info.SandboxID); err != nil || ok {
+		if _, ok, err := r.Discover(backendtest.Ctx(t), info.SandboxID); err != nil || ok {
 			t.Errorf("Discover of a v0 sandbox = %v, %v", ok, err)
 		}
 	})
@@ -314,7 +272,7 @@ func TestMountContract(t *testing.T) {
 		p := newProvisioner(t, 2)
 		r := newRemote(t, p.srv.URL, p.key)
 		p.setEdit(func(v *sandbox) { v.MountContractVersion = new(1) })
-		if _, err := r.Create(testCtx(t), threadSpec("carol", "t")); err == nil || !strings.Contains(err.Error(), "not the one asked for") {
+		if _, err := r.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "carol", "t")); err == nil || !strings.Contains(err.Error(), "not the one asked for") {
 			t.Fatalf("Create with a v1 answer = %v", err)
 		}
 	})
@@ -323,7 +281,7 @@ func TestMountContract(t *testing.T) {
 		p := newProvisioner(t, 2)
 		r := newRemote(t, p.srv.URL, p.key)
 		p.setEdit(func(v *sandbox) { v.UserID = "mallory" })
-		if _, err := r.Create(testCtx(t), threadSpec("dave", "t")); err == nil || !strings.Contains(err.Error(), "not the one asked for") {
+		if _, err := r.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "dave", "t")); err == nil || !strings.Contains(err.Error(), "not the one asked for") {
 			t.Fatalf("Create with another user's answer = %v", err)
 		}
 	})
@@ -333,11 +291,11 @@ func TestRefusalsAreNotUnavailable(t *testing.T) {
 	t.Parallel()
 	p := newProvisioner(t, 2)
 	r := newRemote(t, p.srv.URL, "wrong-key")
-	_, err := r.Create(testCtx(t), threadSpec("erin", "t"))
+	_, err := r.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "erin", "t"))
 	if err == nil || errors.Is(err, backend.ErrUnavailable) || !strings.Contains(err.Error(), "401") {
 		t.Errorf("Create with a wrong key = %v, want a 401 error that is not ErrUnavailable", err)
 	}
-	if _, err := r.Alive(testCtx(t), backend.Info{SandboxID: "x"}); err == nil {
+	if _, err := r.Alive(backendtest.Ctx(t), backend.Info{SandboxID: "x"}); err == nil {
 		t.Error("Alive with a wrong key = nil error")
 	}
 }
@@ -353,12 +311,12 @@ func TestUnavailable(t *testing.T) {
 	for _, url := range []string{down.URL, failing.URL} {
 		r := newRemote(t, url, "")
 		info := backend.Info{SandboxID: "abc"}
-		_, cerr := r.Create(testCtx(t), threadSpec("default", "t"))
-		_, aerr := r.Alive(testCtx(t), info)
-		_, _, derr := r.Discover(testCtx(t), "abc")
-		_, lerr := r.List(testCtx(t))
+		_, cerr := r.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "default", "t"))
+		_, aerr := r.Alive(backendtest.Ctx(t), info)
+		_, _, derr := r.Discover(backendtest.Ctx(t), "abc")
+		_, lerr := r.List(backendtest.Ctx(t))
 		for name, err := range map[string]error{"Create": cerr, "Alive": aerr, "Discover": derr, "List": lerr,
-			"Destroy": r.Destroy(testCtx(t), info), "Ping": r.Ping(testCtx(t))} {
+			"Destroy": r.Destroy(backendtest.Ctx(t), info), "Ping": r.Ping(backendtest.Ctx(t))} {
 			if !errors.Is(err, backend.ErrUnavailable) {
 				t.Errorf("%s against %s = %v, want ErrUnavailable", name, url, err)
 			}

@@ -1,0 +1,20 @@
+package docker
+
+import (
+	"testing"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
+)
+
+// TestContract runs the shared contract on the real engine; every instance
+// is a backend of its own (an engine client of its own) on one prefix.
+func TestContract(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	backendtest.Run(t, backendtest.Harness{
+		Name:     Name,
+		Instance: "test",
+		New:      func(*testing.T) backend.Backend { return h.backend() },
+	})
+}

@@ -1,0 +1,24 @@
+package process
+
+import (
+	"testing"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	backendtest.Run(t, harness(Config{Binary: testutil.GatewayBinary(t), StateDir: t.TempDir(), Instance: "test"}))
+}
+
+// harness runs the contract on instances of one Config: another mode of the
+// backend is one more Run with its own Config.
+func harness(cfg Config) backendtest.Harness {
+	return backendtest.Harness{
+		Name:     Name,
+		Instance: cfg.Instance,
+		New:      func(t *testing.T) backend.Backend { return newProcessWith(t, cfg) },
+	}
+}
