@@ -13,6 +13,12 @@ func TestContract(t *testing.T) {
 	backendtest.Run(t, harness(Config{Binary: testutil.GatewayBinary(t), StateDir: t.TempDir(), Instance: "test"}))
 }
 
+// The same contract with process_isolation: none, the plain child process.
+func TestContractNoIsolation(t *testing.T) {
+	t.Parallel()
+	backendtest.Run(t, harness(Config{Binary: testutil.GatewayBinary(t), StateDir: t.TempDir(), Instance: "test", Isolation: IsolationNone}))
+}
+
 // harness runs the contract on instances of one Config: another mode of the
 // backend is one more Run with its own Config.
 func harness(cfg Config) backendtest.Harness {

@@ -102,7 +102,9 @@ func TestDestroyKillsSessionsOutsideItsGroup(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := newProcessWith(t, Config{Binary: wrapper, StateDir: t.TempDir()})
+	// A wrapper script as the binary: the plain child process (in a jail the
+	// whole PID namespace goes with the sandbox anyway).
+	p := newProcessWith(t, Config{Binary: wrapper, StateDir: t.TempDir(), Isolation: IsolationNone})
 	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "max", "sessions")
 	spec.Env = map[string]string{"SESSION_PIDFILE": pidFile, "SANDBOX_SERVER": newProcess(t, t.TempDir()).cfg.Binary}
 	info := backendtest.MustCreate(t, p, spec)

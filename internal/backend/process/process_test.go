@@ -322,7 +322,7 @@ func TestInvalidInputRejected(t *testing.T) {
 func TestCreateFailsFastWhenServerExits(t *testing.T) {
 	t.Parallel()
 	stateDir := t.TempDir()
-	p := newProcessWith(t, Config{Binary: "/bin/false", StateDir: stateDir, ReadyTimeout: 30 * time.Second})
+	p := newProcessWith(t, Config{Binary: "/bin/false", StateDir: stateDir, ReadyTimeout: 30 * time.Second, Isolation: IsolationNone})
 	began := time.Now()
 	_, err := p.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "jo", "t"))
 	if err == nil || !strings.Contains(err.Error(), "exited") {
@@ -346,7 +346,7 @@ func TestCreateHonoursReadyTimeout(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := newProcessWith(t, Config{Binary: script, StateDir: stateDir, ReadyTimeout: 300 * time.Millisecond})
+	p := newProcessWith(t, Config{Binary: script, StateDir: stateDir, ReadyTimeout: 300 * time.Millisecond, Isolation: IsolationNone})
 	began := time.Now()
 	if _, err := p.Create(backendtest.Ctx(t), backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "kim", "t")); err == nil {
 		t.Fatal("Create of a server that never answers succeeded")
@@ -441,7 +441,7 @@ func TestCancelledCreateLeavesARecordedSandboxForAdoption(t *testing.T) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := newProcessWith(t, Config{Binary: script, StateDir: stateDir, Instance: "test"})
+	p := newProcessWith(t, Config{Binary: script, StateDir: stateDir, Instance: "test", Isolation: IsolationNone})
 	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "lee", "flushed")
 	ctx, cancel := context.WithCancel(backendtest.Ctx(t))
 	go func() { // give up as soon as the sandbox is recorded
