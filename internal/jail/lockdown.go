@@ -11,9 +11,11 @@ type Report struct {
 	// LandlockABI is the kernel's Landlock ABI version; 0 means no
 	// Landlock, so writes are bounded by file permissions only.
 	LandlockABI int
-	// Rlimits: NPROC, NOFILE, FSIZE and CORE set; MemoryByRlimit: and
-	// RLIMIT_AS, as no cgroup bounds memory.
-	Rlimits, MemoryByRlimit bool
+	// Rlimits: NPROC, NOFILE, FSIZE and CORE set.
+	Rlimits bool
+	// AddressSpace is the RLIMIT_AS that bounds memory when no cgroup
+	// does, 0 when not set.
+	AddressSpace int64
 	// CapsDropped: no capability left, none to be gained.
 	CapsDropped bool
 	// Seccomp: the syscall filter is loaded.
@@ -35,7 +37,9 @@ func (r Report) String() string {
 		}
 	}
 	on(r.Rlimits, "rlimits set", "no rlimits")
-	on(r.MemoryByRlimit, "memory by RLIMIT_AS", "memory by cgroup")
+	if r.AddressSpace > 0 {
+		parts = append(parts, fmt.Sprintf("RLIMIT_AS %d MiB", r.AddressSpace>>20))
+	}
 	on(r.CapsDropped, "capabilities dropped", "capabilities kept")
 	on(r.Seccomp, "seccomp on", "no seccomp")
 	return strings.Join(parts, ", ")

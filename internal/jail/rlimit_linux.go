@@ -29,7 +29,7 @@ func applyRlimits(l Limits, memoryByRlimit bool) error {
 		{"core", unix.RLIMIT_CORE, 0},
 	}
 	if memoryByRlimit {
-		limits = append(limits, rlimit{"as", unix.RLIMIT_AS, l.Memory})
+		limits = append(limits, rlimit{"as", unix.RLIMIT_AS, addressSpaceLimit(l)})
 	}
 	for _, r := range limits {
 		if r.value < 0 {
@@ -40,6 +40,24 @@ func applyRlimits(l Limits, memoryByRlimit bool) error {
 		}
 	}
 	return nil
+}
+
+// minAddressSpace is the least RLIMIT_AS the sandbox gets. The Go runtime
+// of its init and server reserves some 700 MiB of address space when it
+// starts (the page allocator's summaries), and with limits around 1 GiB it
+// fails erratically to reserve its heap arenas. Measured with Go 1.26 on
+// amd64: 1.4 GiB and more start every time.
+const minAddressSpace = 2 << 30
+
+// addressSpaceLimit is the RLIMIT_AS that bounds memory for l: l.Memory,
+// but no less than minAddressSpace; -1 for none. Address space is not
+// memory: programs that reserve much (Go, Java) reach it long before their
+// memory does, hence cgroups first.
+func addressSpaceLimit(l Limits) int64 {
+	if l.Memory < 0 {
+		return -1
+	}
+	return max(l.Memory, minAddressSpace)
 }
 
 // lowerRlimit sets soft and hard limit to v, or to the current hard limit
