@@ -35,16 +35,16 @@ const scenarioEnv = "SANDGATE_JAIL_TEST_SCENARIO"
 // testScenarios run in a child instead of the tests; each returns the exit
 // code. Other tests of the package may add theirs.
 var testScenarios = map[string]func() int{
-	"control": func() int { return initScenario(nil) },
+	"control": func() int { return initScenario(nil, "probes") },
 	"locked": func() int {
 		return initScenario(func(rw string) (Report, error) {
 			return lockDown(Limits{}.WithDefaults(), false, []string{rw, "/dev/shm"})
-		})
+		}, "probes")
 	},
 	"limits": func() int {
 		return initScenario(func(rw string) (Report, error) {
 			return lockDown(testLimits, true, []string{rw})
-		})
+		}, "limit-probes")
 	},
 	"probes":       runProbes,
 	"limit-probes": runLimitProbes,
@@ -128,21 +128,14 @@ func jailDirs(t *testing.T, uid int) (rw, ro string) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	rw, ro = filepath.Join(base, "rw"), filepath.Join(base, "ro")
-	for _, p := range []string{base, rw, ro, filepath.Join(ro, "readme")} {
-		if p == filepath.Join(ro, "readme") {
-			err = os.WriteFile(p, []byte("hello"), 0o644)
-		} else if p != base {
-			err = os.Mkdir(p, 0o755)
-		}
+	readme := filepath.Join(ro, "readme")
+	for _, err := range []error{
+		os.Chmod(base, 0o755), os.Mkdir(rw, 0o755), os.Mkdir(ro, 0o755), os.WriteFile(readme, []byte("hello"), 0o644),
+		os.Lchown(rw, uid, uid), os.Lchown(ro, uid, uid), os.Lchown(readme, uid, uid),
+	} {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Lchown(p, uid, uid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
 	}
 	return rw, ro
 }
@@ -206,10 +199,10 @@ func emit(name string, err error, out string) {
 }
 
 // initScenario is the sandbox's init: it locks down (unless lock is nil),
-// checks itself, then runs the probes in a process it starts afterwards.
-func initScenario(lock func(rw string) (Report, error)) int {
+// checks itself, then runs the probes scenario in a process it starts
+// afterwards.
+func initScenario(lock func(rw string) (Report, error), probes string) int {
 	rw, ro := os.Getenv("JAIL_RW"), os.Getenv("JAIL_RO")
-	probes := "probes"
 	if lock != nil {
 		r, err := lock(rw)
 		emit("init lockdown", err, r.String())
@@ -218,9 +211,6 @@ func initScenario(lock func(rw string) (Report, error)) int {
 		}
 		emit("init threads", threadsLocked(), "")
 		emit("init write outside", os.WriteFile(filepath.Join(ro, "init"), nil, 0o644), "")
-		if os.Getenv(scenarioEnv) == "limits" {
-			probes = "limit-probes"
-		}
 	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Env = append(os.Environ(), scenarioEnv+"="+probes)
