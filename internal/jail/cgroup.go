@@ -1,0 +1,270 @@
+package jail
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cgroups puts sandboxes into cgroups of their own that bound their memory
+// and process count, with cgroup v2 or v1, whichever the gateway can use.
+// The zero value and a nil *Cgroups mean none: Place and Remove do nothing,
+// and the caller bounds memory by RLIMIT_AS instead.
+type Cgroups struct {
+	mode string
+	dirs []cgroupDir
+}
+
+// cgroupDir is a parent under which each sandbox gets a directory, and the
+// limit files written there.
+type cgroupDir struct {
+	path   string
+	limits []limitFile
+}
+
+// limitFile is a cgroup control file and its value for a sandbox's Limits;
+// an optional one is skipped when the kernel does not offer it (swap
+// accounting off).
+type limitFile struct {
+	name     string
+	value    func(Limits) string
+	optional bool
+}
+
+// Modes Cgroups.Mode reports.
+const (
+	CgroupV2   = "cgroup v2"
+	CgroupV1   = "cgroup v1"
+	CgroupNone = "none"
+)
+
+// cgroupParent is the directory under which the sandboxes' cgroups go.
+const cgroupParent = "sandgate"
+
+// OpenCgroups finds out how sandboxes can be bounded under root (normally
+// /sys/fs/cgroup). cgroup v2 when root is a v2 hierarchy (cgroup.controllers
+// there) with memory and pids, which it enables for root's children and for
+// <root>/sandgate, which it creates. Else cgroup v1 when root/memory and
+// root/pids are v1 hierarchies: sandboxes go under sandgate in the gateway's
+// own cgroup there (so limits on the gateway's cgroup cover its sandboxes
+// too), or at the top when that is not visible under root. Else none.
+func OpenCgroups(root string) *Cgroups {
+	if dir, err := openV2(root); err == nil {
+		return &Cgroups{mode: CgroupV2, dirs: []cgroupDir{dir}}
+	}
+	if dirs, err := openV1(root); err == nil {
+		return &Cgroups{mode: CgroupV1, dirs: dirs}
+	}
+	return &Cgroups{mode: CgroupNone}
+}
+
+func openV2(root string) (cgroupDir, error) {
+	controllers, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return cgroupDir{}, err
+	}
+	if !hasFields(string(controllers), "memory", "pids") {
+		return cgroupDir{}, errors.New("memory or pids controller missing")
+	}
+	if err := writeControl(root, "cgroup.subtree_control", "+memory +pids"); err != nil {
+		return cgroupDir{}, err
+	}
+	parent := filepath.Join(root, cgroupParent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return cgroupDir{}, err
+	}
+	if err := writeControl(parent, "cgroup.subtree_control", "+memory +pids"); err != nil {
+		return cgroupDir{}, err
+	}
+	return cgroupDir{path: parent, limits: []limitFile{
+		{name: "memory.max", value: func(l Limits) string { return limitValue(l.Memory, "max") }},
+		{name: "memory.swap.max", value: func(Limits) string { return "0" }, optional: true},
+		{name: "pids.max", value: pidsMax},
+	}}, nil
+}
+
+func openV1(root string) ([]cgroupDir, error) {
+	own := ownCgroups()
+	memory := []limitFile{
+		{name: "memory.limit_in_bytes", value: func(l Limits) string { return limitValue(l.Memory, "-1") }},
+		// Memory plus swap, so swapping out cannot dodge the limit.
+		{name: "memory.memsw.limit_in_bytes", value: func(l Limits) string { return limitValue(l.Memory, "-1") }, optional: true},
+	}
+	pids := []limitFile{{name: "pids.max", value: pidsMax}}
+	var dirs []cgroupDir
+	for _, c := range []struct {
+		controller, probe string
+		limits            []limitFile
+	}{{"memory", "memory.limit_in_bytes", memory}, {"pids", "cgroup.procs", pids}} {
+		hierarchy := filepath.Join(root, c.controller)
+		if _, err := os.Stat(filepath.Join(hierarchy, c.probe)); err != nil {
+			return nil, err
+		}
+		if dir := filepath.Join(hierarchy, own[c.controller]); own[c.controller] != "" && isDir(dir) {
+			hierarchy = dir
+		}
+		parent := filepath.Join(hierarchy, cgroupParent)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		dirs = append(dirs, cgroupDir{path: parent, limits: c.limits})
+	}
+	return dirs, nil
+}
+
+// ownCgroups maps each v1 controller to this process's cgroup path in it,
+// from /proc/self/cgroup ("4:memory:/a/b").
+func ownCgroups() map[string]string {
+	own := map[string]string{}
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return own
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		parts := strings.SplitN(s.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	return own
+}
+
+// Mode is CgroupV2, CgroupV1 or CgroupNone.
+func (c *Cgroups) Mode() string {
+	if c == nil || c.mode == "" {
+		return CgroupNone
+	}
+	return c.mode
+}
+
+// validName: a sandbox id, never a path.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// Place creates the sandbox's cgroups, writes l's memory and process
+// limits (l with defaults applied) and moves pid into them. Only processes
+// pid starts afterwards are inside: place it before it starts any. On
+// error it removes what it created.
+func (c *Cgroups) Place(name string, pid int, l Limits) error {
+	if c.Mode() == CgroupNone {
+		return nil
+	}
+	if !validName.MatchString(name) {
+		return fmt.Errorf("cgroup: invalid sandbox name %q", name)
+	}
+	err := c.place(name, pid, l)
+	if err != nil {
+		_ = c.Remove(name)
+	}
+	return err
+}
+
+func (c *Cgroups) place(name string, pid int, l Limits) error {
+	for _, d := range c.dirs {
+		dir := filepath.Join(d.path, name)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		for _, f := range d.limits {
+			err := writeControl(dir, f.name, f.value(l))
+			if f.optional && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := writeControl(dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove deletes the sandbox's cgroups. A cgroup cannot go while it holds
+// processes, so it retries for a few seconds while they die; one that does
+// not exist is no error.
+func (c *Cgroups) Remove(name string) error {
+	if c.Mode() == CgroupNone {
+		return nil
+	}
+	if !validName.MatchString(name) {
+		return fmt.Errorf("cgroup: invalid sandbox name %q", name)
+	}
+	var errs []error
+	for _, d := range c.dirs {
+		errs = append(errs, removeCgroup(filepath.Join(d.path, name)))
+	}
+	return errors.Join(errs...)
+}
+
+func removeCgroup(dir string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// rmdir, with the control files in it: they go with it.
+		err := os.Remove(dir)
+		switch {
+		case err == nil, errors.Is(err, fs.ErrNotExist):
+			return nil
+		case errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(50 * time.Millisecond)
+		default:
+			return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+		}
+	}
+}
+
+// writeControl writes value to a cgroup control file, which must exist:
+// never create one.
+func writeControl(dir, name, value string) error {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: write %q to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+func limitValue(v int64, unlimited string) string {
+	if v < 0 {
+		return unlimited
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func pidsMax(l Limits) string { return limitValue(l.Processes, "max") }
+
+func hasFields(s string, want ...string) bool {
+	fields := strings.Fields(s)
+	for _, w := range want {
+		if !slices.Contains(fields, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}

@@ -1,0 +1,55 @@
+//go:build linux
+
+package jail
+
+import (
+	"errors"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockDown is the last thing the sandbox's init does before it starts the
+// sandbox server: it applies l (defaults already applied), restricts writes
+// to writable (Landlock), drops every capability and loads the seccomp
+// filter, on all threads, so the server and all it starts inherit it all.
+// memoryByRlimit bounds memory with RLIMIT_AS (see addressSpaceLimit), for
+// when no cgroup does.
+//
+// The order matters. Rlimits come first: they only lower limits. Landlock
+// comes next; it sets no_new_privs itself, which it needs without
+// CAP_SYS_ADMIN. Capabilities go after, as dropping the bounding set and
+// locking securebits need CAP_SETPCAP, which capset then gives up. The
+// seccomp filter comes last: it needs no_new_privs (set by then), and so
+// refuses nothing the earlier steps still had to do.
+//
+// An error leaves the process partly locked down: the caller must not start
+// the server then. The Report says what is in place, also on error.
+func lockDown(l Limits, memoryByRlimit bool, writable []string) (Report, error) {
+	var r Report
+	// Capabilities, no_new_privs and filters are per thread; with cgo,
+	// Go cannot reach every thread (AllThreadsSyscall says ENOTSUP).
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_GET_NO_NEW_PRIVS, 0, 0); e == syscall.ENOTSUP {
+		return r, errors.New("jail: locking a sandbox down needs a binary built with CGO_ENABLED=0")
+	}
+	if err := applyRlimits(l, memoryByRlimit); err != nil {
+		return r, err
+	}
+	r.Rlimits = true
+	if memoryByRlimit {
+		r.AddressSpace = addressSpaceLimit(l)
+	}
+	if err := restrictFilesystem(writable); err != nil {
+		return r, err
+	}
+	r.LandlockABI = landlockABI()
+	if err := dropPrivileges(); err != nil {
+		return r, err
+	}
+	r.CapsDropped = true
+	if err := installSeccomp(); err != nil {
+		return r, err
+	}
+	r.Seccomp = true
+	return r, nil
+}
