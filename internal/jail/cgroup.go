@@ -252,7 +252,7 @@ func limitValue(v int64, unlimited string) string {
 	return strconv.FormatInt(v, 10)
 }
 
-func pidsMax(l Limits) string { return limitValue(l.Processes, "max") }
+func pidsMax(l Limits) string { return limitValue(l.sandboxProcesses(), "max") }
 
 func hasFields(s string, want ...string) bool {
 	fields := strings.Fields(s)

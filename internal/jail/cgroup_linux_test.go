@@ -159,7 +159,7 @@ func TestCgroupsV1(t *testing.T) {
 	for file, want := range map[string]string{
 		filepath.Join(memDir, "memory.limit_in_bytes"):       strconv.Itoa(64 << 20),
 		filepath.Join(memDir, "memory.memsw.limit_in_bytes"): strconv.Itoa(64 << 20),
-		filepath.Join(pidsDir, "pids.max"):                   "16",
+		filepath.Join(pidsDir, "pids.max"):                   strconv.Itoa(16 + ServerThreads),
 		filepath.Join(memDir, "cgroup.procs"):                strconv.Itoa(sleeper.Process.Pid),
 		filepath.Join(pidsDir, "cgroup.procs"):               strconv.Itoa(sleeper.Process.Pid),
 	} {
@@ -192,11 +192,11 @@ func TestCgroupsV1(t *testing.T) {
 	})
 	t.Run("pids", func(t *testing.T) {
 		out, err := runPlaced(t, c, name, l,
-			`n=0; while [ $n -lt 40 ]; do sleep 60 >/dev/null 2>&1 & n=$((n+1)); echo $n; done`)
+			`n=0; while [ $n -lt 200 ]; do sleep 60 >/dev/null 2>&1 & n=$((n+1)); echo $n; done`)
 		n, _ := strconv.Atoi(lastNumber(out))
-		// The sleeper and the shell count too: 14 sleeps fit.
-		if err == nil || n != 14 {
-			t.Errorf("fork loop in a 16-process cgroup started %d: %v, want 14 and a failure\n%s", n, err, out)
+		// The sleeper and the shell count too.
+		if want := 16 + ServerThreads - 2; err == nil || n != want {
+			t.Errorf("fork loop in a %d-process cgroup started %d: %v, want %d and a failure\n%s", 16+ServerThreads, n, err, want, out)
 		}
 		killCgroup(pidsDir)
 	})

@@ -30,6 +30,13 @@ type Limits struct {
 	TmpSize int64 `json:"tmp_size"`
 }
 
+// ServerThreads is the headroom above Limits.Processes that the sandbox
+// server keeps for itself: it is PID 1 of the sandbox and a Go program,
+// which starts OS threads as it needs them, so its commands are held to
+// Processes (CommandProcesses) and a fork bomb among them cannot leave the
+// server unable to serve, or kill the sandbox by killing PID 1.
+const ServerThreads = 64
+
 // Documented defaults of Limits.
 const (
 	DefaultMemory    = 2 << 30
@@ -54,4 +61,14 @@ func orDefault[T int | int64](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// sandboxProcesses is the sandbox's whole process and thread budget (the
+// pids cgroup and the server's RLIMIT_NPROC): the commands' plus the
+// server's headroom; negative = none.
+func (l Limits) sandboxProcesses() int64 {
+	if l.Processes < 0 {
+		return -1
+	}
+	return int64(l.Processes) + ServerThreads
 }

@@ -23,8 +23,8 @@ type rlimit struct {
 // memoryByRlimit, i.e. when no cgroup bounds the sandbox's memory.
 func applyRlimits(l Limits, memoryByRlimit bool) error {
 	limits := []rlimit{
-		{"nproc", unix.RLIMIT_NPROC, l.Processes},
-		{"nofile", unix.RLIMIT_NOFILE, l.OpenFiles},
+		{"nproc", unix.RLIMIT_NPROC, l.sandboxProcesses()},
+		{"nofile", unix.RLIMIT_NOFILE, int64(l.OpenFiles)},
 		{"fsize", unix.RLIMIT_FSIZE, l.FileSize},
 		{"core", unix.RLIMIT_CORE, 0},
 	}

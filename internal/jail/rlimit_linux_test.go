@@ -83,7 +83,7 @@ func TestLockDownLimits(t *testing.T) {
 	}
 	limits := results["limits"].Out
 	for _, want := range []string{
-		fmt.Sprintf("Max processes             %-20d %-20d processes", testLimits.Processes, testLimits.Processes),
+		fmt.Sprintf("Max processes             %-20d %-20d processes", testLimits.sandboxProcesses(), testLimits.sandboxProcesses()),
 		fmt.Sprintf("Max open files            %-20d %-20d files", testLimits.OpenFiles, testLimits.OpenFiles),
 		fmt.Sprintf("Max file size             %-20d %-20d bytes", testLimits.FileSize, testLimits.FileSize),
 		// 128 MiB asked, minAddressSpace given.
@@ -97,7 +97,7 @@ func TestLockDownLimits(t *testing.T) {
 	// The init, the shell and each sleep count against RLIMIT_NPROC, as
 	// do the Go init's threads.
 	n, err := strconv.Atoi(results["fork loop"].Out)
-	if err != nil || n >= int(testLimits.Processes) || n < 3 {
-		t.Errorf("fork loop started %q processes, want a few and fewer than %d", results["fork loop"].Out, testLimits.Processes)
+	if err != nil || n >= int(testLimits.sandboxProcesses()) || n < 3 {
+		t.Errorf("fork loop started %q processes, want a few and fewer than %d", results["fork loop"].Out, testLimits.sandboxProcesses())
 	}
 }

@@ -26,6 +26,7 @@ func startOwned(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	limitCommand(cmd.Process.Pid)
 	ownMu.Lock()
 	own[cmd.Process.Pid] = struct{}{}
 	ownMu.Unlock()

@@ -43,7 +43,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	}
 	limits := p.cfg.Limits.WithDefaults()
 	placed := func(pid int) error {
-		if p.cgroups.Mode() == jail.NoCgroups {
+		if p.cgroups.Mode() == jail.CgroupNone {
 			return nil
 		}
 		return p.cgroups.Place(spec.SandboxID, pid, limits)
@@ -53,7 +53,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 		Spec: jail.Spec{
 			Mounts:         mounts,
 			Limits:         limits,
-			MemoryByRlimit: p.cgroups.Mode() == jail.NoCgroups,
+			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 			Dir:            backend.VirtualWorkspace,
 			Args:           args,
 			Env:            childEnv(isolatedEnv, spec.Env),
@@ -99,7 +99,7 @@ func (p *Process) probe() error {
 		Spec: jail.Spec{
 			Mounts: []jail.Mount{{Target: backend.VirtualWorkspace, Source: dir}},
 			Dir:    "/", Args: []string{"probe"}, Probe: true,
-			MemoryByRlimit: p.cgroups.Mode() == jail.NoCgroups,
+			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 		},
 		Output: out,
 	}
