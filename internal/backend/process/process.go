@@ -64,7 +64,6 @@ const (
 	IsolationNone       = "none"
 )
 
-
 // Validate reports configuration errors.
 func (c Config) Validate() error {
 	var errs []error
