@@ -17,10 +17,10 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/gateway"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
-	"github.com/sandgate/sandgate/internal/proxy"
 )
 
 func init() { register("lifecycle", lifecycle) }
@@ -51,9 +51,7 @@ func lifecycle(ctx context.Context) (Result, error) {
 	}
 	p, err := pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: filepath.Join(tmp, "data")}, MaxSandboxes: -1},
 		pool.Deps{Store: lease.NewStore(rdb, "bench:{lc}:"), Backend: be, BackendName: "process",
-			NewTransport: func(socket string) http.RoundTripper {
-				return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket})
-			}, Log: quiet})
+			NewTransport: gateway.NewSandboxTransport, Log: quiet})
 	if err != nil {
 		return Result{}, err
 	}

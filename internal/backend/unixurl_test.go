@@ -4,7 +4,9 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,11 +31,26 @@ func TestUnixURLParsing(t *testing.T) {
 	}
 }
 
-// A sandbox on a Unix socket is probed through it, with its secret.
+// A sandbox on a Unix socket is probed through it, with its secret, also
+// when its path is too long for a socket address (a deep data_dir).
 func TestWaitReadyUnixSocket(t *testing.T) {
 	t.Parallel()
-	sock := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := net.Listen("unix", sock)
+	for _, dir := range []string{t.TempDir(), filepath.Join(t.TempDir(), strings.Repeat("deep-", 25))} {
+		waitReadyOn(t, dir)
+	}
+}
+
+func waitReadyOn(t *testing.T, dir string) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "0123456789abcdef.sock")
+	bind, done, err := ShortSocketPath(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", bind)
+	done()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -80,16 +81,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		return telemetry.PoolCounts(n), err
 	})
 	g.pool, err = pool.New(cfg.Pool, pool.Deps{
-		Store:       store,
-		Backend:     be,
-		BackendName: name,
-		NewTransport: func(socket string) http.RoundTripper {
-			return proxy.NewTransport(proxy.TransportConfig{UnixSocket: socket})
-		},
-		Log:     log,
-		Tracer:  g.tracing.Tracer(),
-		Metrics: g.metrics,
-		Creates: limits,
+		Store:        store,
+		Backend:      be,
+		BackendName:  name,
+		NewTransport: NewSandboxTransport,
+		Log:          log,
+		Tracer:       g.tracing.Tracer(),
+		Metrics:      g.metrics,
+		Creates:      limits,
 	})
 	if err != nil {
 		g.close()
@@ -210,4 +209,14 @@ func (g *Gateway) close() {
 	if g.embedded != nil {
 		g.embedded.Close()
 	}
+}
+
+// NewSandboxTransport is the connection pool of one sandbox incarnation:
+// dialled by URL host, or on its Unix socket ("" = none).
+func NewSandboxTransport(socket string) http.RoundTripper {
+	cfg := proxy.TransportConfig{}
+	if socket != "" {
+		cfg.Dial = backend.DialUnix(socket, 2*time.Second)
+	}
+	return proxy.NewTransport(cfg)
 }

@@ -50,9 +50,11 @@ func Setup() ([]string, error) {
 			writable = append(writable, m.Target)
 		}
 	}
-	if _, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable); err != nil {
+	report, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable)
+	if err != nil {
 		return nil, fmt.Errorf("lock down: %w", err)
 	}
+	fmt.Fprintln(os.Stderr, "sandbox jail:", report) // to the sandbox's log on the host
 	if spec.Probe {
 		return nil, nil
 	}

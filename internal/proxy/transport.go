@@ -18,9 +18,9 @@ type TransportConfig struct {
 	DialTimeout     time.Duration // 0 = 2s: a sandbox is local or in-cluster
 	MaxIdle         int           // 0 = 256 (Go's default of 2 per host reconnects under load)
 	IdleConnTimeout time.Duration // 0 = 90s
-	// UnixSocket, when set, is where every connection goes, whatever the
-	// request's host: a sandbox that listens on a Unix socket.
-	UnixSocket string
+	// Dial, when set, makes every connection, whatever the request's host:
+	// a sandbox that listens on a Unix socket.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Transport is the HTTP/1.1 connection pool of one sandbox incarnation.
@@ -166,10 +166,10 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, nil
 }
 
-// dial connects to the sandbox: its Unix socket, or addr.
+// dial connects to the sandbox: through cfg.Dial, or to addr.
 func (t *Transport) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if t.cfg.UnixSocket != "" {
-		return t.dialer.DialContext(ctx, "unix", t.cfg.UnixSocket)
+	if t.cfg.Dial != nil {
+		return t.cfg.Dial(ctx, network, addr)
 	}
 	return t.dialer.DialContext(ctx, network, addr)
 }

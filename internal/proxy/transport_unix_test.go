@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -8,8 +9,8 @@ import (
 	"testing"
 )
 
-// With UnixSocket set, every request goes to the socket, whatever its host,
-// for pooled requests and upgrades alike.
+// With Dial set, every request goes where it dials (a Unix socket), whatever
+// its host.
 func TestTransportUnixSocket(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "s.sock")
@@ -22,7 +23,11 @@ func TestTransportUnixSocket(t *testing.T) {
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	tr := NewTransport(TransportConfig{UnixSocket: sock})
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	tr := NewTransport(TransportConfig{Dial: dial})
 	defer tr.CloseIdleConnections()
 	for range 3 { // the second and third reuse the pooled connection
 		req, _ := http.NewRequest(http.MethodGet, "http://sandbox/v1/x", nil)
@@ -38,7 +43,7 @@ func TestTransportUnixSocket(t *testing.T) {
 	}
 	_ = ln.Close()
 	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/v1/x", nil)
-	if _, err := NewTransport(TransportConfig{UnixSocket: sock}).RoundTrip(req); err == nil {
+	if _, err := NewTransport(TransportConfig{Dial: dial}).RoundTrip(req); err == nil {
 		t.Fatal("dialled the URL's host instead of the closed socket")
 	}
 }

@@ -120,6 +120,9 @@ func TestGatewayImage(t *testing.T) {
 	for _, tc := range []struct{ name, env, why string }{
 		{"refuses an unauthenticated listener by default", "", "refusing a non-loopback address without authentication"},
 		{"refuses the .env.example key placeholder", exampleEnv(t, "SANDGATE_AUTH_API_KEYS"), "sha256"},
+		// The engine's default seccomp profile refuses new user namespaces:
+		// the isolated process backend cannot run in the image, and says so.
+		{"refuses an unisolatable process backend", "SANDGATE_INSECURE=true", "process_isolation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &container.Config{Image: tag}
@@ -145,8 +148,10 @@ func TestGatewayImage(t *testing.T) {
 	}
 
 	t.Run("serves as non-root", func(t *testing.T) {
+		// The plain process backend, on purpose: the check is the image's
+		// user and data dir, not a backend.
 		id := runContainer(t, c, "", &container.Config{
-			Image: tag, Env: []string{"SANDGATE_INSECURE=true"},
+			Image: tag, Env: []string{"SANDGATE_INSECURE=true", "SANDGATE_PROCESS_ISOLATION=none"},
 			ExposedPorts: nat.PortSet{"8080/tcp": {}},
 		}, &container.HostConfig{PortBindings: loopbackPort("8080/tcp")}, nil)
 		base := publishedURL(t, c, id, "8080/tcp")

@@ -204,7 +204,9 @@ const (
 func TestTraceOfColdWarmAndCachedCallsCrossesIntoTheSandbox(t *testing.T) {
 	t.Parallel()
 	rcv := newOTLPReceiver(t)
-	f := newFleet(t)
+	// The plain child: an isolated sandbox server has no network to
+	// export its own spans on.
+	f := newFleet(t, "--process-isolation", "none")
 	f.env = tracingEnv(rcv)
 	g := f.start("--instance", "gw-trace")
 	sid := identity.SandboxID("default", "traced")

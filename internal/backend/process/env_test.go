@@ -15,6 +15,8 @@ import (
 )
 
 // Not parallel: t.Setenv changes the gateway environment the child inherits.
+// The plain child (process_isolation: none) inherits the gateway's
+// environment minus its secrets.
 func TestChildEnvironment(t *testing.T) {
 	t.Setenv("SANDGATE_TEST_SECRET_TOKEN", "leak-1")
 	t.Setenv("PROCESS_TEST_DB_PASSWORD", "leak-2")
@@ -25,7 +27,7 @@ func TestChildEnvironment(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	t.Setenv("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/etc/otel/client.key")
 
-	p := newProcess(t, t.TempDir())
+	p := newProcessWith(t, Config{Binary: newProcess(t, t.TempDir()).cfg.Binary, StateDir: t.TempDir(), Isolation: IsolationNone})
 	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "lee", "env")
 	spec.Env = map[string]string{
 		"SANDBOX_VISIBLE":         "configured",
@@ -64,6 +66,38 @@ func TestChildEnvironment(t *testing.T) {
 	logData, _ := os.ReadFile(p.logPath(spec.SandboxID))
 	if strings.Contains(string(logData), "kept-on-purpose") {
 		t.Error("sandbox log holds a configured env value")
+	}
+}
+
+// An isolated sandbox inherits nothing of the gateway's environment: its
+// commands see the configured variables and a PATH and HOME of its own.
+// Not parallel: t.Setenv.
+func TestIsolatedEnvironment(t *testing.T) {
+	t.Setenv("PROCESS_TEST_PLAIN", "gateway-only")
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	p := newProcess(t, t.TempDir())
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "lee", "isolated-env")
+	spec.Env = map[string]string{"SANDBOX_VISIBLE": "configured", "CONFIGURED_API_KEY": "kept-on-purpose"}
+	info := backendtest.MustCreate(t, p, spec)
+	env := map[string]string{}
+	for _, kv := range strings.Split(backendtest.Exec(t, info, "env").Output, "\n") {
+		name, value, _ := strings.Cut(kv, "=")
+		env[name] = value
+	}
+	for name, want := range map[string]string{
+		"SANDBOX_VISIBLE":    "configured",
+		"CONFIGURED_API_KEY": "kept-on-purpose",
+		"PATH":               sandboxPath,
+		"HOME":               backend.VirtualWorkspace,
+	} {
+		if env[name] != want {
+			t.Errorf("command %s = %q, want %q", name, env[name], want)
+		}
+	}
+	for _, name := range []string{"PROCESS_TEST_PLAIN", "OTEL_TRACES_EXPORTER", sandbox.KeepEnvVar} {
+		if _, ok := env[name]; ok {
+			t.Errorf("gateway variable %s reached an isolated sandbox", name)
+		}
 	}
 }
 

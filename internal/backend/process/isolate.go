@@ -119,10 +119,12 @@ func (p *Process) probe() error {
 		_ = cmd.Process.Kill()
 		err = errors.Join(errors.New("timed out"), <-done)
 	}
+	msg, _ := os.ReadFile(out.Name())
 	if err != nil {
-		msg, _ := os.ReadFile(out.Name())
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(msg)))
 	}
-	p.log.Info("process isolation: namespaces", "memory_limit", p.cgroups.Mode(), "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
+	_, jailed, _ := strings.Cut(strings.TrimSpace(string(msg)), "sandbox jail: ")
+	p.log.Info("process isolation: namespaces", "memory_limit_by", p.cgroups.Mode(),
+		"jail", jailed, "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
 	return nil
 }

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"github.com/sandgate/sandgate/internal/testutil"
 	"os"
 	"testing"
 	"time"
@@ -43,7 +44,10 @@ func TestConfig(t *testing.T) {
 		cfg  Config
 		ok   bool
 	}{
-		{"defaults", Config{StateDir: t.TempDir()}, true},
+		// The default binary is this test binary, which cannot be a jail's init.
+		{"defaults", Config{StateDir: t.TempDir(), Isolation: IsolationNone}, true},
+		{"isolated", Config{StateDir: t.TempDir(), Binary: testutil.GatewayBinary(t)}, true},
+		{"unknown isolation", Config{StateDir: t.TempDir(), Isolation: "chroot"}, false},
 		{"no state dir", Config{}, false},
 		{"negative timeout", Config{StateDir: t.TempDir(), ReadyTimeout: -time.Second}, false},
 		{"missing binary", Config{StateDir: t.TempDir(), Binary: "/nonexistent/gateway"}, false},
@@ -65,7 +69,7 @@ func TestConfig(t *testing.T) {
 
 func TestLogRotatesWhenLarge(t *testing.T) {
 	t.Parallel()
-	p, err := New(Config{StateDir: t.TempDir()}, nil)
+	p, err := New(Config{StateDir: t.TempDir(), Isolation: IsolationNone}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

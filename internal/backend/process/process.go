@@ -64,9 +64,6 @@ const (
 	IsolationNone       = "none"
 )
 
-// maxSocketPath is what fits sockaddr_un's sun_path with its NUL.
-const maxSocketPath = 107
-
 // Validate reports configuration errors.
 func (c Config) Validate() error {
 	var errs []error
@@ -119,10 +116,6 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("process backend: resolve state dir: %w", err)
-	}
-	if len(cfg.StateDir)+len("/0123456789abcdef.sock") > maxSocketPath {
-		return nil, fmt.Errorf("process backend: state dir %d bytes long: sandbox sockets in it would pass the %d-byte limit of a Unix socket path; choose a shorter data_dir",
-			len(cfg.StateDir), maxSocketPath)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("process backend: create state dir: %w", err)

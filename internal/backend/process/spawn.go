@@ -184,7 +184,12 @@ func (p *Process) listen(sid string) (*os.File, string, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("remove old sandbox socket: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	bind, done, err := backend.ShortSocketPath(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer done()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bind, Net: "unix"})
 	if err != nil {
 		return nil, "", fmt.Errorf("bind sandbox socket: %w", err)
 	}

@@ -39,6 +39,8 @@ type provisioned struct {
 	info         backend.Info
 	user, thread string
 	status       string
+	url          string // the sandbox on a TCP port, as a DeerFlow provisioner hands it out
+	closeFront   func()
 }
 
 func newProvisioner(t *testing.T, version int) *provisioner {
@@ -95,6 +97,7 @@ func (p *provisioner) serve(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, 500, map[string]any{"detail": err.Error()})
 			return
 		}
+		sb.closeFront()
 		delete(p.sandboxes, id)
 		writeJSON(w, 200, map[string]any{"ok": true, "sandbox_id": id})
 	default:
@@ -124,6 +127,9 @@ func (p *provisioner) create(w http.ResponseWriter, r *http.Request) {
 			var info backend.Info
 			info, err = p.procs.Create(r.Context(), backend.Spec{SandboxID: req.SandboxID, User: req.UserID, Thread: req.ThreadID, Mounts: mounts})
 			sb = &provisioned{info: info, user: req.UserID, thread: req.ThreadID, status: "Running"}
+			if err == nil {
+				sb.url, sb.closeFront = testutil.TCPFront(p.t, info.URL)
+			}
 		}
 		if err != nil {
 			writeJSON(w, 500, map[string]any{"detail": err.Error()})
@@ -135,7 +141,7 @@ func (p *provisioner) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *provisioner) view(id string, sb *provisioned) sandbox {
-	v := sandbox{SandboxID: id, SandboxURL: sb.info.URL, Status: sb.status, UserID: sb.user, ThreadID: sb.thread}
+	v := sandbox{SandboxID: id, SandboxURL: sb.url, Status: sb.status, UserID: sb.user, ThreadID: sb.thread}
 	if p.version > 0 {
 		v.MountContractVersion = new(p.version)
 	}
