@@ -4,8 +4,11 @@ GO ?= go
 
 all: build
 
+# The gateway and, beside it, the sandbox server alone, which the process
+# backend runs when it finds it there (it starts sandboxes sooner).
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/gateway ./cmd/gateway
+	CGO_ENABLED=0 $(GO) build -o bin/sandgate-sandbox ./cmd/sandgate-sandbox
 
 deps:
 	./scripts/install-deps.sh

@@ -45,7 +45,7 @@ func lifecycle(ctx context.Context) (Result, error) {
 	res := Result{Title: "Pool lifecycle", Columns: statsColumns}
 
 	// Pool API with the real process backend.
-	be, err := process.New(process.Config{Binary: bin, StateDir: filepath.Join(tmp, "state")}, quiet)
+	be, err := process.New(process.Config{Binary: process.SandboxBinary(bin), StateDir: filepath.Join(tmp, "state")}, quiet)
 	if err != nil {
 		return Result{}, err
 	}

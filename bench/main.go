@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/backend/process"
 )
 
 // Result is what a suite reports; the harness fills in Name, Command, Machine and Quick.
@@ -240,7 +242,8 @@ var gatewayBuild struct {
 	err       error
 }
 
-// buildGateway builds ./cmd/gateway as shipped (CGO_ENABLED=0), once per run.
+// buildGateway builds ./cmd/gateway as shipped (CGO_ENABLED=0, with
+// cmd/sandgate-sandbox beside it, as `make build` does), once per run.
 func buildGateway(ctx context.Context) (string, error) {
 	g := &gatewayBuild
 	g.once.Do(func() {
@@ -253,11 +256,17 @@ func buildGateway(ctx context.Context) (string, error) {
 			return
 		}
 		g.path = filepath.Join(g.dir, "gateway")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", g.path, "./cmd/gateway")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			g.err = fmt.Errorf("build gateway: %w\n%s", err, out)
+		for _, target := range []struct{ out, pkg string }{
+			{g.path, "./cmd/gateway"},
+			{filepath.Join(g.dir, process.LeanBinary), "./cmd/sandgate-sandbox"},
+		} {
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", target.out, target.pkg)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				g.err = fmt.Errorf("build %s: %w\n%s", target.pkg, err, out)
+				return
+			}
 		}
 	})
 	return g.path, g.err

@@ -51,7 +51,7 @@ func processColdCreate(ctx context.Context) (Result, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	backends := make([]*process.Process, len(coldModes))
 	for i, m := range coldModes {
-		cfg := process.Config{Binary: bin, StateDir: filepath.Join(tmp, m.isolation), Isolation: m.isolation}
+		cfg := process.Config{Binary: process.SandboxBinary(bin), StateDir: filepath.Join(tmp, m.isolation), Isolation: m.isolation}
 		if backends[i], err = process.New(cfg, quiet); err != nil {
 			return Result{}, err
 		}
@@ -76,7 +76,7 @@ func processColdCreate(ctx context.Context) (Result, error) {
 	// jail (namespaces, root, Landlock, seccomp, rlimits; no cgroup) that
 	// exits instead of serving: an isolated Create without the server.
 	probe, err := timeRuns(ctx, func(i int) error {
-		_, err := process.New(process.Config{Binary: bin, StateDir: filepath.Join(tmp, fmt.Sprint("probe-", i))}, quiet)
+		_, err := process.New(process.Config{Binary: process.SandboxBinary(bin), StateDir: filepath.Join(tmp, fmt.Sprint("probe-", i))}, quiet)
 		return err
 	})
 	if err != nil {

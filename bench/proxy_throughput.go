@@ -231,7 +231,11 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	cleanup.push(func(context.Context) { redis.stop(syscall.SIGTERM, 5*time.Second) })
 
 	dataDir := filepath.Join(tmp, "data")
-	gw, gwAddr, err := startGateway(ctx, bin, redisAddr, dataDir, filepath.Join(tmp, "gateway.log"))
+	// The plain child (process_isolation: none) on a loopback port: wrk
+	// needs a TCP address for the "direct" row, and the suite measures the
+	// proxy, not the jail.
+	gw, gwAddr, err := startGatewayEnv(ctx, bin, redisAddr, dataDir, filepath.Join(tmp, "gateway.log"), nil,
+		"--process-isolation", "none")
 	if err != nil {
 		return nil, "", err
 	}
@@ -239,7 +243,8 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 
 	// The sandbox outlives the gateway by design: destroy it while the
 	// gateway, its parent, is still there to reap it.
-	p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "sandboxes", "process"), Binary: bin},
+	p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "sandboxes", "process"), Binary: process.SandboxBinary(bin),
+		Isolation: process.IsolationNone},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, "", err

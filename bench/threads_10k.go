@@ -47,7 +47,7 @@ func threadsAtScale(ctx context.Context) (Result, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// The one upstream: a real sandbox server, started by the process backend.
-	be, err := process.New(process.Config{Binary: bin, StateDir: filepath.Join(tmp, "state")}, quiet)
+	be, err := process.New(process.Config{Binary: process.SandboxBinary(bin), StateDir: filepath.Join(tmp, "state")}, quiet)
 	if err != nil {
 		return Result{}, err
 	}

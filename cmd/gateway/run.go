@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime/debug"
 
@@ -18,15 +17,8 @@ func run(ctx context.Context, args []string) error {
 		switch args[0] {
 		case "sandbox":
 			return sandbox.Main(ctx, args[1:])
-		case jail.InitCommand: // an isolated process sandbox: set up, then serve in this process
-			server, err := jail.Setup()
-			if err != nil || len(server) == 0 {
-				return err // a probe ends here
-			}
-			if server[0] != "sandbox" {
-				return fmt.Errorf("sandbox-init: server command %q is not sandbox", server[0])
-			}
-			return sandbox.Main(ctx, server[1:])
+		case jail.InitCommand: // an isolated process sandbox
+			return sandbox.Jailed(ctx)
 		case "serve":
 			args = args[1:]
 		}

@@ -37,8 +37,9 @@ const (
 
 // Config of the process backend. The zero value, plus StateDir, is usable.
 type Config struct {
-	// Binary is the sandbox server binary, run as `Binary sandbox ...`;
-	// "" is the running gateway itself (os.Executable).
+	// Binary is the sandbox server binary, run as `Binary sandbox ...` (or
+	// `Binary sandbox-init` isolated); "" is SandboxBinary of the running
+	// gateway (os.Executable).
 	Binary string
 	// StateDir holds one state file and one log per sandbox (the gateway
 	// passes {data_dir}/sandboxes/process). Required.
@@ -105,7 +106,7 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("process backend: find own binary: %w", err)
 		}
-		cfg.Binary = exe
+		cfg.Binary = SandboxBinary(exe)
 	}
 	var err error
 	if cfg.Binary, err = filepath.Abs(cfg.Binary); err != nil {
@@ -134,6 +135,21 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 			"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
 	}
 	return p, nil
+}
+
+// LeanBinary is the name of the sandbox server's own binary
+// (cmd/sandgate-sandbox), which starts faster than the gateway's.
+const LeanBinary = "sandgate-sandbox"
+
+// SandboxBinary is the binary that runs the sandboxes of the gateway at
+// gateway: LeanBinary beside it when it is there, else the gateway itself
+// (`go run ./cmd/gateway` builds only the gateway).
+func SandboxBinary(gateway string) string {
+	lean := filepath.Join(filepath.Dir(gateway), LeanBinary)
+	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return lean
+	}
+	return gateway
 }
 
 // Create starts the sandbox, or returns the live one already running under

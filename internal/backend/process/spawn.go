@@ -93,15 +93,16 @@ func childEnv(parent []string, configured map[string]string) []string {
 	return append(env, backend.ServerEnv(configured, "", sandbox.KeepEnvVar)...)
 }
 
-// start launches the sandbox server on a Unix socket bound here, in the
-// 0700 state dir: connections queue in the backlog until the child serves,
-// so there is neither a port race nor a startup gap to poll across, and no
-// TCP port on the host leads to the sandbox. Isolated, the server runs in a
-// jail (isolate.go); with IsolationNone, as a plain child in its own process
-// group (so terminal signals to the gateway do not reach it, it outlives
-// the gateway, and the whole group can be killed).
+// start launches the sandbox server on a socket bound here: connections
+// queue in the backlog until the child serves, so there is neither a port
+// race nor a startup gap to poll across. Isolated, the server runs in a
+// jail (isolate.go) on a Unix socket in the 0700 state dir, so no TCP port
+// on the host leads to it; with IsolationNone, as before, it is a plain
+// child on a loopback port, in its own process group (so terminal signals
+// to the gateway do not reach it, it outlives the gateway, and the whole
+// group can be killed).
 func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string, error) {
-	sock, socketPath, err := p.listen(spec.SandboxID)
+	sock, url, err := p.listen(ctx, spec.SandboxID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -155,7 +156,7 @@ func (p *Process) start(ctx context.Context, spec backend.Spec) (*child, string,
 		}
 		log.Info("sandbox process exited", "status", cmd.ProcessState.String())
 	}()
-	return c, backend.UnixURL(socketPath), nil
+	return c, url, nil
 }
 
 // startPlain runs the server as a child of the gateway, with the thread's
@@ -176,10 +177,24 @@ func (p *Process) startPlain(spec backend.Spec, files []*os.File, logf *os.File)
 	return cmd, nil
 }
 
-// listen binds the sandbox's socket, replacing a dead incarnation's (the
-// caller holds the id's lock and found no live sandbox), and returns it as
-// a file for the child.
-func (p *Process) listen(sid string) (*os.File, string, error) {
+// listen binds the sandbox's socket and returns it as a file for the
+// child, with the sandbox's URL: a Unix socket in the state dir for an
+// isolated sandbox (replacing a dead incarnation's: the caller holds the
+// id's lock and found no live sandbox), a loopback port for a plain one.
+func (p *Process) listen(ctx context.Context, sid string) (*os.File, string, error) {
+	if p.cgroups == nil {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", fmt.Errorf("bind sandbox port: %w", err)
+		}
+		defer ln.Close()
+		f, err := ln.(*net.TCPListener).File()
+		if err != nil {
+			return nil, "", fmt.Errorf("pass sandbox socket: %w", err)
+		}
+		return f, "http://" + ln.Addr().String(), nil
+	}
 	path := p.socketPath(sid)
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, "", fmt.Errorf("remove old sandbox socket: %w", err)
@@ -199,7 +214,7 @@ func (p *Process) listen(sid string) (*os.File, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("pass sandbox socket: %w", err)
 	}
-	return f, path, nil
+	return f, backend.UnixURL(path), nil
 }
 
 // secretPipe returns the read end of a pipe holding secret, its write end

@@ -1,0 +1,42 @@
+// Command sandgate-sandbox is the sandbox server alone: `sandgate-sandbox
+// sandbox` is `gateway sandbox`, and `sandgate-sandbox sandbox-init` is the
+// process backend's isolated sandbox, in a binary without the gateway's
+// backends and clients. A Go program initialises every package it links
+// before main, whatever the subcommand, so this one starts a sandbox about
+// 20 ms sooner (docs/BENCHMARKS.md). The process backend uses it when it
+// sits next to the gateway binary (`make build` puts both in bin/), and
+// the gateway binary itself otherwise.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/sandbox"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandgate-sandbox:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "sandbox":
+			return sandbox.Main(ctx, args[1:])
+		case jail.InitCommand:
+			return sandbox.Jailed(ctx)
+		}
+	}
+	return fmt.Errorf("usage: sandgate-sandbox sandbox [flags] | %s (started by the process backend)", jail.InitCommand)
+}
