@@ -50,10 +50,11 @@ func TestContract(t *testing.T) {
 	t.Parallel()
 	cfg := standInConfig(t, newFakeCLI(t, fakeSettings{Gateway: testutil.GatewayBinary(t)}))
 	backendtest.Run(t, backendtest.Harness{
-		Name:     Name,
-		Instance: cfg.Instance,
-		New:      func(t *testing.T) backend.Backend { return newApple(t, cfg, &testutil.LogBuffer{}) },
-		NoSecret: true, // the server gets no secret channel: the shared key applies
+		Name:          Name,
+		BindsHostDirs: true,
+		Instance:      cfg.Instance,
+		New:           func(t *testing.T) backend.Backend { return newApple(t, cfg, &testutil.LogBuffer{}) },
+		NoSecret:      true, // the server gets no secret channel: the shared key applies
 	})
 }
 

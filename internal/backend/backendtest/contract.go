@@ -27,6 +27,10 @@ type Harness struct {
 	// Instance is the LabelInstance the backend sets ("" = none).
 	Instance string
 
+	// BindsHostDirs: the backend binds the thread's host dirs, so it makes
+	// them (process, docker, applecontainer).
+	BindsHostDirs bool
+
 	// What the backend cannot do; the zero value claims everything.
 
 	// NoSecret: its server takes no secret of its own, Info.Secret is ""
@@ -54,17 +58,22 @@ func Run(t *testing.T, h Harness) {
 			return Spec(t, backend.MountConfig{DataDir: dataDir}, user, thread)
 		}
 	}
-	for _, st := range []struct {
+	type subtest struct {
 		name string
 		run  func(*testing.T)
-	}{
+	}
+	subtests := []subtest{
 		{"CreateDescribesAServingSandbox", c.createDescribes},
 		{"FilesSurviveRecreate", c.filesSurviveRecreate},
 		{"DiscoverAndListFromAnotherInstance", c.discoverAndList},
 		{"Destroy", c.destroy},
 		{"CreateIsIdempotent", c.idempotentCreate},
 		{"ConcurrentCreatesMakeOne", c.concurrentCreates},
-	} {
+	}
+	if h.BindsHostDirs {
+		subtests = append(subtests, subtest{"CreateMakesTheHostDirs", c.hostDirs})
+	}
+	for _, st := range subtests {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			st.run(t)

@@ -13,8 +13,9 @@ func TestContract(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	backendtest.Run(t, backendtest.Harness{
-		Name:     Name,
-		Instance: "test",
-		New:      func(*testing.T) backend.Backend { return h.backend() },
+		Name:          Name,
+		BindsHostDirs: true,
+		Instance:      "test",
+		New:           func(*testing.T) backend.Backend { return h.backend() },
 	})
 }

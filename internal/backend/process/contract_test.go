@@ -23,8 +23,9 @@ func TestContractNoIsolation(t *testing.T) {
 // backend is one more Run with its own Config.
 func harness(cfg Config) backendtest.Harness {
 	return backendtest.Harness{
-		Name:     Name,
-		Instance: cfg.Instance,
-		New:      func(t *testing.T) backend.Backend { return newProcessWith(t, cfg) },
+		Name:          Name,
+		BindsHostDirs: true,
+		Instance:      cfg.Instance,
+		New:           func(t *testing.T) backend.Backend { return newProcessWith(t, cfg) },
 	}
 }
