@@ -240,7 +240,9 @@ func TestInnerCapabilityStaysOutOfTheFrontGatewaysLogs(t *testing.T) {
 func TestCapabilityStaysOutOfTraces(t *testing.T) {
 	t.Parallel()
 	rcv := newOTLPReceiver(t)
-	f := newFleet(t)
+	// The plain child: an isolated sandbox server has no network to
+	// export its own spans on, and the sandbox's spans are checked too.
+	f := newFleet(t, "--process-isolation", "none")
 	f.env = tracingEnv(rcv)
 	g := f.start()
 	code, body, _ := call(t, "PUT", g.URL+"/threads/traced-cap/sandbox", nil)

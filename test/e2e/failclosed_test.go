@@ -15,21 +15,41 @@ import (
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
-// TestAutoWithKeysAndNoDockerRefusesToStart: with credentials configured
-// (several users) `backend: auto` must not fall back to the unisolated
-// process backend when the Docker engine does not answer; the refusal
-// names both fixes. Without credentials the fallback stays, at WARN.
-func TestAutoWithKeysAndNoDockerRefusesToStart(t *testing.T) {
+// TestAutoWithKeysAndNoDockerFallsBackOnlyIsolated: with credentials
+// configured (several users) `backend: auto` falls back to the process
+// backend when the Docker engine does not answer only with its sandboxes
+// isolated (the default): it starts and serves an isolated sandbox. With
+// process_isolation: none it refuses to start, naming both fixes. Without
+// credentials the fallback stays, at WARN.
+func TestAutoWithKeysAndNoDockerFallsBackOnlyIsolated(t *testing.T) {
 	t.Parallel()
 	noDocker := "DOCKER_HOST=unix://" + filepath.Join(t.TempDir(), "no-such-docker.sock")
-	out := startFails(t, []string{noDocker}, "--backend", "auto", "--auth-api-keys", "alice="+sha("alice-key"))
-	for _, want := range []string{"refusing to fall back to the unisolated process backend", "--backend process", "DOCKER_HOST"} {
+	keys := "alice=" + sha("alice-key")
+	out := startFails(t, []string{noDocker}, "--backend", "auto", "--auth-api-keys", keys, "--process-isolation", "none")
+	for _, want := range []string{"refusing to fall back to the process backend with process_isolation: none", "DOCKER_HOST",
+		"process_isolation: namespaces"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the refusal lacks %q:\n%s", want, tail(out, 20))
 		}
 	}
 	if strings.Contains(out, "alice-key") {
 		t.Errorf("the refusal prints a credential:\n%s", out)
+	}
+
+	isolated := newFleet(t, "--backend", "auto", "--auth-api-keys", keys)
+	isolated.env = []string{noDocker}
+	ig := isolated.start()
+	code, body, _ := call(t, "POST", ig.URL+"/threads/keyed/v1/shell/exec", map[string]any{"command": "id -u"}, bearer("alice-key")...)
+	var env envelope
+	var d execData
+	if code != 200 || json.Unmarshal(body, &env) != nil || json.Unmarshal(env.Data, &d) != nil {
+		t.Fatalf("exec on the keyed auto fallback: %d %s", code, body)
+	}
+	if uid := strings.TrimSpace(d.Output); uid != "1000" { // the jail's sandbox user, not the gateway's root
+		t.Errorf("the keyed auto fallback runs commands as uid %q, want the isolated sandbox's 1000", uid)
+	}
+	if logs := ig.logs.String(); !strings.Contains(logs, "process isolation: namespaces") {
+		t.Errorf("the keyed auto fallback did not isolate:\n%s", tail(logs, 20))
 	}
 
 	f := newFleet(t, "--backend", "auto", "--image", "some/aio-image:latest")

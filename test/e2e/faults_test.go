@@ -50,7 +50,9 @@ func TestSandboxBinaryThatCannotStartLeaksNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFleet(t, "--max-sandboxes", "1", "--cap-mode", "hard", "--create-timeout", "3s")
+			// The plain child: a script cannot be an isolated sandbox's
+			// init (that is the gateway binary itself).
+			f := newFleet(t, "--max-sandboxes", "1", "--cap-mode", "hard", "--create-timeout", "3s", "--process-isolation", "none")
 			dir := t.TempDir()
 			script, pids := filepath.Join(dir, "sandbox"), filepath.Join(dir, "pids")
 			working := "exec " + f.bin + ` "$@"`

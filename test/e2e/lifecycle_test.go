@@ -84,7 +84,7 @@ func TestRedisFlushThenTrafficKeepsEverySandbox(t *testing.T) {
 
 func TestProvisioningPastItsBudgetAnswers503ThenServes(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t)
+	f := newFleet(t, "--process-isolation", "none") // slowSandbox is a script: see there
 	slow, _ := slowSandbox(t, f, "2")
 	g := f.start("--process-binary", slow, "--provision-wait", "300ms")
 	code, body, hdr := call(t, "POST", g.URL+"/threads/slowpoke/v1/shell/exec", map[string]any{"command": "echo hi"})
@@ -183,6 +183,9 @@ func TestReconcilerRestoresRecordsAfterRedisLoss(t *testing.T) {
 // slowSandbox is a sandbox binary that sleeps before it starts. Each run
 // first appends its pid (which stays the sandbox's after the exec) to the
 // file pids names.
+//
+// A script cannot be an isolated sandbox's init (that is the gateway binary
+// itself): its fleet runs with process_isolation: none.
 func slowSandbox(t *testing.T, f *fleet, seconds string) (bin, pids string) {
 	t.Helper()
 	dir := t.TempDir()

@@ -70,7 +70,7 @@ func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 // once its lock expires, another replica adopts the sandbox it started.
 func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, "--lock-ttl", "1s")
+	f := newFleet(t, "--lock-ttl", "1s", "--process-isolation", "none") // slowSandbox is a script: see there
 	// A sandbox binary that takes a while to start, so the kill lands mid-create.
 	slow, pids := slowSandbox(t, f, "1")
 	a := f.start("--process-binary", slow)

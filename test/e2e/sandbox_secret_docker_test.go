@@ -85,7 +85,7 @@ func TestSandboxSecretDockerBackend(t *testing.T) {
 			hdr = append(hdr, backend.SecretHeader+": "+key)
 		}
 		for _, a := range v1Attacks {
-			if out, _ := asNobody(t, curlStatus(a.method, alice.url+a.path, a.body, hdr...)...); out != "401" {
+			if out, _ := asNobody(t, curlStatus(a.method, alice.url, a.path, a.body, hdr...)...); out != "401" {
 				t.Errorf("nobody: %s %s: %q, want 401", a.method, a.path, out)
 			}
 		}

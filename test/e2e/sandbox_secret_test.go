@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -35,10 +36,10 @@ var v1Attacks = []struct{ method, path, body string }{
 	{"POST", "/v1/no-such-endpoint", "{}"},
 }
 
-// direct sends one request straight to a sandbox server, bypassing the
-// gateway, with key in backend.SecretHeader ("" = none); it returns the
-// status.
-func direct(t *testing.T, base, method, path, body, key string) int {
+// direct sends one request straight to the sandbox server at sandboxURL
+// (http:// or unix://), bypassing the gateway, with key in
+// backend.SecretHeader ("" = none); it returns the status.
+func direct(t *testing.T, sandboxURL, method, path, body, key string) int {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -46,6 +47,7 @@ func direct(t *testing.T, base, method, path, body, key string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	client, base := backend.Client(sandboxURL)
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +56,9 @@ func direct(t *testing.T, base, method, path, body, key string) int {
 	if key != "" {
 		req.Header.Set(backend.SecretHeader, key)
 	}
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s%s: %v", method, base, path, err)
+		t.Fatalf("%s %s%s: %v", method, sandboxURL, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -69,16 +71,16 @@ func direct(t *testing.T, base, method, path, body, key string) int {
 // attackFromHost: every /v1 call without the sandbox's own secret is 401,
 // whatever else it carries; the own secret opens it (so the 401s are the
 // check, not an unreachable server).
-func attackFromHost(t *testing.T, base, own string, others ...string) {
+func attackFromHost(t *testing.T, sandboxURL, own string, others ...string) {
 	t.Helper()
 	for _, key := range append([]string{"", sharedKey, own[:len(own)-1], own + "A"}, others...) {
 		for _, a := range v1Attacks {
-			if code := direct(t, base, a.method, a.path, a.body, key); code != http.StatusUnauthorized {
+			if code := direct(t, sandboxURL, a.method, a.path, a.body, key); code != http.StatusUnauthorized {
 				t.Errorf("%s %s with key %.8q...: %d, want 401", a.method, a.path, key, code)
 			}
 		}
 	}
-	if code := direct(t, base, "GET", "/v1/sandbox", "", own); code != http.StatusOK {
+	if code := direct(t, sandboxURL, "GET", "/v1/sandbox", "", own); code != http.StatusOK {
 		t.Fatalf("the sandbox's own secret: %d, want 200", code)
 	}
 }
@@ -102,30 +104,49 @@ func asNobody(t *testing.T, argv ...string) (string, bool) {
 }
 
 // curlStatus is a curl command line that prints only the HTTP status of a
-// request to url with the given header lines.
-func curlStatus(method, url, body string, headers ...string) []string {
+// request to path of the sandbox at sandboxURL (http:// or unix://) with
+// the given header lines; 000 when it cannot connect.
+func curlStatus(method, sandboxURL, path, body string, headers ...string) []string {
 	argv := []string{"curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "-X", method}
+	base, socket := backend.HTTPBase(sandboxURL)
+	if socket != "" {
+		argv = append(argv, "--unix-socket", socket)
+	}
 	for _, h := range headers {
 		argv = append(argv, "-H", h)
 	}
 	if body != "" {
 		argv = append(argv, "-H", "Content-Type: application/json", "--data", body)
 	}
-	return append(argv, url)
+	return append(argv, base+path)
 }
 
 // TestSandboxSecretProcessBackend attacks process-backend sandbox servers
 // the way issue 15 did: from the host, from a local unprivileged user and
 // from a command in another sandbox, with no key, the shared key and the
-// other sandbox's secret. Every one is 401; the gateway's own requests work;
-// the secret is in no environment, command line, sandbox file, log or API
-// answer.
+// other sandbox's secret. From the host every one is 401; the local user
+// gets 401 or cannot reach the socket (000); from another sandbox it is 401
+// for plain children and unreachable (000) for isolated ones, whose
+// sandboxes share no socket. The gateway's own requests work; the secret is
+// in no environment, command line, sandbox file, log or API answer.
 func TestSandboxSecretProcessBackend(t *testing.T) {
 	t.Parallel()
 	testutil.Require(t, os.Getuid() == 0, "root (to run commands as the unprivileged user nobody)")
 	_, err := exec.LookPath("curl")
 	testutil.Require(t, err == nil, "curl")
-	f := newFleet(t, "--sandbox-api-key", sharedKey)
+	for _, tc := range []struct{ isolation, fromSandbox string }{
+		{process.IsolationNamespaces, "000"},
+		{process.IsolationNone, "401"},
+	} {
+		t.Run(tc.isolation, func(t *testing.T) {
+			t.Parallel()
+			sandboxSecretAttacks(t, tc.isolation, tc.fromSandbox)
+		})
+	}
+}
+
+func sandboxSecretAttacks(t *testing.T, isolation, fromSandbox string) {
+	f := newFleet(t, "--sandbox-api-key", sharedKey, "--process-isolation", isolation)
 	g := f.start()
 
 	// The gateway's requests succeed.
@@ -154,9 +175,11 @@ func TestSandboxSecretProcessBackend(t *testing.T) {
 			hdr = append(hdr, backend.SecretHeader+": "+key)
 		}
 		for _, a := range v1Attacks {
-			out, _ := asNobody(t, curlStatus(a.method, alice.URL+a.path, a.body, hdr...)...)
-			if out != "401" {
-				t.Errorf("nobody: %s %s: %q, want 401", a.method, a.path, out)
+			// 000: the socket's dir is the gateway's alone (attackFromHost
+			// showed the server answers).
+			out, _ := asNobody(t, curlStatus(a.method, alice.URL, a.path, a.body, hdr...)...)
+			if out != "401" && out != "000" {
+				t.Errorf("nobody: %s %s: %q, want 401 or 000", a.method, a.path, out)
 			}
 		}
 	}
@@ -172,15 +195,15 @@ func TestSandboxSecretProcessBackend(t *testing.T) {
 		}
 	}
 
-	// From a command in bob's sandbox to alice's server on 127.0.0.1.
+	// From a command in bob's sandbox to alice's server's socket.
 	for _, key := range []string{"", sharedKey, bob.Secret} {
 		hdr := []string{}
 		if key != "" {
 			hdr = append(hdr, backend.SecretHeader+": "+key)
 		}
 		for _, a := range v1Attacks {
-			if out := shell(t, g.URL, "bob-t", shellQuote(curlStatus(a.method, alice.URL+a.path, a.body, hdr...))).Output; strings.TrimSpace(out) != "401" {
-				t.Errorf("from bob's sandbox: %s %s: %q, want 401", a.method, a.path, out)
+			if out := shell(t, g.URL, "bob-t", shellQuote(curlStatus(a.method, alice.URL, a.path, a.body, hdr...))).Output; strings.TrimSpace(out) != fromSandbox {
+				t.Errorf("from bob's sandbox: %s %s: %q, want %s", a.method, a.path, out, fromSandbox)
 			}
 		}
 	}

@@ -32,6 +32,11 @@ func sha(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToSt
 
 // securedFleet is one gateway with API keys, HS256 JWTs and host routing.
 func securedFleet(t *testing.T, extra ...string) *gateway {
+	return newSecuredFleet(t, extra...).start()
+}
+
+// newSecuredFleet is securedFleet's fleet, not started.
+func newSecuredFleet(t *testing.T, extra ...string) *fleet {
 	keys := strings.Join([]string{
 		"alice=" + sha("alice-key"),
 		"bob=" + sha("bob-key") + ":threads",
@@ -40,7 +45,7 @@ func securedFleet(t *testing.T, extra ...string) *gateway {
 	}, ",")
 	f := newFleet(t, append([]string{"--auth-api-keys", keys, "--auth-jwt-hs256-secret", jwtSecret,
 		"--auth-jwt-audience", jwtAudience, "--host-suffix", hostSuffix}, extra...)...)
-	return f.start()
+	return f
 }
 
 // token signs claims with the e2e secret; an absent aud is jwtAudience,
@@ -250,13 +255,14 @@ func ownerOnly(owner bool) int {
 // the client's credential (which opens other sandboxes of its user) must not
 // reach it; the sandbox's own secret must (not the shared sandbox_api_key,
 // which this sandbox does not need), and must not come back. The sandbox
-// here is the real server behind a recorder (testdata/recordsandbox) that
-// writes down every header it receives and answers with the sandbox key it
-// was sent, as a leaking sandbox would.
+// here is the real server, isolated (the default, and the only mode with
+// credentials), behind a recorder (testdata/recordsandbox) that writes down
+// every header it receives and answers with the sandbox key it was sent, as
+// a leaking sandbox would.
 func TestNoCredentialReachesTheSandbox(t *testing.T) {
 	t.Parallel()
-	bin, headers := recordingSandbox(t)
-	g := securedFleet(t, "--sandbox-api-key", "inner-secret", "--process-binary", bin)
+	f := newSecuredFleet(t, "--sandbox-api-key", "inner-secret", "--process-binary", recordingSandbox(t))
+	g := f.start()
 	// The client authenticates with its bearer token and also sends its key
 	// as X-API-Key, and tries to choose the sandbox key itself.
 	hdr := append(bearer("alice-key"), "X-API-Key", "alice-key", "X-Aio-Api-Key", "client-forged")
@@ -274,7 +280,7 @@ func TestNoCredentialReachesTheSandbox(t *testing.T) {
 		answers = append(answers, h)
 	}
 	seen, keys := 0, map[string]bool{"inner-secret": true}
-	for _, r := range receivedHeaders(t, headers) {
+	for _, r := range receivedHeaders(t, filepath.Join(f.dataDir, "sandboxes", "process")) {
 		for k, v := range r.Header {
 			for _, secret := range []string{"alice-key", "client-forged"} {
 				if strings.Contains(strings.Join(v, " "), secret) {
@@ -318,34 +324,58 @@ func TestNoCredentialReachesTheSandbox(t *testing.T) {
 }
 
 // recordingSandbox builds testdata/recordsandbox into a directory of its own
-// and returns it and the file it records headers to.
-func recordingSandbox(t *testing.T) (bin, headers string) {
+// and returns it.
+func recordingSandbox(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	bin = filepath.Join(dir, "recordsandbox")
+	bin := filepath.Join(t.TempDir(), "recordsandbox")
 	cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/testdata/recordsandbox")
 	cmd.Dir = testutil.ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the recording sandbox: %v\n%s", err, out)
 	}
-	return bin, filepath.Join(dir, "headers.jsonl")
+	return bin
 }
+
+// recordPrefix starts the lines testdata/recordsandbox records.
+const recordPrefix = "recordsandbox: "
 
 type receivedRequest struct {
 	Path   string
 	Header http.Header
 }
 
-// receivedHeaders reads what the recording sandbox received.
-func receivedHeaders(t *testing.T, file string) []receivedRequest {
+// receivedHeaders reads what the recording sandboxes received from their
+// logs in the process backend's state dir.
+func receivedHeaders(t *testing.T, stateDir string) []receivedRequest {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("the recording sandbox wrote nothing: %v", err)
+	logs, err := filepath.Glob(filepath.Join(stateDir, "*.log"))
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("no sandbox log in %s: %v", stateDir, err)
 	}
 	var out []receivedRequest
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for _, log := range logs {
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, recorded(t, string(b))...)
+	}
+	if len(out) == 0 {
+		t.Fatal("the recording sandbox recorded nothing")
+	}
+	return out
+}
+
+// recorded parses the recorder's lines of one sandbox log.
+func recorded(t *testing.T, log string) []receivedRequest {
+	t.Helper()
+	var out []receivedRequest
+	for _, line := range strings.Split(log, "\n") {
+		line, ok := strings.CutPrefix(line, recordPrefix)
+		if !ok {
+			continue
+		}
 		var r receivedRequest
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("recorded line %q: %v", line, err)

@@ -8,6 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/jail"
 )
 
 // sandboxProc is one live sandbox server process, found in /proc: the
@@ -20,15 +24,18 @@ type sandboxProc struct {
 
 func (p sandboxProc) incarnation() string { return strconv.Itoa(p.pid) + "-" + p.start }
 
-// scanSandboxes lists the live (not zombie) `gateway sandbox` processes of
-// bin, with the thread each serves (from its workspace mapping). A child a
-// sandbox server has forked but not yet exec'd shows its parent's command
-// line; it is no sandbox, and is told apart by its parent.
+// scanSandboxes lists the live (not zombie) sandbox servers of bin, with
+// the thread each serves. They are isolated: each is its jail's init
+// (`sandgate sandbox-init`, bin's image), which serves in-process, and its
+// thread is the one whose workspace is the dir at /mnt/user-data/workspace
+// in its root. A child the init has forked but not yet exec'd looks the
+// same; it is no sandbox, and is told apart by its parent.
 func scanSandboxes(bin, dataDir string) ([]sandboxProc, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("scan /proc: %w", err)
 	}
+	workspaces := threadWorkspaces(dataDir)
 	var found []sandboxProc
 	parents := map[int]int{}
 	for _, e := range entries {
@@ -36,7 +43,7 @@ func scanSandboxes(bin, dataDir string) ([]sandboxProc, error) {
 		if err != nil {
 			continue
 		}
-		thread, ok := sandboxThread(pid, bin, dataDir)
+		thread, ok := sandboxThread(pid, bin, workspaces)
 		if !ok {
 			continue
 		}
@@ -56,25 +63,51 @@ func scanSandboxes(bin, dataDir string) ([]sandboxProc, error) {
 	return out, nil
 }
 
-// sandboxThread reads pid's command line: the thread, when it is a sandbox
+// fileID is a file's identity, the same through any mount of it.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(path string) (fileID, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{uint64(st.Dev), st.Ino}, true
+}
+
+// threadWorkspaces maps the workspace dirs of dataDir's threads to them.
+func threadWorkspaces(dataDir string) map[fileID]string {
+	threads := filepath.Join(dataDir, "users", "default", "threads")
+	entries, _ := os.ReadDir(threads)
+	out := make(map[fileID]string, len(entries))
+	for _, e := range entries {
+		if id, ok := idOf(filepath.Join(threads, e.Name(), "user-data", "workspace")); ok {
+			out[id] = e.Name()
+		}
+	}
+	return out
+}
+
+// sandboxThread is the thread pid serves, when it is an isolated sandbox
 // server of bin.
-func sandboxThread(pid int, bin, dataDir string) (string, bool) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+func sandboxThread(pid int, bin string, workspaces map[fileID]string) (string, bool) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	raw, err := os.ReadFile(proc + "/cmdline")
 	if err != nil {
 		return "", false // exited meanwhile
 	}
 	argv := strings.Split(string(bytes.TrimRight(raw, "\x00")), "\x00")
-	if len(argv) < 2 || argv[0] != bin || argv[1] != "sandbox" {
+	if len(argv) != 2 || argv[0] != "sandgate" || argv[1] != jail.InitCommand {
 		return "", false
 	}
-	prefix := "/mnt/user-data/workspace=" + filepath.Join(dataDir, "users", "default", "threads") + "/"
-	for _, a := range argv {
-		if rest, ok := strings.CutPrefix(a, prefix); ok {
-			thread, _, _ := strings.Cut(rest, "/")
-			return thread, thread != ""
-		}
+	if exe, err := os.Readlink(proc + "/exe"); err != nil || exe != bin {
+		return "", false
 	}
-	return "", false
+	id, ok := idOf(proc + "/root" + backend.VirtualWorkspace)
+	if !ok {
+		return "", false
+	}
+	thread, ok := workspaces[id]
+	return thread, ok
 }
 
 type stat struct {
@@ -113,7 +146,7 @@ func stillRuns(p sandboxProc, bin, dataDir string) bool {
 	if !ok || st.start != p.start {
 		return false
 	}
-	thread, ok := sandboxThread(p.pid, bin, dataDir)
+	thread, ok := sandboxThread(p.pid, bin, threadWorkspaces(dataDir))
 	return ok && thread == p.thread
 }
 

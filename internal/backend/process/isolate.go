@@ -82,9 +82,11 @@ var isolatedEnv = []string{
 
 // probe builds one throwaway jail, the way every sandbox is built, and
 // reports why it could not: the start-up check that this kernel allows
-// what isolation needs.
+// what isolation needs. Its scratch dir is in the default temp dir, not the
+// state dir: a full or read-only data disk is not a kernel that cannot
+// isolate, and creates report it themselves (507).
 func (p *Process) probe() error {
-	dir, err := os.MkdirTemp(p.cfg.StateDir, "probe-")
+	dir, err := os.MkdirTemp("", "sandgate-probe-")
 	if err != nil {
 		return err
 	}

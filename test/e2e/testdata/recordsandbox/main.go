@@ -1,9 +1,12 @@
 // Command recordsandbox is the real sandbox server (sandbox.Main, in this
 // process) behind a recorder, for tests that must see what a sandbox
-// receives: the process backend starts it as its process_binary. Every
-// request's headers are appended as a JSON line to headers.jsonl next to
-// the binary, and each answer carries back the X-Aio-Api-Key the request
-// brought, as a sandbox leaking the gateway's key would.
+// receives: the process backend starts it as its process_binary, isolated
+// (it is then the jail's init, as the gateway binary would be) or not.
+// Every request's headers are written to stderr, the sandbox's log on the
+// host, as a line "recordsandbox: {JSON}" (an isolated sandbox can write
+// nowhere else the test reads), and each answer carries back the
+// X-Aio-Api-Key the request brought, as a sandbox leaking the gateway's key
+// would.
 package main
 
 import (
@@ -16,13 +19,16 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 
+	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
 )
+
+// recordPrefix starts each line of recorded headers in the sandbox's log.
+const recordPrefix = "recordsandbox: "
 
 func main() {
 	if err := run(); err != nil {
@@ -32,8 +38,16 @@ func main() {
 }
 
 func run() error {
-	// The process backend's contract: "sandbox --listen-fd 3 --recorded-fd 4 ...".
+	// The process backend's contract: "sandbox --listen-fd 3 ...", or, for
+	// an isolated sandbox, the jail's init, which hands over that command.
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == jail.InitCommand {
+		server, err := jail.Setup()
+		if err != nil || len(server) == 0 {
+			return err // a probe ends here
+		}
+		args = server
+	}
 	if len(args) > 0 && args[0] == "sandbox" {
 		args = args[1:]
 	}
@@ -61,15 +75,6 @@ func run() error {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	log, err := os.OpenFile(filepath.Join(filepath.Dir(exe), "headers.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	defer log.Close()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -88,7 +93,7 @@ func run() error {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		line, _ := json.Marshal(map[string]any{"path": r.URL.Path, "header": r.Header})
 		mu.Lock()
-		_, _ = log.Write(append(line, '\n'))
+		_, _ = os.Stderr.Write([]byte(recordPrefix + string(line) + "\n"))
 		mu.Unlock()
 		rp.ServeHTTP(w, r)
 	})}
