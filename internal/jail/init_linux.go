@@ -130,6 +130,8 @@ func build(spec *Spec) error {
 		{"/dev", devices},
 		{"/tmp", func() error { return tmpfs("/tmp", 0o1777, spec.Limits.TmpSize) }},
 		{"mounts", func() error { return bindMounts(spec.Mounts) }},
+		// The working directory exists even when no mount provides it.
+		{"working directory", func() error { return os.MkdirAll(inRoot(spec.Dir), 0o755) }},
 		{"/proc", func() error { return mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "") }},
 		{"pivot", pivot},
 		{"hostname", func() error { return unix.Sethostname([]byte(hostname)) }},

@@ -414,7 +414,7 @@ func TestUnrecordedChildExitsWhenItsCreatorDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := backend.WaitReady(context.Background(), url); err != nil {
+	if err := backend.WaitReady(backendtest.Ctx(t), url); err != nil {
 		t.Fatalf("child never served: %v", err)
 	}
 	_ = c.recorded.Close() // what the kernel does when the creator dies
