@@ -2,13 +2,6 @@
 
 package jail
 
-import (
-	"errors"
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
-
 // lockDown is the last thing the sandbox's init does before it starts the
 // sandbox server: it applies l (defaults already applied), restricts writes
 // to writable (Landlock), drops every capability and loads the seccomp
@@ -27,11 +20,6 @@ import (
 // the server then. The Report says what is in place, also on error.
 func lockDown(l Limits, memoryByRlimit bool, writable []string) (Report, error) {
 	var r Report
-	// Capabilities, no_new_privs and filters are per thread; with cgo,
-	// Go cannot reach every thread (AllThreadsSyscall says ENOTSUP).
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_GET_NO_NEW_PRIVS, 0, 0); e == syscall.ENOTSUP {
-		return r, errors.New("jail: locking a sandbox down needs a binary built with CGO_ENABLED=0")
-	}
 	if err := applyRlimits(l, memoryByRlimit); err != nil {
 		return r, err
 	}

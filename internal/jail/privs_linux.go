@@ -5,8 +5,9 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"syscall"
 	"unsafe"
+
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,9 @@ const lockedSecurebits = 1<<0 | 1<<1 | // SECBIT_NOROOT, _LOCKED
 // effective, permitted and inheritable sets zeroed, no_new_privs set.
 // Capabilities, securebits and no_new_privs belong to a thread, not the
 // process, so every step runs on all of the Go runtime's threads
-// (syscall.AllThreadsSyscall; it needs CGO off). The bounding set and the
+// (libcap's psx, kept by the libcap maintainers: Go's own
+// syscall.AllThreadsSyscall where cgo is off, libpsx where it is on, as in a
+// plain `go run ./cmd/gateway`). The bounding set and the
 // securebits need CAP_SETPCAP, which the last steps give up.
 func dropPrivileges() error {
 	if err := allThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL); err != nil {
@@ -46,7 +49,7 @@ func dropPrivileges() error {
 	}
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := &[2]unix.CapUserData{}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(data)), 0); e != 0 {
+	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(data)), 0); e != 0 {
 		return fmt.Errorf("capset to none: %w", e)
 	}
 	if err := allThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
@@ -58,7 +61,7 @@ func dropPrivileges() error {
 // allThreadsPrctl runs prctl(option, arg, 0, 0, 0) on every thread; the
 // zeros matter, several options refuse other values.
 func allThreadsPrctl(option int, arg uintptr) error {
-	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, uintptr(option), arg, 0, 0, 0, 0); e != 0 {
+	if _, _, e := psx.Syscall6(unix.SYS_PRCTL, uintptr(option), arg, 0, 0, 0, 0); e != 0 {
 		return e
 	}
 	return nil
