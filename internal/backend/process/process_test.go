@@ -26,7 +26,10 @@ import (
 func TestCreateServesAndMapsThreadDirs(t *testing.T) {
 	t.Parallel()
 	stateDir, dataDir, skills := t.TempDir(), t.TempDir(), t.TempDir()
-	p := newProcess(t, stateDir)
+	// The plain child: a loopback port, and the thread's dirs mapped by
+	// rewriting (isolated, they are bind-mounted: the contract and the e2e
+	// isolation tests).
+	p := newProcessWith(t, Config{Binary: testutil.GatewayBinary(t), StateDir: stateDir, Instance: "test", Isolation: IsolationNone})
 	mounts, err := backend.ThreadMounts(backend.MountConfig{DataDir: dataDir, SkillsDir: skills}, "alice", "t1")
 	if err != nil {
 		t.Fatal(err)
