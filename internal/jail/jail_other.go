@@ -11,25 +11,11 @@ import (
 // errUnsupported: namespaces, Landlock and seccomp are Linux's.
 var errUnsupported = errors.New("process isolation needs Linux (set process_isolation: none)")
 
-// InitCommand is the subcommand of the gateway binary that runs as the
-// sandbox's PID 1.
-const InitCommand = "sandbox-init"
-
 // HostID is the gateway's own ids off Linux.
 func HostID(string) (uid, gid int) { return os.Geteuid(), os.Getegid() }
 
 // Own does nothing off Linux, where no sandbox has ids of its own.
 func Own(string, int, int) error { return nil }
-
-// Command is unsupported off Linux.
-type Command struct {
-	Binary   string
-	Spec     Spec
-	Files    []*os.File
-	UID, GID int
-	Output   *os.File
-	Placed   func(pid int) error
-}
 
 // Start fails off Linux.
 func (c *Command) Start() (*exec.Cmd, error) { return nil, errUnsupported }

@@ -15,10 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// InitCommand is the subcommand of the gateway binary that runs as the
-// sandbox's PID 1 (Init).
-const InitCommand = "sandbox-init"
-
 // Host ids of sandboxes when the gateway may map any (it runs as root):
 // one per sandbox id, from a range no account uses, so a sandbox's files on
 // the host belong to nobody real and its RLIMIT_NPROC counts its own
@@ -64,22 +60,6 @@ func Own(dir string, uid, gid int) error {
 		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
 	}
 	return nil
-}
-
-// Command starts a sandbox: Binary's InitCommand in new namespaces, which
-// then runs Spec.Args as the sandbox server.
-type Command struct {
-	Binary string
-	Spec   Spec
-	// Files are handed to the server as its fds 3, 4, ...
-	Files []*os.File
-	// UID and GID are the host ids the sandbox's user maps to (HostID).
-	UID, GID int
-	// Output receives the child's stdout and stderr.
-	Output *os.File
-	// Placed runs once the child exists and before it does anything: the
-	// place to put it in its cgroups. An error kills the child.
-	Placed func(pid int) error
 }
 
 // Start starts the child and, after Placed, hands it the spec. The caller

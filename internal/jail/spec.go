@@ -3,6 +3,7 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -87,4 +88,24 @@ func (s Spec) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// InitCommand is the subcommand of the gateway (and sandgate-sandbox)
+// binary that sets a sandbox up as its PID 1 and serves in it (Setup).
+const InitCommand = "sandbox-init"
+
+// Command starts a sandbox: Binary's InitCommand in new namespaces, which
+// sets the sandbox up and serves Spec.Args in the same process.
+type Command struct {
+	Binary string
+	Spec   Spec
+	// Files are handed to the server as its fds 3, 4, ...
+	Files []*os.File
+	// UID and GID are the host ids the sandbox's user maps to (HostID).
+	UID, GID int
+	// Output receives the child's stdout and stderr.
+	Output *os.File
+	// Placed runs once the child exists and before it does anything: the
+	// place to put it in its cgroups. An error kills the child.
+	Placed func(pid int) error
 }
