@@ -49,6 +49,8 @@ type Spec struct {
 	// (a third-party image) returns an empty Info.Secret, and the gateway
 	// sends the shared sandbox_api_key instead. Never logged.
 	Secret string
+	// Egress is the sandbox's egress policy (zero = proxy, empty allow-list).
+	Egress Egress
 }
 
 // Info describes one running sandbox incarnation.
