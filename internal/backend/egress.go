@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -109,3 +110,24 @@ func ProxyEnv(proxyURL string) map[string]string {
 		"http_proxy": proxyURL, "https_proxy": proxyURL, "all_proxy": proxyURL, "no_proxy": noProxy,
 	}
 }
+
+// EgressSocket is where one running sandbox expects its egress proxy.
+type EgressSocket struct {
+	Identity EgressIdentity
+	Path     string
+}
+
+// EgressSockets is implemented by backends whose sandboxes reach the egress
+// proxy through a Unix socket on this host (process, docker). A gateway
+// serves every one that nobody answers on: after a restart, or when the
+// replica that served it is gone.
+type EgressSockets interface {
+	EgressSockets(ctx context.Context) ([]EgressSocket, error)
+}
+
+// EgressSocketName is the proxy socket's name in the directory bound into
+// the sandbox at EgressDir.
+const EgressSocketName = "proxy.sock"
+
+// EgressDir is where a sandbox sees its egress socket's directory.
+const EgressDir = "/run/sandgate/egress"

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -75,6 +76,9 @@ type Config struct {
 	Kubernetes kubernetes.Config
 	// Remote is the DeerFlow-compatible provisioner of the remote backend.
 	Remote remote.Config
+	// Egress is the egress proxy's configuration; the policy itself is
+	// Pool.Egress (every sandbox's).
+	Egress EgressConfig
 
 	// imageSet records that image was given (a DeerFlow config.yaml with
 	// image: asks for container sandboxes).
@@ -93,6 +97,20 @@ type ProcessConfig struct {
 	Isolation string
 	// Limits bound each isolated sandbox.
 	Limits jail.Limits
+}
+
+// EgressConfig configures the gateway's egress proxy (internal/egress).
+type EgressConfig struct {
+	// DNS is the only DNS server the proxy asks ("host:port"); "" = the
+	// host's resolver.
+	DNS string
+	// AllowAddresses are CIDRs the proxy may connect to although they are
+	// private, loopback or link-local (an internal package mirror).
+	AllowAddresses []string
+	// Listen is a TCP address where the proxy also serves sandboxes that
+	// reach it over the network (kubernetes Pods), authenticated per
+	// sandbox; "" = off.
+	Listen string
 }
 
 // Default returns the documented defaults.
@@ -213,6 +231,24 @@ func (c Config) Validate() error {
 	}
 	if err := c.Docker.Validate(); err != nil {
 		return err
+	}
+	if err := c.Pool.Egress.Validate(); err != nil {
+		return err
+	}
+	for _, a := range c.Egress.AllowAddresses {
+		if _, err := netip.ParsePrefix(a); err != nil {
+			return fmt.Errorf("egress_allow_addresses: %q is not a CIDR such as 10.1.2.0/24", a)
+		}
+	}
+	if c.Egress.DNS != "" {
+		if _, err := netip.ParseAddrPort(c.Egress.DNS); err != nil {
+			return fmt.Errorf("egress_dns: %q is not ip:port", c.Egress.DNS)
+		}
+	}
+	if c.Egress.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Egress.Listen); err != nil {
+			return fmt.Errorf("egress_listen: %q is not host:port", c.Egress.Listen)
+		}
 	}
 	// Only the backend in use: the others' rules (a DNS-safe prefix, a
 	// provisioner URL) would refuse settings that suit the chosen one.

@@ -10,6 +10,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 	"github.com/sandgate/sandgate/internal/router"
 )
@@ -287,3 +288,16 @@ func (v *setString) String() string {
 	return *v.s
 }
 func (v *setString) Set(s string) error { *v.s, *v.set = s, true; return nil }
+
+// egressModeValue is none | proxy | open.
+type egressModeValue backend.EgressMode
+
+func (v *egressModeValue) String() string { return string(*v) }
+func (v *egressModeValue) Set(s string) error {
+	m := backend.EgressMode(s)
+	if err := (backend.Egress{Mode: m}).Validate(); err != nil {
+		return err
+	}
+	*v = egressModeValue(m)
+	return nil
+}

@@ -135,7 +135,12 @@ func build(spec *Spec) error {
 		{"/proc", func() error { return mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "") }},
 		{"pivot", pivot},
 		{"hostname", func() error { return unix.Sethostname([]byte(hostname)) }},
-		{"loopback", loopbackUp},
+		{"loopback", func() error {
+			if spec.HostNetwork {
+				return nil
+			}
+			return loopbackUp()
+		}},
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {

@@ -99,7 +99,7 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	cmd.Env = []string{}
 	cmd.Stdout, cmd.Stderr = c.Output, c.Output
 	cmd.ExtraFiles = append(extra, bin)
-	cmd.SysProcAttr = sysProcAttr(c.UID, c.GID)
+	cmd.SysProcAttr = sysProcAttr(c.UID, c.GID, c.Spec.HostNetwork)
 	if err := cmd.Start(); err != nil {
 		_ = specW.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
@@ -123,7 +123,7 @@ func (c *Command) Start() (*exec.Cmd, error) {
 // sysProcAttr puts the child in new namespaces as SandboxUID, mapped to
 // uid:gid on the host, with the capabilities it needs to build its root
 // (in its own user namespace only, dropped before the server starts).
-func sysProcAttr(uid, gid int) *syscall.SysProcAttr {
+func sysProcAttr(uid, gid int, hostNetwork bool) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
@@ -134,6 +134,9 @@ func sysProcAttr(uid, gid int) *syscall.SysProcAttr {
 		// Its own process group: terminal signals to the gateway do not
 		// reach it, and it outlives the gateway.
 		Setpgid: true,
+	}
+	if hostNetwork {
+		attr.Cloneflags &^= syscall.CLONE_NEWNET
 	}
 	if os.Geteuid() == 0 {
 		// Root may let the child clear the gateway's supplementary groups.

@@ -49,6 +49,10 @@ type Spec struct {
 	// Probe builds the sandbox and exits 0 instead of starting the server:
 	// the start-up check that this kernel can isolate at all.
 	Probe bool `json:"probe,omitempty"`
+	// HostNetwork keeps the gateway host's network namespace (egress open):
+	// the sandbox reaches what the host reaches, its loopback services too.
+	// Otherwise it has a namespace of its own with loopback only.
+	HostNetwork bool `json:"host_network,omitempty"`
 	// Files is how many descriptors from fd FirstFile on become the
 	// server's fds 3, 4, ...
 	Files int `json:"files"`

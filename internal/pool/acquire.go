@@ -177,7 +177,7 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
 	}
-	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret}
+	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: p.cfg.Egress}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
 	defer cancel()

@@ -57,6 +57,8 @@ type Config struct {
 	Mounts backend.MountConfig
 	Env    map[string]string
 	Labels map[string]string
+	// Egress is every sandbox's egress policy (zero: proxy, nothing allowed).
+	Egress backend.Egress
 }
 
 // Defaults.

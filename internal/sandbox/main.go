@@ -13,12 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Main parses the `gateway sandbox` arguments and serves until ctx ends.
 //
-//	--listen ADDR          listen address (default 127.0.0.1:8080)
+//	--listen ADDR          listen address (default 127.0.0.1:8080); unix:PATH = a
+//	                       Unix socket (made 0666: its directory guards it)
 //	--listen-fd N          serve on an inherited listening socket (fd N) instead
 //	--recorded-fd N        exit unless a byte arrives on this inherited pipe before
 //	                       EOF: the process backend's creator recorded this server
@@ -30,6 +32,8 @@ import (
 //	--map-ro VIRTUAL=HOST  read-only path mapping (repeatable)
 //	--home DIR             virtual home/workspace dir and default cwd
 //	--max-output BYTES     cap on returned command output (default 1 MiB)
+//	--egress-socket PATH   bridge 127.0.0.1:3128 (--egress-port) to the gateway's egress
+//	                       proxy on this Unix socket
 //
 // On shutdown every running command's process group is killed.
 func Main(ctx context.Context, args []string) error {
@@ -45,6 +49,8 @@ func Main(ctx context.Context, args []string) error {
 	fs.Int64Var(&cfg.MaxOutput, "max-output", DefaultMaxOutput, "cap on returned command output in bytes")
 	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
 	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
+	egressSocket := fs.String("egress-socket", "", "bridge the egress port on loopback to the gateway's egress proxy on this Unix socket")
+	egressPort := fs.Int("egress-port", backend.EgressPort, "loopback port of the egress bridge")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -78,6 +84,11 @@ func Main(ctx context.Context, args []string) error {
 	}
 	cfg.Logger = log
 	reapOrphans(ctx, log)
+	if *egressSocket != "" {
+		if err := bridgeEgress(ctx, *egressPort, *egressSocket, log); err != nil {
+			return fmt.Errorf("egress bridge: %w", err)
+		}
+	}
 	// The gateway passes its OTEL_* variables down, so with tracing on the
 	// server's spans continue the gateway's traces (traceparent).
 	host, _ := os.Hostname()
@@ -165,6 +176,20 @@ func listen(cfg Config) (net.Listener, error) {
 		ln, err := net.FileListener(f)
 		if err != nil {
 			return nil, fmt.Errorf("listen-fd %d: %w", cfg.ListenFD, err)
+		}
+		return ln, nil
+	}
+	if path, ok := strings.CutPrefix(cfg.Listen, "unix:"); ok {
+		_ = os.Remove(path) // an earlier incarnation's
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		// The gateway's uid is not ours; the socket's directory decides who
+		// may reach it.
+		if err := os.Chmod(path, 0o666); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("listen: %w", err)
 		}
 		return ln, nil
 	}

@@ -43,6 +43,11 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 	}
 	cs := d.containerSpec(spec, serverPath)
+	if serverPath != "" {
+		if err := d.prepareSockets(ctx, spec); err != nil {
+			return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
+		}
+	}
 	began := time.Now()
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
 		resp, err := d.api.ContainerCreate(ctx, cs.Config, cs.Host, cs.Network, nil, cs.Name)

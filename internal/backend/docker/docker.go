@@ -42,8 +42,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,6 +123,15 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// StopTimeout is the grace between SIGTERM and SIGKILL on Destroy. 0 = 5s.
 	StopTimeout time.Duration
+	// SocketDir holds each sandbox's socket dir (network.go); the gateway
+	// passes {data_dir}/sandboxes/docker. "" = a dir in the temp dir.
+	SocketDir string
+	// OpenNetwork is the network of sandboxes with egress open; "" =
+	// DefaultOpenNetwork, created when first needed.
+	OpenNetwork string
+	// Egress serves the sandboxes' egress proxies (nil = none: the proxy
+	// mode then lets nothing out).
+	Egress backend.EgressGate
 }
 
 // containerName is what Docker accepts as a name; the prefix leaves room
@@ -170,6 +182,15 @@ func (c Config) withDefaults() Config {
 	if c.StopTimeout == 0 {
 		c.StopTimeout = defaultStopTimeout
 	}
+	if c.SocketDir == "" {
+		c.SocketDir = filepath.Join(os.TempDir(), "sandgate-docker-"+strconv.Itoa(os.Getuid()))
+	}
+	if abs, err := filepath.Abs(c.SocketDir); err == nil {
+		c.SocketDir = abs
+	}
+	if c.OpenNetwork == "" {
+		c.OpenNetwork = DefaultOpenNetwork
+	}
 	return c
 }
 
@@ -188,6 +209,8 @@ type engine interface {
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 	ContainerStop(ctx context.Context, id string, opts container.StopOptions) error
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
+	NetworkInspect(ctx context.Context, id string, opts network.InspectOptions) (network.Inspect, error)
+	NetworkCreate(ctx context.Context, name string, opts network.CreateOptions) (network.CreateResponse, error)
 	ContainerPause(ctx context.Context, id string) error
 	ContainerUnpause(ctx context.Context, id string) error
 	Close() error

@@ -40,8 +40,9 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	spec.Labels = map[string]string{"team": "x"}
 	info := backendtest.MustCreate(t, d, spec)
 
-	if !strings.HasPrefix(info.URL, "http://127.0.0.1:") || backendtest.Status(t, info.URL, "") != 200 {
-		t.Fatalf("URL %q not serving on loopback", info.URL)
+	// No network: the server answers on its socket only.
+	if !strings.HasPrefix(info.URL, "unix:///") || backendtest.Status(t, info.URL, "") != 200 {
+		t.Fatalf("URL %q not serving on a Unix socket", info.URL)
 	}
 	c := h.inspect(info.Incarnation)
 	if c.Name != "/"+h.prefix+"-"+spec.SandboxID || info.Backend != Name || info.Thread != "t1" || info.User != "alice" || info.CreatedAt.IsZero() {
@@ -61,12 +62,8 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	if hc.Memory != 256<<20 || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 200 || hc.Init == nil || !*hc.Init {
 		t.Errorf("limits memory %d cpus %d pids %v init %v", hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.Init)
 	}
-	for port, bs := range c.NetworkSettings.Ports {
-		for _, b := range bs {
-			if b.HostIP != "127.0.0.1" {
-				t.Errorf("port %s bound on %q, want 127.0.0.1 only", port, b.HostIP)
-			}
-		}
+	if hc.NetworkMode != "none" || len(c.NetworkSettings.Ports) != 0 || len(hc.PortBindings) != 0 {
+		t.Errorf("network %q ports %v %v, want none", hc.NetworkMode, c.NetworkSettings.Ports, hc.PortBindings)
 	}
 	me := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
 	if c.Config.User != me {

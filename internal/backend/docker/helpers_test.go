@@ -39,7 +39,8 @@ func newHarness(t *testing.T) *harness {
 // backend returns a Docker backend on the harness's prefix and image.
 func (h *harness) backend(mut ...func(*Config)) *Docker {
 	h.t.Helper()
-	cfg := Config{Image: h.image, ContainerPrefix: h.prefix, Instance: "test", PullPolicy: PullNever, ReadyTimeout: 30 * time.Second}
+	cfg := Config{Image: h.image, ContainerPrefix: h.prefix, Instance: "test", PullPolicy: PullNever, ReadyTimeout: 30 * time.Second,
+		SocketDir: h.t.TempDir()}
 	for _, m := range mut {
 		m(&cfg)
 	}

@@ -39,6 +39,7 @@ func (d *Docker) Destroy(ctx context.Context, info backend.Info) error {
 	if err := d.stopAndRemove(ctx, c); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", sid, err)
 	}
+	d.dropSockets(sid)
 	d.log.Info("sandbox destroyed", "sandbox_id", sid, "thread", c.Config.Labels[backend.LabelThread], "container", shortID(c.ID))
 	return nil
 }
@@ -169,7 +170,7 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 		if c.State != container.StateRunning && c.State != container.StatePaused {
 			continue
 		}
-		url, err := d.sandboxURL(d.name(sid), summaryPorts(c.Ports))
+		url, err := d.sandboxURL(d.name(sid), c.Labels, c.Mounts, summaryPorts(c.Ports))
 		if err != nil {
 			d.log.Warn("skip unreachable sandbox container", "sandbox_id", sid, "err", err)
 			continue
@@ -242,7 +243,7 @@ func (d *Docker) infoFromInspect(c container.InspectResponse) (backend.Info, err
 	if c.NetworkSettings != nil {
 		ports = c.NetworkSettings.Ports
 	}
-	url, err := d.sandboxURL(strings.TrimPrefix(c.Name, "/"), ports)
+	url, err := d.sandboxURL(strings.TrimPrefix(c.Name, "/"), c.Config.Labels, c.Mounts, ports)
 	if err != nil {
 		return backend.Info{}, err
 	}

@@ -47,15 +47,14 @@ func resolveUser(u string) string {
 func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSpec {
 	port := nat.Port(strconv.Itoa(d.cfg.Port) + "/tcp")
 	cfg := &container.Config{
-		Image:        d.cfg.Image,
-		User:         d.user,
-		Env:          containerEnv(spec.Env, serverPath != ""),
-		Labels:       backend.IdentityLabels(spec, d.cfg.Instance, spec.Labels),
-		ExposedPorts: nat.PortSet{port: struct{}{}},
+		Image:  d.cfg.Image,
+		User:   d.user,
+		Env:    containerEnv(spec.Env, serverPath != ""),
+		Labels: backend.IdentityLabels(spec, d.cfg.Instance, spec.Labels),
 	}
 	if serverPath != "" {
 		cfg.Entrypoint = []string{serverPath}
-		cfg.Cmd = []string{"sandbox", "--listen", "0.0.0.0:" + strconv.Itoa(d.cfg.Port), "--home", backend.VirtualWorkspace}
+		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + socketMount + "/" + apiSocket, "--home", backend.VirtualWorkspace}
 		cfg.WorkingDir = backend.VirtualWorkspace
 		if spec.Secret != "" { // only our server takes one (secret.go)
 			cfg.Cmd = append(cfg.Cmd, "--secret-file", secretPath)
@@ -80,11 +79,17 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
 	var netCfg *network.NetworkingConfig
-	if d.cfg.Network != "" {
+	switch {
+	case serverPath != "":
+		d.networking(spec, cfg, host)
+	case d.cfg.Network != "":
+		// An image serving its own API needs a network the gateway shares.
+		cfg.ExposedPorts = nat.PortSet{port: struct{}{}}
 		host.NetworkMode = container.NetworkMode(d.cfg.Network)
 		netCfg = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{d.cfg.Network: {}}}
-	} else {
+	default:
 		// HostPort "" lets the engine pick a free port: no scanning, no race.
+		cfg.ExposedPorts = nat.PortSet{port: struct{}{}}
 		host.PortBindings = nat.PortMap{port: {{HostIP: "127.0.0.1", HostPort: ""}}}
 	}
 	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg, Secret: cfg.Labels[labelSecret]}
@@ -132,9 +137,20 @@ func containerEnv(configured map[string]string, ownServer bool) []string {
 	return backend.ServerEnv(configured, backend.VirtualWorkspace, sandbox.KeepEnvVar)
 }
 
-// sandboxURL is where the gateway reaches the container: the published
-// loopback port, or the container name on the shared network.
-func (d *Docker) sandboxURL(name string, ports nat.PortMap) (string, error) {
+// sandboxURL is where the gateway reaches the container: our server's Unix
+// socket, else the published loopback port, or the container name on the
+// shared network.
+func (d *Docker) sandboxURL(name string, labels map[string]string, mounts []container.MountPoint, ports nat.PortMap) (string, error) {
+	if labels[labelAPI] == apiUnix {
+		// Where the container's socket dir really is: the replica that made
+		// it may have another socket_dir.
+		for _, m := range mounts {
+			if m.Destination == socketMount {
+				return backend.UnixURL(filepath.Join(m.Source, apiSocket)), nil
+			}
+		}
+		return "", fmt.Errorf("container %s has no socket dir mounted at %s", name, socketMount)
+	}
 	if d.cfg.Network != "" {
 		return "http://" + name + ":" + strconv.Itoa(d.cfg.Port), nil
 	}

@@ -40,7 +40,7 @@ func TestContainerSpec(t *testing.T) {
 		Env:    map[string]string{"Z_VAR": "z", "API_KEY": "k"},
 		Labels: map[string]string{"team": "x", backend.LabelUser: "mallory"},
 	}
-	base := Config{Image: "img:1", ContainerPrefix: "sbx", Instance: "gw-1"}
+	base := Config{Image: "img:1", ContainerPrefix: "sbx", Instance: "gw-1", SocketDir: "/sock"}
 	cases := []struct {
 		name   string
 		cfg    func(*Config)
@@ -53,7 +53,7 @@ func TestContainerSpec(t *testing.T) {
 				t.Errorf("name %q image %q user %q (want user %s)", cs.Name, c.Image, c.User, me)
 			}
 			if !slices.Equal(c.Entrypoint, []string{"/gateway"}) ||
-				!slices.Equal(c.Cmd, []string{"sandbox", "--listen", "0.0.0.0:8080", "--home", backend.VirtualWorkspace}) {
+				!slices.Equal(c.Cmd, []string{"sandbox", "--listen", "unix:/run/sandgate/api.sock", "--home", backend.VirtualWorkspace}) {
 				t.Errorf("command %q %q", c.Entrypoint, c.Cmd)
 			}
 			wantEnv := []string{"API_KEY=k", "Z_VAR=z", "HOME=" + backend.VirtualWorkspace, sandbox.KeepEnvVar + "=API_KEY,Z_VAR"}
@@ -72,15 +72,17 @@ func TestContainerSpec(t *testing.T) {
 			if h.Init == nil || !*h.Init || h.RestartPolicy.Name != container.RestartPolicyDisabled {
 				t.Errorf("init %v restart %q", h.Init, h.RestartPolicy.Name)
 			}
-			if got := h.PortBindings["8080/tcp"]; len(got) != 1 || got[0] != (nat.PortBinding{HostIP: "127.0.0.1"}) {
-				t.Errorf("port bindings %+v: want 127.0.0.1 with an engine-chosen port", h.PortBindings)
+			// No network at all: the API is a Unix socket in the socket dir.
+			if len(h.PortBindings) != 0 || len(c.ExposedPorts) != 0 || h.NetworkMode != "none" || cs.Network != nil {
+				t.Errorf("network %q %+v, ports %+v %+v", h.NetworkMode, cs.Network, h.PortBindings, c.ExposedPorts)
 			}
-			if h.NetworkMode != "" || cs.Network != nil {
-				t.Errorf("network %q %+v", h.NetworkMode, cs.Network)
+			if c.Labels[labelAPI] != apiUnix || c.Labels[labelEgress] != `{"mode":""}` {
+				t.Errorf("labels %v", c.Labels)
 			}
 			want := []mount.Mount{
 				{Type: mount.TypeBind, Source: "/data/ws", Target: backend.VirtualWorkspace},
 				{Type: mount.TypeBind, Source: "/skills", Target: backend.VirtualSkills, ReadOnly: true},
+				{Type: mount.TypeBind, Source: "/sock/0123456789abcdef", Target: "/run/sandgate"},
 			}
 			if !slices.Equal(h.Mounts, want) {
 				t.Errorf("mounts %+v", h.Mounts)
@@ -100,7 +102,7 @@ func TestContainerSpec(t *testing.T) {
 		{name: "configured limits, caps, user, port", cfg: func(c *Config) {
 			c.Memory, c.NanoCPUs, c.PidsLimit = 256<<20, 5e8, 64
 			c.CapAdd, c.User, c.Port = []string{"CHOWN", "SETUID"}, "1000:1000", 9000
-		}, server: "/gateway", check: func(t *testing.T, cs containerSpec, _ string) {
+		}, check: func(t *testing.T, cs containerSpec, _ string) {
 			h := cs.Host
 			if h.Memory != 256<<20 || h.NanoCPUs != 5e8 || *h.PidsLimit != 64 {
 				t.Errorf("limits %d %d %d", h.Memory, h.NanoCPUs, *h.PidsLimit)
@@ -108,7 +110,7 @@ func TestContainerSpec(t *testing.T) {
 			if !slices.Equal(h.CapAdd, []string{"CHOWN", "SETUID"}) || cs.Config.User != "1000:1000" {
 				t.Errorf("cap add %q user %q", h.CapAdd, cs.Config.User)
 			}
-			if _, ok := h.PortBindings["9000/tcp"]; !ok || cs.Config.Cmd[2] != "0.0.0.0:9000" {
+			if _, ok := h.PortBindings["9000/tcp"]; !ok || cs.Config.Cmd != nil {
 				t.Errorf("port 9000: bindings %+v cmd %q", h.PortBindings, cs.Config.Cmd)
 			}
 		}},
@@ -125,7 +127,7 @@ func TestContainerSpec(t *testing.T) {
 				t.Errorf("no warning logged: %s", logs)
 			}
 		}},
-		{name: "gateway in a container: network, nothing published", cfg: func(c *Config) { c.Network = "sandnet" }, server: "/gateway", check: func(t *testing.T, cs containerSpec, _ string) {
+		{name: "gateway in a container: network, nothing published", cfg: func(c *Config) { c.Network = "sandnet" }, check: func(t *testing.T, cs containerSpec, _ string) {
 			if cs.Host.NetworkMode != "sandnet" || len(cs.Host.PortBindings) != 0 {
 				t.Errorf("network %q bindings %+v", cs.Host.NetworkMode, cs.Host.PortBindings)
 			}
@@ -170,18 +172,27 @@ func TestSandboxURL(t *testing.T) {
 		{nil, ""},
 	}
 	for _, c := range cases {
-		got, err := d.sandboxURL("p-x", c.ports)
+		got, err := d.sandboxURL("p-x", nil, nil, c.ports)
 		if got != c.want || (err == nil) != (c.want != "") {
 			t.Errorf("%v: %q %v, want %q", c.ports, got, err, c.want)
 		}
 	}
 	d.cfg.Network = "net"
-	if got, err := d.sandboxURL("p-x", nil); got != "http://p-x:8080" || err != nil {
+	if got, err := d.sandboxURL("p-x", nil, nil, nil); got != "http://p-x:8080" || err != nil {
 		t.Errorf("network URL %q %v", got, err)
+	}
+	// Our own server answers on its socket, whatever the network.
+	unix := map[string]string{labelAPI: apiUnix, backend.LabelSandboxID: "0123456789abcdef"}
+	mounts := []container.MountPoint{{Destination: backend.VirtualWorkspace, Source: "/w"}, {Destination: "/run/sandgate", Source: "/elsewhere/0123456789abcdef"}}
+	if got, err := d.sandboxURL("p-x", unix, mounts, nil); got != "unix:///elsewhere/0123456789abcdef/api.sock" || err != nil {
+		t.Errorf("socket URL %q %v", got, err)
+	}
+	if got, err := d.sandboxURL("p-x", unix, mounts[:1], nil); err == nil {
+		t.Errorf("socket URL without its mount: %q", got)
 	}
 	ports := summaryPorts([]container.Port{{IP: "127.0.0.1", PrivatePort: 8080, PublicPort: 40000, Type: "tcp"}, {PrivatePort: 22, Type: "tcp"}})
 	d.cfg.Network = ""
-	if got, _ := d.sandboxURL("p-x", ports); got != "http://127.0.0.1:40000" {
+	if got, _ := d.sandboxURL("p-x", nil, nil, ports); got != "http://127.0.0.1:40000" {
 		t.Errorf("from list ports: %q (%v)", got, ports)
 	}
 }

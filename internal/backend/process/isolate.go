@@ -1,10 +1,13 @@
 package process
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +44,23 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	if err != nil {
 		return nil, err
 	}
+	env := childEnv(isolatedEnv, spec.Env)
+	hostNetwork := false
+	switch spec.Egress.EffectiveMode() {
+	case backend.EgressProxy:
+		if p.cfg.Egress == nil {
+			break // no proxy to reach: the same as none
+		}
+		dir, err := p.openEgress(spec)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, jail.Mount{Target: backend.EgressDir, Source: dir, ReadOnly: true})
+		args = append(args, "--egress-socket", backend.EgressDir+"/"+backend.EgressSocketName)
+		env = childEnv(env, backend.ProxyEnv(egressURL))
+	case backend.EgressOpen:
+		hostNetwork = true
+	}
 	limits := p.cfg.Limits.WithDefaults()
 	placed := func(pid int) error {
 		if p.cgroups.Mode() == jail.CgroupNone {
@@ -56,7 +76,8 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 			Dir:            backend.VirtualWorkspace,
 			Args:           args,
-			Env:            childEnv(isolatedEnv, spec.Env),
+			Env:            env,
+			HostNetwork:    hostNetwork,
 		},
 		Files:  files,
 		UID:    uid,
@@ -69,6 +90,52 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 		return nil, fmt.Errorf("start isolated sandbox: %w", err)
 	}
 	return cmd, nil
+}
+
+// egressURL is the proxy as the sandbox's clients see it: the server's
+// loopback bridge to the gateway's socket.
+var egressURL = "http://127.0.0.1:" + strconv.Itoa(backend.EgressPort)
+
+// openEgress has the gateway serve the sandbox's egress proxy on a socket in
+// a directory of its own, which the jail binds read-only (a socket is
+// connected to, not written).
+func (p *Process) openEgress(spec backend.Spec) (string, error) {
+	dir := p.egressDir(spec.SandboxID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("egress socket dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // its uid is not ours
+		return "", fmt.Errorf("egress socket dir: %w", err)
+	}
+	id := backend.EgressIdentity{SandboxID: spec.SandboxID, User: spec.User, Thread: spec.Thread, Egress: spec.Egress}
+	if err := p.cfg.Egress.Open(id, filepath.Join(dir, backend.EgressSocketName)); err != nil {
+		return "", fmt.Errorf("serve egress proxy: %w", err)
+	}
+	return dir, nil
+}
+
+// EgressSockets lists the proxy sockets of the live isolated sandboxes, so
+// that a gateway can serve the ones nobody serves (after a restart).
+func (p *Process) EgressSockets(ctx context.Context) ([]backend.EgressSocket, error) {
+	if p.cfg.Egress == nil {
+		return nil, nil
+	}
+	infos, err := p.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []backend.EgressSocket
+	for _, info := range infos {
+		st, err := p.readState(info.SandboxID)
+		if err != nil || st == nil || st.Egress == nil || st.Egress.EffectiveMode() != backend.EgressProxy {
+			continue
+		}
+		out = append(out, backend.EgressSocket{
+			Identity: backend.EgressIdentity{SandboxID: st.SandboxID, User: st.User, Thread: st.Thread, Egress: *st.Egress},
+			Path:     filepath.Join(p.egressDir(st.SandboxID), backend.EgressSocketName),
+		})
+	}
+	return out, nil
 }
 
 // isolatedEnv is all an isolated sandbox inherits: nothing of the
@@ -130,3 +197,4 @@ func (p *Process) probe() error {
 		"jail", jailed, "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
 	return nil
 }
+var _ backend.EgressSockets = (*Process)(nil)

@@ -57,6 +57,10 @@ type Config struct {
 	Limits jail.Limits
 	// CgroupRoot is where cgroups are mounted; "" = /sys/fs/cgroup.
 	CgroupRoot string
+	// Egress serves isolated sandboxes' egress proxies (nil = none: the
+	// proxy mode then lets nothing out). IsolationNone cannot enforce an
+	// egress policy: its sandboxes share the gateway's network.
+	Egress backend.EgressGate
 }
 
 // Isolation modes.
@@ -126,7 +130,8 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 	}
 	p := &Process{cfg: cfg, log: log.With("backend", Name), children: map[int]*child{}}
 	if cfg.Isolation == IsolationNone {
-		p.log.Warn("process_isolation: none: sandboxes run as the gateway's user, see its files, processes and network; for one trusted user only")
+		p.log.Warn("process_isolation: none: sandboxes run as the gateway's user, see its files, processes and network " +
+			"(no egress policy applies); for one trusted user only")
 		return p, nil
 	}
 	p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup"))
@@ -260,6 +265,10 @@ func (p *Process) record(ctx context.Context, spec backend.Spec, c *child, url s
 		CreatedAt:   time.Now().UTC(),
 		Labels:      backend.IdentityLabels(spec, p.cfg.Instance, spec.Labels),
 		Secret:      spec.Secret,
+	}
+	if p.cgroups != nil {
+		egress := spec.Egress
+		st.Egress = &egress
 	}
 	return st, p.writeState(st)
 }

@@ -33,6 +33,9 @@ type state struct {
 	// file, in a 0700 dir mapped into no sandbox) so that Discover and List
 	// can hand it to a replica that lost the Redis record.
 	Secret string `json:"secret,omitempty"`
+	// Egress is the isolated sandbox's egress policy, for serving its proxy
+	// socket again after a gateway restart.
+	Egress *backend.Egress `json:"egress,omitempty"`
 }
 
 func (s *state) info() backend.Info {
@@ -54,6 +57,7 @@ func (p *Process) logPath(sid string) string   { return filepath.Join(p.cfg.Stat
 func (p *Process) socketPath(sid string) string {
 	return filepath.Join(p.cfg.StateDir, sid+".sock")
 }
+func (p *Process) egressDir(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".egress") }
 
 // readState returns nil, nil when there is no state file.
 func (p *Process) readState(sid string) (*state, error) {
@@ -101,6 +105,10 @@ func (p *Process) writeState(st *state) error {
 // socket and its cgroups.
 func (p *Process) removeState(sid string) error {
 	_ = os.Remove(p.socketPath(sid))
+	if p.cfg.Egress != nil {
+		p.cfg.Egress.Close(sid)
+	}
+	_ = os.RemoveAll(p.egressDir(sid))
 	if p.cgroups != nil {
 		if err := p.cgroups.Remove(sid); err != nil {
 			p.log.Warn("remove sandbox cgroup", "sandbox_id", sid, "err", err)
