@@ -244,7 +244,14 @@ func splice(client, up net.Conn, idle time.Duration) (sent, received int64) {
 	return sent, received
 }
 
+// copyBufs are the 32 KiB buffers of tunnels and forwarded bodies.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// bufferPool lends copyBufs to the ReverseProxy.
+type bufferPool struct{}
+
+func (bufferPool) Get() []byte  { return *copyBufs.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBufs.Put(&b) }
 
 // pipe copies src to dst. A read that times out while the other direction
 // moved within idle is retried; at EOF dst is half-closed so the peer sees

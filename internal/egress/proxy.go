@@ -56,6 +56,7 @@ func New(cfg Config) (*Proxy, error) {
 		Rewrite:        rewrite,
 		Transport:      p.transport,
 		FlushInterval:  -1, // stream: server-sent events and progress output arrive as sent
+		BufferPool:     bufferPool{},
 		ModifyResponse: recordStatus,
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       slog.NewLogLogger(p.cfg.Log.Handler(), slog.LevelDebug),

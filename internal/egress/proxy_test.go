@@ -280,6 +280,12 @@ func TestServeAuth(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("ServeAuth after Shutdown: %v", err)
 	}
+	if err := f.p.Open(f.id, f.socket); err != ErrClosed {
+		t.Fatalf("Open after Shutdown: %v", err)
+	}
+	if _, err := os.Lstat(f.socket); !os.IsNotExist(err) {
+		t.Fatalf("socket left after Shutdown: %v", err)
+	}
 }
 
 func TestOpenAndClose(t *testing.T) {
