@@ -68,9 +68,3 @@ func FuzzProxyRequest(f *testing.F) {
 		}
 	})
 }
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}

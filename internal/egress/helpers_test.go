@@ -201,6 +201,12 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 // egressLines are the "egress" lines logged so far.
 func (l *logBuffer) egressLines(t testing.TB) []map[string]any {
 	t.Helper()

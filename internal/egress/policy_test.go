@@ -135,6 +135,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+var _ Recorder = (*telemetry.Metrics)(nil)
+
 // Every reason this package records has its own pre-created series, so none
 // lands in "other".
 func TestReasonsHaveSeries(t *testing.T) {

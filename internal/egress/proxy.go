@@ -94,9 +94,9 @@ func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
 		ln.Close()
 		return fmt.Errorf("egress: %w", err)
 	}
-	s := p.newServer(func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
+	s := p.newServer(ln, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
 	p.sockets[id.SandboxID] = s
-	go s.http.Serve(ln) //nolint:errcheck // ends with ErrServerClosed on Close
+	go s.http.Serve(ln) //nolint:errcheck // ends when Close closes ln
 	return nil
 }
 
@@ -132,7 +132,7 @@ func (p *Proxy) Close(sandboxID string) {
 // base64(sandboxID:password), and lookup says whether the password is that
 // sandbox's and who the sandbox is. Anything else is answered 407.
 func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password string) (backend.EgressIdentity, bool)) error {
-	s := p.newServer(func(r *http.Request) (backend.EgressIdentity, bool) {
+	s := p.newServer(ln, func(r *http.Request) (backend.EgressIdentity, bool) {
 		id, password, ok := proxyBasicAuth(r.Header.Get("Proxy-Authorization"))
 		if !ok {
 			return backend.EgressIdentity{}, false
@@ -151,7 +151,7 @@ func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password strin
 		delete(p.authed, s)
 		p.mu.Unlock()
 	}()
-	if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := s.http.Serve(ln); !s.stopped() {
 		return fmt.Errorf("egress: serve: %w", err)
 	}
 	return nil
@@ -197,6 +197,10 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // http.Server no longer tracks.
 type server struct {
 	http *http.Server
+	// ln is closed here, not left to http.Server: a Serve that has not
+	// started yet would close it later, unlinking a path that by then may
+	// be a new listener's.
+	ln net.Listener
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -204,8 +208,8 @@ type server struct {
 	wg      sync.WaitGroup
 }
 
-func (p *Proxy) newServer(identify func(*http.Request) (backend.EgressIdentity, bool)) *server {
-	s := &server{tunnels: map[net.Conn]struct{}{}}
+func (p *Proxy) newServer(ln net.Listener, identify func(*http.Request) (backend.EgressIdentity, bool)) *server {
+	s := &server{ln: ln, tunnels: map[net.Conn]struct{}{}}
 	s.http = &http.Server{
 		Handler:           p.handler(s, identify),
 		ReadHeaderTimeout: 30 * time.Second,
@@ -241,25 +245,36 @@ func (s *server) untrack(conns ...net.Conn) {
 	s.wg.Done()
 }
 
-func (s *server) closeTunnels() {
+// stop refuses new tunnels and closes the listener.
+func (s *server) stop() {
 	s.mu.Lock()
 	s.done = true
+	s.mu.Unlock()
+	s.ln.Close()
+}
+
+// stopped says whether stop ran (a Serve that ended was told to).
+func (s *server) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done
+}
+
+// close ends everything now.
+func (s *server) close() {
+	s.stop()
+	s.http.Close()
+	s.mu.Lock()
 	for c := range s.tunnels {
 		c.Close()
 	}
 	s.mu.Unlock()
 }
 
-func (s *server) close() {
-	s.http.Close()
-	s.closeTunnels()
-}
-
+// shutdown lets requests and tunnels finish until ctx is done.
 func (s *server) shutdown(ctx context.Context) error {
+	s.stop()
 	err := s.http.Shutdown(ctx)
-	s.mu.Lock()
-	s.done = true
-	s.mu.Unlock()
 	idle := make(chan struct{})
 	go func() { s.wg.Wait(); close(idle) }()
 	select {

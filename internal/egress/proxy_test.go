@@ -415,3 +415,88 @@ func TestTunnelCloseAndHalfClose(t *testing.T) {
 		t.Fatalf("tunnel after Close: %v, want EOF", err)
 	}
 }
+
+// Bodies stream both ways: the upstream reads the start of an upload while
+// the client still holds the rest, and the client reads the start of a
+// response while the upstream still holds the rest.
+func TestForwardStreams(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	gotFirst, sendRest := make(chan struct{}), make(chan struct{})
+	up := startOn(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(r.Body, buf); err != nil || string(buf) != "part1" {
+			t.Errorf("upstream read %q %v", buf, err)
+		}
+		close(gotFirst)
+		rest, _ := io.ReadAll(r.Body)
+		io.WriteString(rw, "head:"+string(rest)+";")
+		rw.(http.Flusher).Flush()
+		<-sendRest
+		io.WriteString(rw, "tail")
+	}), false)
+	f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
+	body, bodyW := io.Pipe()
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://allowed.test:%d/", portOf(t, up.URL)), body)
+	done := make(chan *http.Response, 1)
+	go func() {
+		resp, err := f.client(nil).Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	io.WriteString(bodyW, "part1")
+	select {
+	case <-gotFirst:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream got nothing of the upload before it ended: buffered")
+	}
+	io.WriteString(bodyW, "part2")
+	bodyW.Close()
+	resp := <-done
+	if resp == nil {
+		t.FailNow()
+	}
+	defer resp.Body.Close()
+	head := make([]byte, len("head:part2;"))
+	if _, err := io.ReadFull(resp.Body, head); err != nil || string(head) != "head:part2;" {
+		t.Fatalf("first part %q %v", head, err)
+	}
+	close(sendRest)
+	if tail, err := io.ReadAll(resp.Body); err != nil || string(tail) != "tail" {
+		t.Fatalf("tail %q %v", tail, err)
+	}
+}
+
+// A panic while serving ends that connection without an answer (never a
+// 500) and is logged; the proxy serves the next connection.
+func TestPanicIsContained(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}}, func(c *Config) {
+		c.DNSServer, c.Resolver = "", panicResolver{}
+	})
+	c, err := net.Dial("unix", f.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, connect("allowed.test:443"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); len(b) != 0 || err != nil {
+		t.Fatalf("got %q %v, want the connection closed without an answer", b, err)
+	}
+	if resp, _ := f.raw(t, connect("other.test:443")); resp.StatusCode != 403 {
+		t.Fatalf("next connection: %d", resp.StatusCode)
+	}
+	if !strings.Contains(f.logs.String(), `"msg":"egress: panic"`) {
+		t.Fatalf("panic not logged: %s", f.logs.String())
+	}
+}
+
+type panicResolver struct{}
+
+func (panicResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	panic("resolver bug")
+}
