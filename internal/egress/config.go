@@ -38,7 +38,8 @@ type Config struct {
 	// DNSServer when that is set. Not both.
 	Resolver Resolver
 	// DNSServer, "ip:port", sends every query to that server alone (Go's
-	// resolver, UDP then TCP), not to the host's resolv.conf servers.
+	// resolver), not to resolv.conf's servers; /etc/hosts still answers
+	// first, and whatever answers, the addresses are checked.
 	DNSServer string
 	// AllowAddresses are otherwise refused addresses a name may resolve to,
 	// such as an internal package mirror.
