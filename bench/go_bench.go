@@ -28,11 +28,12 @@ var goBenchmarks = []goBenchmark{
 	{"./internal/proxy", "BenchmarkRewrite", "header rewrite: upstream URL, stripped credentials, X-Forwarded-*", false},
 	{"./internal/router", "BenchmarkAccount", "access accounting, no access log", false},
 	{"./internal/telemetry", "BenchmarkRecordRequest", "request metrics", false},
+	{"./internal/egress", "BenchmarkDownload1MiB", "egress proxy: a 1 MiB download from loopback direct, forwarded (http://) and through a CONNECT tunnel; MB/s = 1.048576e9 / ns/op", false},
 }
 
-// benchLine is one result line of `go test -bench -benchmem`; the name
-// loses its -GOMAXPROCS suffix.
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op\s+(\d+) B/op\s+(\d+) allocs/op`)
+// benchLine is one result line of `go test -bench -benchmem`, with MB/s when
+// the benchmark sets bytes; the name loses its -GOMAXPROCS suffix.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+[\d.]+ MB/s)?\s+(\d+) B/op\s+(\d+) allocs/op`)
 
 // benchRuns are the -count runs of one benchmark (a sub-benchmark is its own).
 type benchRuns struct {

@@ -113,9 +113,11 @@ BenchmarkAcquireCached/tracing=off-2         	 3148722	       378.5 ns/op	      
 BenchmarkAcquireCached/tracing=off-2         	 3148722	       390.5 ns/op	       0 B/op	       1 allocs/op
 BenchmarkAcquireCached/tracing=off-2         	 3148722	       380.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkTouchFlush1000Routes-2   	     100	  1200000 ns/op	  345678 B/op	    2010 allocs/op
+BenchmarkDownload1MiB/forward-2   	    1000	  1048576 ns/op	1000.00 MB/s	   40000 B/op	      90 allocs/op
 PASS`
 	order, by := parseBenchOutput(out)
-	if len(order) != 2 || order[0] != "BenchmarkAcquireCached/tracing=off" || order[1] != "BenchmarkTouchFlush1000Routes" {
+	if len(order) != 3 || order[0] != "BenchmarkAcquireCached/tracing=off" || order[1] != "BenchmarkTouchFlush1000Routes" ||
+		order[2] != "BenchmarkDownload1MiB/forward" || by[order[2]].ns[0] != 1048576 {
 		t.Fatalf("order %v", order)
 	}
 	figs := map[string]float64{}

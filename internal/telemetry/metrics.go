@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,8 @@ type Metrics struct {
 	reconciled  *prometheus.CounterVec
 	dialRetries prometheus.Counter
 	redisErrors prometheus.Counter
+	egressAllow prometheus.Counter
+	egressDeny  [len(egressDenials)]prometheus.Counter
 }
 
 // Label values. Every series exists from the start (at 0), so rate() and
@@ -43,6 +46,10 @@ var (
 	adoptSources   = []string{"acquire", "reconciler"}
 	claimReasons   = []string{"idle_active", "idle_warm"}
 	reconcileActs  = []string{"adopted", "dropped", "finished", "skipped"}
+	// egressDenials are internal/egress's deny reasons; "other" catches one
+	// added there and not here.
+	egressDenials = [...]string{"not_allowed", "mode_none", "ip_literal", "private_address", "resolve_failed",
+		"bad_request", "dial_failed", "upstream_failed", "unauthorized", "other"}
 )
 
 // RouteKind is the data-plane route a proxied request came in on.
@@ -108,6 +115,15 @@ func NewMetrics() *Metrics {
 		"Requests retried after a dial-class failure to a sandbox (the sandbox is re-acquired, maybe recreated).")
 	m.redisErrors = counter(f, "sandgate_redis_errors_total",
 		"Redis commands and pipelines that failed (not counting nil replies or a client that went away).")
+	egress := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandgate_egress_requests_total",
+		Help: "Egress proxy requests and tunnels, by decision (allow | deny) and reason (ok when allowed).",
+	}, []string{"decision", "reason"})
+	f(egress)
+	m.egressAllow = egress.WithLabelValues("allow", "ok")
+	for i, r := range egressDenials {
+		m.egressDeny[i] = egress.WithLabelValues("deny", r)
+	}
 	return m
 }
 
@@ -232,6 +248,22 @@ func (m *Metrics) RedisError() {
 	if m != nil {
 		m.redisErrors.Inc()
 	}
+}
+
+// EgressDecision counts one egress proxy request or tunnel (egress.Recorder).
+func (m *Metrics) EgressDecision(allowed bool, reason string) {
+	if m == nil {
+		return
+	}
+	if allowed {
+		m.egressAllow.Inc()
+		return
+	}
+	i := slices.Index(egressDenials[:], reason)
+	if i < 0 {
+		i = len(egressDenials) - 1
+	}
+	m.egressDeny[i].Inc()
 }
 
 // PoolCounts are the fleet-wide pool sizes.

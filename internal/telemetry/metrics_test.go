@@ -71,6 +71,10 @@ func TestMetricsRecord(t *testing.T) {
 	m.Reconciled(1, 0, 2, 0)
 	m.DialRetried()
 	m.RedisError()
+	m.EgressDecision(true, "ok")
+	m.EgressDecision(false, "private_address")
+	m.EgressDecision(false, "private_address")
+	m.EgressDecision(false, "a reason added in egress only")
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -95,6 +99,10 @@ func TestMetricsRecord(t *testing.T) {
 		{"sandgate_reconciler_actions_total", map[string]string{"action": "finished"}, 2},
 		{"sandgate_upstream_dial_retries_total", nil, 1},
 		{"sandgate_redis_errors_total", nil, 1},
+		{"sandgate_egress_requests_total", map[string]string{"decision": "allow", "reason": "ok"}, 1},
+		{"sandgate_egress_requests_total", map[string]string{"decision": "deny", "reason": "private_address"}, 2},
+		{"sandgate_egress_requests_total", map[string]string{"decision": "deny", "reason": "other"}, 1},
+		{"sandgate_egress_requests_total", map[string]string{"decision": "deny", "reason": "dial_failed"}, 0},
 	} {
 		if got := value(t, m, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -124,6 +132,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 		{"Reconciled", func(m *Metrics) { m.Reconciled(1, 1, 1, 1) }, "sandgate_reconciler_actions_total", map[string]string{"action": "adopted"}},
 		{"DialRetried", func(m *Metrics) { m.DialRetried() }, "sandgate_upstream_dial_retries_total", nil},
 		{"RedisError", func(m *Metrics) { m.RedisError() }, "sandgate_redis_errors_total", nil},
+		{"EgressDecision", func(m *Metrics) { m.EgressDecision(false, "not_allowed") }, "sandgate_egress_requests_total", map[string]string{"decision": "deny", "reason": "not_allowed"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

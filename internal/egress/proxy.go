@@ -1,0 +1,286 @@
+package egress
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+)
+
+// Proxy serves the egress proxy on one Unix socket per sandbox (Open) and on
+// authenticated listeners (ServeAuth).
+type Proxy struct {
+	cfg     Config
+	forward *httputil.ReverseProxy
+	// transport pools upstream connections by checked address and port,
+	// never by name.
+	transport *http.Transport
+
+	mu      sync.Mutex
+	sockets map[string]*server // by sandbox id
+	authed  map[*server]struct{}
+	closed  bool
+}
+
+var _ backend.EgressGate = (*Proxy)(nil)
+
+// ErrClosed is Open's and ServeAuth's answer after Shutdown.
+var ErrClosed = errors.New("egress: proxy shut down")
+
+// New makes a proxy that serves nothing until Open or ServeAuth.
+func New(cfg Config) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg.withDefaults(), sockets: map[string]*server{}, authed: map[*server]struct{}{}}
+	p.transport = &http.Transport{
+		DialContext: p.dialForward,
+		// The client's Accept-Encoding goes through as sent and the body
+		// comes back as the server sent it.
+		DisableCompression:    true,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	p.forward = &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      p.transport,
+		FlushInterval:  -1, // stream: server-sent events and progress output arrive as sent
+		BufferPool:     bufferPool{},
+		ModifyResponse: recordStatus,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       slog.NewLogLogger(p.cfg.Log.Handler(), slog.LevelDebug),
+	}
+	return p, nil
+}
+
+// Open serves id's egress proxy on a Unix socket at socket, replacing a
+// listener id already has and a socket file left by an earlier process.
+func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
+	if err := id.Egress.Validate(); err != nil {
+		return fmt.Errorf("egress: sandbox %s: %w", id.SandboxID, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	// The old listener goes first: closing it unlinks its path, which may
+	// be the new one's.
+	if old := p.sockets[id.SandboxID]; old != nil {
+		delete(p.sockets, id.SandboxID)
+		old.close()
+	}
+	if err := removeStaleSocket(socket); err != nil {
+		return err
+	}
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("egress: listen: %w", err)
+	}
+	// The sandbox runs as another uid; the directory's permissions keep
+	// everyone else out.
+	if err := os.Chmod(socket, 0o666); err != nil {
+		ln.Close()
+		return fmt.Errorf("egress: %w", err)
+	}
+	s := p.newServer(ln, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
+	p.sockets[id.SandboxID] = s
+	go s.http.Serve(ln) //nolint:errcheck // ends when Close closes ln
+	return nil
+}
+
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("egress: %w", err)
+	case fi.Mode().Type() != os.ModeSocket:
+		return fmt.Errorf("egress: %s exists and is not a socket", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("egress: remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// Close stops serving sandboxID, ends its open tunnels and removes its socket.
+func (p *Proxy) Close(sandboxID string) {
+	p.mu.Lock()
+	s := p.sockets[sandboxID]
+	delete(p.sockets, sandboxID)
+	p.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
+}
+
+// ServeAuth serves networked sandboxes on ln until Shutdown (then it returns
+// nil): a request names its sandbox with Proxy-Authorization: Basic
+// base64(sandboxID:password), and lookup says whether the password is that
+// sandbox's and who the sandbox is. Anything else is answered 407.
+func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password string) (backend.EgressIdentity, bool)) error {
+	s := p.newServer(ln, func(r *http.Request) (backend.EgressIdentity, bool) {
+		id, password, ok := proxyBasicAuth(r.Header.Get("Proxy-Authorization"))
+		if !ok {
+			return backend.EgressIdentity{}, false
+		}
+		return lookup(id, password)
+	})
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.authed[s] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.authed, s)
+		p.mu.Unlock()
+	}()
+	if err := s.http.Serve(ln); !s.stopped() {
+		return fmt.Errorf("egress: serve: %w", err)
+	}
+	return nil
+}
+
+// proxyBasicAuth parses "Basic base64(user:password)".
+func proxyBasicAuth(header string) (user, password string, ok bool) {
+	scheme, encoded, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "basic") {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
+	if err != nil {
+		return "", "", false
+	}
+	user, password, ok = strings.Cut(string(raw), ":")
+	return user, password, ok && user != ""
+}
+
+// Shutdown stops every listener, lets requests and tunnels in flight finish
+// until ctx is done, then ends the rest.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	var all []*server
+	for _, s := range p.sockets {
+		all = append(all, s)
+	}
+	for s := range p.authed {
+		all = append(all, s)
+	}
+	clear(p.sockets)
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range all {
+		errs = append(errs, s.shutdown(ctx))
+	}
+	p.transport.CloseIdleConnections()
+	return errors.Join(errs...)
+}
+
+// server is one listener's HTTP server and the tunnels it hijacked, which
+// http.Server no longer tracks.
+type server struct {
+	http *http.Server
+	// ln is closed here, not left to http.Server: a Serve that has not
+	// started yet would close it later, unlinking a path that by then may
+	// be a new listener's.
+	ln net.Listener
+
+	mu      sync.Mutex
+	tunnels map[net.Conn]struct{}
+	done    bool
+	wg      sync.WaitGroup
+}
+
+func (p *Proxy) newServer(ln net.Listener, identify func(*http.Request) (backend.EgressIdentity, bool)) *server {
+	s := &server{ln: ln, tunnels: map[net.Conn]struct{}{}}
+	s.http = &http.Server{
+		Handler:           p.handler(s, identify),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       p.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		// Malformed requests are answered 400 and logged at debug: a
+		// sandbox may send them at will.
+		ErrorLog: slog.NewLogLogger(p.cfg.Log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// track registers a tunnel's connections; false once the server is closing.
+func (s *server) track(conns ...net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return false
+	}
+	for _, c := range conns {
+		s.tunnels[c] = struct{}{}
+	}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *server) untrack(conns ...net.Conn) {
+	s.mu.Lock()
+	for _, c := range conns {
+		delete(s.tunnels, c)
+	}
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// stop refuses new tunnels and closes the listener.
+func (s *server) stop() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+	s.ln.Close()
+}
+
+// stopped says whether stop ran (a Serve that ended was told to).
+func (s *server) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done
+}
+
+// close ends everything now.
+func (s *server) close() {
+	s.stop()
+	s.http.Close()
+	s.mu.Lock()
+	for c := range s.tunnels {
+		c.Close()
+	}
+	s.mu.Unlock()
+}
+
+// shutdown lets requests and tunnels finish until ctx is done.
+func (s *server) shutdown(ctx context.Context) error {
+	s.stop()
+	err := s.http.Shutdown(ctx)
+	idle := make(chan struct{})
+	go func() { s.wg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		s.close()
+	}
+	return err
+}
