@@ -102,6 +102,7 @@ func (c *Config) settings() []setting {
 		{"port", "port the sandbox server listens on inside a container", (*intValue)(&d.Port)},
 		{"docker-host", "Docker engine address (default: DOCKER_HOST, else the local socket)", (*stringValue)(&d.Host)},
 		{"docker-network", "attach sandboxes to this Docker network and reach them by name (gateway in a container); nothing is published", (*stringValue)(&d.Network)},
+		{"docker-open-network", "Docker network of sandboxes whose egress is open (a bridge with inter-container traffic off, created when first needed)", (*stringValue)(&d.OpenNetwork)},
 		{"docker-memory", "memory limit per sandbox, e.g. 512m, 2g (0 = none)", (*offBytes)(&d.Memory)},
 		{"docker-cpus", "CPU limit per sandbox, e.g. 0.5, 2 (0 = none)", (*offCPUs)(&d.NanoCPUs)},
 		{"docker-pids-limit", "process and thread limit per sandbox (0 = none)", (*offInt)(&d.PidsLimit)},

@@ -84,20 +84,38 @@ func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
 	if err := removeStaleSocket(socket); err != nil {
 		return err
 	}
-	ln, err := net.Listen("unix", socket)
+	ln, err := listenUnix(socket)
 	if err != nil {
-		return fmt.Errorf("egress: listen: %w", err)
-	}
-	// The sandbox runs as another uid; the directory's permissions keep
-	// everyone else out.
-	if err := os.Chmod(socket, 0o666); err != nil {
-		ln.Close()
-		return fmt.Errorf("egress: %w", err)
+		return err
 	}
 	s := p.newServer(ln, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
+	s.socket = socket
 	p.sockets[id.SandboxID] = s
 	go s.http.Serve(ln) //nolint:errcheck // ends when Close closes ln
 	return nil
+}
+
+// listenUnix listens on socket, reached through its directory's descriptor
+// when the path is too long for a socket address (a deep data_dir), and
+// made 0666: the sandbox runs as another uid, and the directory's
+// permissions keep everyone else out. Closing it leaves the file (the
+// path may be long); Close removes it.
+func listenUnix(socket string) (*net.UnixListener, error) {
+	bind, done, err := backend.ShortSocketPath(socket)
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	defer done()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bind, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("egress: listen: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(bind, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	return ln, nil
 }
 
 func removeStaleSocket(path string) error {
@@ -124,6 +142,7 @@ func (p *Proxy) Close(sandboxID string) {
 	p.mu.Unlock()
 	if s != nil {
 		s.close()
+		_ = os.Remove(s.socket)
 	}
 }
 
@@ -201,6 +220,8 @@ type server struct {
 	// started yet would close it later, unlinking a path that by then may
 	// be a new listener's.
 	ln net.Listener
+	// socket is the path Open listens on ("" for ServeAuth).
+	socket string
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}

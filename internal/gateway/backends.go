@@ -25,10 +25,10 @@ import (
 const autoProbeTimeout = 2 * time.Second
 
 // newBackend builds the configured backend and returns it with its name.
-func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, string, error) {
+func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate backend.EgressGate) (backend.Backend, string, error) {
 	name := cfg.Backend
 	if name == "auto" {
-		return autoBackend(ctx, cfg, log)
+		return autoBackend(ctx, cfg, log, gate)
 	}
 	switch name {
 	case "process":
@@ -43,13 +43,14 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backe
 			Instance:  cfg.Pool.Instance,
 			Isolation: cfg.Process.Isolation,
 			Limits:    cfg.Process.Limits,
+			Egress:    gate,
 		}, log)
 		if err != nil {
 			return nil, "", fmt.Errorf("process backend: %w", err)
 		}
 		return be, name, nil
 	case "docker":
-		be, err := docker.New(dockerConfig(cfg), log)
+		be, err := docker.New(dockerConfig(cfg, gate), log)
 		if err != nil {
 			return nil, "", err
 		}
@@ -86,17 +87,17 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backe
 // autoBackend picks as DeerFlow does: on macOS the `container` CLI when
 // `container --version` answers, else Docker when its engine answers a
 // ping, else the process backend; the log says which and why.
-func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, string, error) {
+func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate backend.EgressGate) (backend.Backend, string, error) {
 	if runtime.GOOS == "darwin" {
 		v, err := applecontainer.Version(ctx, "container")
 		if err == nil {
 			log.Info("backend auto: using applecontainer", "why", "`container --version` answered", "version", v)
 			cfg.Backend = "applecontainer"
-			return newBackend(ctx, cfg, log)
+			return newBackend(ctx, cfg, log, gate)
 		}
 		log.Info("backend auto: no usable Apple container CLI", "err", err)
 	}
-	d, err := docker.New(dockerConfig(cfg), log)
+	d, err := docker.New(dockerConfig(cfg, gate), log)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, autoProbeTimeout)
 		err = d.Ping(pctx)
@@ -118,7 +119,7 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 	log.Warn("backend auto: using process: sandboxes are host processes in namespaces of their own",
 		"why", "no container runtime answered", "docker_err", err, "image_ignored", cfg.ImageRequested())
 	cfg.Backend = "process"
-	return newBackend(ctx, cfg, log)
+	return newBackend(ctx, cfg, log, gate)
 }
 
 // errAutoUnisolated refuses `auto` falling back to the process backend
@@ -134,9 +135,11 @@ func checkImage(ctx context.Context, d *docker.Docker) {
 	d.CheckImage(cctx)
 }
 
-func dockerConfig(cfg config.Config) docker.Config {
+func dockerConfig(cfg config.Config, gate backend.EgressGate) docker.Config {
 	d := cfg.Docker
 	d.Instance = cfg.Pool.Instance
+	d.SocketDir = filepath.Join(cfg.DataDir, "sandboxes", "docker")
+	d.Egress = gate
 	return d
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/egress"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -38,6 +39,8 @@ type Gateway struct {
 	listener net.Listener
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
+	egress   *egress.Proxy
+	backend  backend.Backend
 }
 
 // ErrInsecure refuses a non-loopback listener without authentication.
@@ -70,11 +73,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	}
 	hostSuffix, _ := router.NormalizeHostSuffix(cfg.HostSuffix) // validated by Load
 	limits := router.NewLimits(cfg.Limits)
-	be, name, err := newBackend(ctx, cfg, log)
+	if g.egress, err = newEgress(cfg, log, g.metrics); err != nil {
+		g.close()
+		return nil, err
+	}
+	be, name, err := newBackend(ctx, cfg, log, g.egress)
 	if err != nil {
 		g.close()
 		return nil, err
 	}
+	g.backend = be
 	store := lease.NewStore(g.rdb, cfg.RedisPrefix)
 	g.metrics.WatchPool(func(ctx context.Context) (telemetry.PoolCounts, error) {
 		n, err := store.Count(ctx)
@@ -133,6 +141,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
+		g.keepEgress,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); run(loops) }()
@@ -202,6 +211,10 @@ func (g *Gateway) close() {
 	defer cancel()
 	if err := g.tracing.Shutdown(fctx); err != nil {
 		g.log.Warn("flush traces", "err", err)
+	}
+	if g.egress != nil {
+		// Sockets stay: the sandboxes keep their paths for the next gateway.
+		_ = g.egress.Shutdown(fctx)
 	}
 	if g.rdb != nil {
 		_ = g.rdb.Close()

@@ -197,4 +197,5 @@ func (p *Process) probe() error {
 		"jail", jailed, "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
 	return nil
 }
+
 var _ backend.EgressSockets = (*Process)(nil)

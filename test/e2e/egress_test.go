@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sandgate/sandgate/internal/egress/egresstest"
+)
+
+// The egress boundary of issue 18. Every address here is the test's own: an
+// origin on 127.0.0.2 (allowed by egress_allow_addresses, standing in for a
+// public site), names answered by a DNS server on loopback, and names that
+// resolve to 127.0.0.1 and 169.254.169.254, which the proxy must refuse
+// after its own DNS answer, before it dials anything.
+
+// egressWorld is the test's little internet.
+type egressWorld struct {
+	dns  string
+	port int
+	hits atomic.Int64 // requests the origin served
+}
+
+const originBody = "hello from the allowed origin"
+
+func newEgressWorld(t *testing.T) *egressWorld {
+	t.Helper()
+	w := &egressWorld{}
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatalf("origin on 127.0.0.2: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.hits.Add(1)
+		_, _ = io.WriteString(rw, originBody)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	w.port = ln.Addr().(*net.TCPAddr).Port
+	w.dns = egresstest.StartDNS(t, map[string]netip.Addr{
+		"example.internal": netip.MustParseAddr("127.0.0.2"),
+		"other.internal":   netip.MustParseAddr("127.0.0.2"),
+		"loop.internal":    netip.MustParseAddr("127.0.0.1"),
+		"meta.internal":    netip.MustParseAddr("169.254.169.254"),
+	})
+	return w
+}
+
+// flags configure the proxy mode with loop.internal and meta.internal
+// allow-listed by name, so only the address check can refuse them.
+func (w *egressWorld) flags(mode string) []string {
+	return []string{"--egress", mode, "--egress-allow", "example.internal,loop.internal,meta.internal",
+		"--egress-dns", w.dns, "--egress-allow-addresses", "127.0.0.2/32"}
+}
+
+func (w *egressWorld) url(host string) string {
+	return "http://" + host + ":" + strconv.Itoa(w.port) + "/"
+}
+
+// TestProcessEgressThroughTheProxy: an isolated process sandbox has
+// loopback only; curl finds the proxy through HTTP_PROXY, bridged to the
+// gateway's socket.
+func TestProcessEgressThroughTheProxy(t *testing.T) {
+	t.Parallel()
+	w := newEgressWorld(t)
+	f := newFleet(t, w.flags("proxy")...)
+	g := f.start()
+	const th = "egress-proc"
+
+	// Allowed: forward (http) and CONNECT (-p tunnels through the proxy).
+	for _, opt := range []string{"", "-p "} {
+		out, code := run(t, g, th, "curl -sS -m 20 "+opt+w.url("example.internal"))
+		if code != 0 || !strings.Contains(out, originBody) {
+			t.Fatalf("allowed domain (%q): exit %d: %s", opt, code, out)
+		}
+	}
+	served := w.hits.Load()
+	if served != 2 {
+		t.Fatalf("origin served %d requests, want 2", served)
+	}
+	// Denied by name, and by address after the proxy's own DNS answer.
+	for host, reason := range map[string]string{"other.internal": "not_allowed", "loop.internal": "private_address", "meta.internal": "private_address"} {
+		out, _ := run(t, g, th, "curl -sS -m 20 -w ' status=%{http_code}' "+w.url(host))
+		if !strings.Contains(out, "status=403") || !strings.Contains(out, reason) {
+			t.Errorf("%s: want 403 %s, got %s", host, reason, out)
+		}
+	}
+	// No way around the proxy: 127.0.0.2 inside is the sandbox's own
+	// loopback, and there is no other interface.
+	out, code := run(t, g, th, "curl -sS -m 5 --noproxy '*' http://127.0.0.2:"+strconv.Itoa(w.port)+"/; ip -o addr 2>/dev/null || cat /proc/net/dev")
+	if code == 0 && strings.Contains(out, originBody) {
+		t.Fatalf("reached the origin without the proxy: %s", out)
+	}
+	if w.hits.Load() != served {
+		t.Fatalf("the origin saw %d requests after the denied ones, want %d", w.hits.Load(), served)
+	}
+	assertEgressDenials(t, g, 3)
+}
+
+// assertEgressDenials checks the gateway's log names a denied host with its
+// sandbox, and the deny counter reached want.
+func assertEgressDenials(t *testing.T, g *gateway, want float64) {
+	t.Helper()
+	logs := g.logs.String()
+	found := false
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, `"other.internal"`) && strings.Contains(line, "not_allowed") && strings.Contains(line, `"sandbox_id"`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no log line for the denied other.internal:\n%s", tail(logs, 40))
+	}
+	_, body, _ := call(t, "GET", g.URL+"/metrics", nil)
+	var denied float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, `sandgate_egress_requests_total{decision="deny"`) {
+			var v float64
+			_, _ = fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			denied += v
+		}
+	}
+	if denied < want {
+		t.Errorf("sandgate_egress_requests_total deny = %v, want >= %v", denied, want)
+	}
+}
