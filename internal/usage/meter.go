@@ -57,9 +57,6 @@ func New(cfg Config) *Meter {
 // Quota is the configured quota in bytes; 0 = none.
 func (m *Meter) Quota() int64 { return m.cfg.Quota }
 
-// Over reports whether u is over the quota.
-func (m *Meter) Over(u Usage) bool { return m.cfg.Quota > 0 && u.Bytes > m.cfg.Quota }
-
 // Measure returns the thread's usage: the cached one while fresh, else a
 // new walk, shared with every concurrent caller. The walk is bounded by
 // Bounds, not by ctx: a caller that leaves does not waste the others' walk.

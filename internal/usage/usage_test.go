@@ -168,7 +168,7 @@ func TestMeterCachesAndSharesWalks(t *testing.T) {
 			t.Fatalf("concurrent measures walked more than once: %v vs %v", u.MeasuredAt, got[0].MeasuredAt)
 		}
 	}
-	if m.Over(got[0]) {
+	if got[0].Over(m.Quota()) {
 		t.Fatalf("%d bytes over a 64 MiB quota", got[0].Bytes)
 	}
 	// Within the TTL, new files are not seen: the cache answers.
@@ -193,7 +193,7 @@ func TestMeterCachedNeverWalks(t *testing.T) {
 	for {
 		u, ok := m.Cached("bob", "t")
 		if ok {
-			if u.Bytes < 2*mib || !m.Over(u) {
+			if u.Bytes < 2*mib || !u.Over(m.Quota()) {
 				t.Fatalf("background measurement %+v: want ≥ 2 MiB, over a 1 MiB quota", u)
 			}
 			return
@@ -221,7 +221,7 @@ func TestMeterTTLExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.Bytes-first.Bytes < mib || m.Over(second) {
+	if second.Bytes-first.Bytes < mib || second.Over(m.Quota()) {
 		t.Fatalf("after the TTL: %d then %d bytes; want the new MiB seen and no quota", first.Bytes, second.Bytes)
 	}
 }

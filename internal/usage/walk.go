@@ -24,6 +24,9 @@ type Usage struct {
 	MeasuredAt  time.Time
 }
 
+// Over reports whether u is over quota (bytes; 0 = none).
+func (u Usage) Over(quota int64) bool { return quota > 0 && u.Bytes > quota }
+
 // Bounds stop a walk; zero fields take the defaults.
 type Bounds struct {
 	MaxEntries int           // default DefaultMaxEntries
