@@ -72,3 +72,20 @@ func TestCheckQuota(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheckQuota is the data plane's cost of a quota on a file write
+// with a measured thread: a map look-up, no walk, no allocation.
+func BenchmarkCheckQuota(b *testing.B) {
+	m := usage.New(usage.Config{DataDir: b.TempDir(), Quota: 1 << 30, TTL: time.Hour})
+	if _, err := m.Measure(context.Background(), "alice", "t"); err != nil {
+		b.Fatal(err)
+	}
+	rt := &Router{meter: m}
+	route := &pool.Route{User: "alice", Thread: "t"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := rt.checkQuota(route, "/v1/file/write"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
