@@ -35,6 +35,9 @@ type Config struct {
 	// Insecure allows a non-loopback listen address without authentication.
 	Insecure bool
 	DataDir  string
+	// ThreadDataQuota is the measured soft limit on a thread's data in
+	// bytes (-1 = none), for the backends that keep it under DataDir.
+	ThreadDataQuota int64
 	// RedisURL is empty for the embedded, non-durable Redis-protocol server.
 	RedisURL    string
 	RedisPrefix string
@@ -118,6 +121,7 @@ func Default() Config {
 	return Config{
 		Listen:          "127.0.0.1:8080",
 		DataDir:         "./.sandgate",
+		ThreadDataQuota: -1,
 		RedisPrefix:     "sandgate:{default}:",
 		Backend:         "process",
 		ShutdownTimeout: 30 * time.Second,

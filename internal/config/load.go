@@ -39,6 +39,7 @@ func (c *Config) settings() []setting {
 		{"listen", "address to listen on", (*stringValue)(&c.Listen)},
 		{"insecure", "allow a non-loopback listen address without authentication", (*boolValue)(&c.Insecure)},
 		{"data-dir", "directory for thread data and backend state", (*stringValue)(&c.DataDir)},
+		{"thread-data-quota", "soft limit on one thread's data under data-dir, e.g. 10g: measured, reported, file-API writes refused over it (0 = none)", (*offBytes)(&c.ThreadDataQuota)},
 		{"redis-url", "Redis URL (redis://, rediss://, sentinel, cluster); empty = embedded, not durable", (*stringValue)(&c.RedisURL)},
 		{"redis-prefix", "key prefix; keep one {hash tag} for Redis Cluster", (*stringValue)(&c.RedisPrefix)},
 		{"backend", "sandbox backend: " + strings.Join(Backends, " | "), (*stringValue)(&c.Backend)},

@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"log/slog"
 	"path"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/router"
+	"github.com/sandgate/sandgate/internal/usage"
 )
 
 // mountPoints lists the paths every sandbox of this configuration has
@@ -29,4 +31,19 @@ func mountPoints(cfg config.Config) []router.MountPoint {
 		out = append(out, router.MountPoint{Path: path.Clean(e.ContainerPath), ReadOnly: e.ReadOnly})
 	}
 	return out
+}
+
+// threadMeter measures thread data where the backend (by the name
+// newBackend resolved) keeps it on this host: under data_dir. Kubernetes
+// and remote keep it elsewhere: nil, and a quota there means nothing.
+func threadMeter(cfg config.Config, backendName string, log *slog.Logger) router.Meter {
+	quota := max(cfg.ThreadDataQuota, 0)
+	switch backendName {
+	case "process", "docker", "applecontainer":
+		return usage.New(usage.Config{DataDir: cfg.DataDir, Quota: quota, Log: log})
+	}
+	if quota > 0 {
+		log.Warn("thread_data_quota is ignored: the backend keeps thread data off the gateway host", "backend", backendName)
+	}
+	return nil
 }

@@ -103,6 +103,9 @@ func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
 		return proxied{}, err
 	}
 	res := proxied{route: route.Route, outcome: outcome, user: route.User}
+	if err := rt.checkQuota(route.Route, path); err != nil {
+		return res, err
+	}
 	slot, err := rt.limits.beginUser(route.User)
 	if err != nil {
 		return res, err

@@ -26,6 +26,9 @@ type sandboxView struct {
 	// SandboxURL is the capability URL: it needs no other credential.
 	SandboxURL string    `json:"sandbox_url"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Data is the thread's data on the gateway host (GET only; absent when
+	// the backend keeps it elsewhere).
+	Data *dataView `json:"data,omitempty"`
 }
 
 // threadParam is the validated {thread} of a control-plane route that p may open.
@@ -83,7 +86,7 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	return c.JSON(http.StatusOK, sandboxView{
 		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
 		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), SandboxURL: capURL,
-		CreatedAt: rec.CreatedAt.UTC(),
+		CreatedAt: rec.CreatedAt.UTC(), Data: rt.threadData(ctx, rec.User, rec.Thread),
 	})
 }
 

@@ -39,6 +39,9 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 		return proxied{}, err
 	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/threads/")+len(thread))
+	if err := rt.checkQuota(route, path); err != nil {
+		return proxied{route: route, outcome: outcome}, err
+	}
 	n := rt.proxy.Serve(c.Response(), r, route, path, raw, "")
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
@@ -57,6 +60,9 @@ func (rt *Router) sandboxProxy(c echo.Context, p *auth.Principal) (proxied, erro
 		return proxied{}, err
 	}
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/sandboxes/")+len(sid))
+	if err := rt.checkQuota(route, path); err != nil {
+		return proxied{route: route, outcome: outcome}, err
+	}
 	n := rt.proxy.Serve(c.Response(), r, route, path, raw, "")
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }

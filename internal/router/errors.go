@@ -42,6 +42,7 @@ func statusOf(err error) apiError {
 	var netErr net.Error
 	var rateLimited *pool.RateLimitError
 	var image *backend.ImageError
+	var quota *quotaError
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		// Before bad input: a token whose sub is no valid user name is a bad credential.
@@ -77,6 +78,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "state_unavailable", "the gateway cannot reach its state store (Redis); retry shortly", 2}
 	case errors.Is(err, backend.ErrUnavailable):
 		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
+	case errors.As(err, &quota):
+		return apiError{http.StatusInsufficientStorage, "quota_exceeded", quota.Error(), 0}
 	case errors.Is(err, pool.ErrStorage):
 		return apiError{http.StatusInsufficientStorage, "storage_unavailable", "the gateway cannot write the thread's data directory (disk full or permissions); an operator must fix it", 0}
 	case errors.As(err, &image):

@@ -92,6 +92,11 @@ func (rt *Router) hostProxy(c echo.Context, p *auth.Principal) (proxied, error) 
 	if err != nil {
 		return proxied{}, err
 	}
+	if port == "" { // another port is another app, not the sandbox API
+		if err := rt.checkQuota(route, r.URL.Path); err != nil {
+			return proxied{route: route, outcome: outcome}, err
+		}
+	}
 	n := rt.proxy.Serve(c.Response(), r, route, r.URL.Path, r.URL.RawPath, port)
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }

@@ -79,6 +79,9 @@ type Deps struct {
 	// workspace, configured extra mounts), which DeerFlow's extra_mounts
 	// are resolved against.
 	Mounts []MountPoint
+	// Meter measures thread data kept on the gateway host, for the sandbox
+	// view and thread_data_quota; nil = the backend keeps it elsewhere.
+	Meter Meter
 }
 
 // Router serves the gateway's HTTP API.
@@ -100,6 +103,7 @@ type Router struct {
 	capabilityChain echo.HandlerFunc
 	draining        atomic.Bool
 	mounts          []MountPoint
+	meter           Meter // nil: no thread data here
 }
 
 // New builds the router.
@@ -108,7 +112,7 @@ func New(d Deps) *Router {
 		d.Log = slog.Default()
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
-		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts}
+		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
