@@ -15,6 +15,7 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}lock:{sid}  STRING bsm/redislock token, held while creating or destroying
 //	{p}aliases     HASH  "{user}:{client-chosen sandbox id}" -> sid (DeerFlow's provisioner API)
 //	{p}caps        HASH  sha256hex(capability) -> sid: the capability URL index
+//	{p}egress:{sid} STRING JSON egress policy an admin set for the sandbox (outlives its incarnations)
 type Keys struct {
 	prefix   string
 	active   string
@@ -63,6 +64,9 @@ func (k Keys) Caps() string { return k.caps }
 
 // Lock is the provisioning/destroy lock of one sandbox.
 func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }
+
+// Egress is the key of a sandbox's egress policy override.
+func (k Keys) Egress(sid string) string { return k.prefix + "egress:" + sid }
 
 // SandboxIDFromKey returns the sid of a record key, or "" if it is not one.
 func (k Keys) SandboxIDFromKey(key string) string {

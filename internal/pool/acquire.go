@@ -177,7 +177,14 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCreate, err)
 	}
-	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: p.cfg.Egress}
+	egress, set, err := p.store.Egress(ctx, sid) // creates only: never on the request path
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !set {
+		egress = p.cfg.Egress
+	}
+	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: egress}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
 	defer cancel()

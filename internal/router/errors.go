@@ -52,9 +52,10 @@ func statusOf(err error) apiError {
 		}
 		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
-		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment):
+		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
-	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser):
+	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser),
+		errors.Is(err, errEgressAdmin):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
 	case errors.Is(err, errMisdirectedHost):
 		return apiError{http.StatusMisdirectedRequest, "misdirected_host", err.Error(), 0}

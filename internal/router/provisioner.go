@@ -3,11 +3,13 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -32,6 +34,9 @@ type Aliases interface {
 	Alias(ctx context.Context, user, alias string) (string, bool, error)
 	DeleteAlias(ctx context.Context, user, alias string) error
 	AliasesBySandbox(ctx context.Context, user string) (map[string]string, error)
+	// SetEgress stores an admin's egress policy for a sandbox and says
+	// whether it changed.
+	SetEgress(ctx context.Context, sid string, e backend.Egress) (bool, error)
 }
 
 type provisionerCreate struct {
@@ -40,6 +45,9 @@ type provisionerCreate struct {
 	UserID          string       `json:"user_id"`
 	RequiredVersion *int         `json:"required_mount_contract_version"`
 	ExtraMounts     []extraMount `json:"extra_mounts"`
+	// Egress (admins only) overrides the configured egress policy for this
+	// sandbox, now and in every later incarnation (a Sandgate extension).
+	Egress *backend.Egress `json:"egress"`
 }
 
 type provisionerSandbox struct {
@@ -133,6 +141,9 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	if req.SandboxID != sid && identity.ValidSandboxID(req.SandboxID) {
 		return errReservedID
 	}
+	if err := rt.setEgress(ctx, p, sid, req.Egress); err != nil {
+		return err
+	}
 	route, _, err := rt.pool.Acquire(ctx, user, thread)
 	if err != nil {
 		return err
@@ -151,6 +162,40 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 		UserID: user, ThreadID: thread, MountContractVersion: mountContractVersion,
 		ExtraMounts: rt.resolveExtraMounts(ctx, route.SandboxID, req.ExtraMounts),
 	})
+}
+
+var (
+	errEgressAdmin = errors.New("egress: only an admin credential may set a sandbox's egress policy")
+	errBadEgress   = errors.New("egress")
+)
+
+// setEgress applies an admin's egress override: stored first, so the
+// create below (or any later one) uses it; a running sandbox made under
+// another policy is destroyed to be created again with this one (its
+// files stay; its processes do not).
+func (rt *Router) setEgress(ctx context.Context, p *auth.Principal, sid string, e *backend.Egress) error {
+	if e == nil {
+		return nil
+	}
+	if !p.Has(auth.ScopeAdmin) {
+		return errEgressAdmin
+	}
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errBadEgress, err)
+	}
+	changed, err := rt.aliases.SetEgress(ctx, sid, *e)
+	if err != nil {
+		return errors.Join(pool.ErrState, err)
+	}
+	if !changed {
+		return nil
+	}
+	rt.log.InfoContext(ctx, "sandbox egress policy set by an admin", "sandbox_id", sid, "admin", p.User,
+		"mode", e.EffectiveMode(), "allow", e.Allow)
+	if err := rt.pool.Destroy(ctx, sid, pool.ReasonProvisioner); err != nil && !errors.Is(err, pool.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // provisionerGet is GET /api/sandboxes/{id}: 404 unknown (or another

@@ -99,6 +99,9 @@ func (s stubPool) DeleteAlias(context.Context, string, string) error { return s.
 func (s stubPool) AliasesBySandbox(context.Context, string) (map[string]string, error) {
 	return nil, s.err
 }
+func (s stubPool) SetEgress(context.Context, string, backend.Egress) (bool, error) {
+	return false, s.err
+}
 
 func TestRequestsMapToStatuses(t *testing.T) {
 	t.Parallel()

@@ -130,3 +130,43 @@ func assertEgressDenials(t *testing.T, g *gateway, want float64) {
 		t.Errorf("sandgate_egress_requests_total deny = %v, want >= %v", denied, want)
 	}
 }
+
+// TestEgressOverrideByAdmin: the fleet lets nothing out (egress none); an
+// admin's provisioner create opens the allow-listed origin for one
+// sandbox, recreating it under the new policy; a user's own create cannot.
+func TestEgressOverrideByAdmin(t *testing.T) {
+	t.Parallel()
+	w := newEgressWorld(t)
+	f := newFleet(t, append(w.flags("none"), "--auth-api-keys", "ops="+sha("ops-key")+":threads+admin,alice="+sha("alice-key"))...)
+	g := f.start()
+	alice := []string{"Authorization", "Bearer alice-key"}
+	exec := func(thread string) string {
+		code, body, _ := call(t, "POST", g.URL+"/threads/"+thread+"/v1/shell/exec",
+			map[string]any{"command": "curl -sS -m 20 " + w.url("example.internal")}, alice...)
+		if code != 200 {
+			t.Fatalf("exec: %d %s", code, body)
+		}
+		return string(body)
+	}
+	if out := exec("t1"); strings.Contains(out, originBody) {
+		t.Fatalf("egress none let the origin through: %s", out)
+	}
+	policy := map[string]any{"mode": "proxy", "allow": []string{"example.internal"}}
+	create := map[string]any{"sandbox_id": "t1", "thread_id": "t1", "user_id": "alice", "egress": policy}
+	if code, body, _ := call(t, "POST", g.URL+"/api/sandboxes", create, alice...); code != 403 {
+		t.Fatalf("a user set their own egress: %d %s", code, body)
+	}
+	bad := map[string]any{"sandbox_id": "t1", "thread_id": "t1", "user_id": "alice", "egress": map[string]any{"mode": "wide-open"}}
+	if code, body, _ := call(t, "POST", g.URL+"/api/sandboxes", bad, "Authorization", "Bearer ops-key"); code != 400 {
+		t.Fatalf("bad egress mode: %d %s", code, body)
+	}
+	if code, body, _ := call(t, "POST", g.URL+"/api/sandboxes", create, "Authorization", "Bearer ops-key"); code != 200 {
+		t.Fatalf("admin create with egress: %d %s", code, body)
+	}
+	if out := exec("t1"); !strings.Contains(out, originBody) {
+		t.Fatalf("after the admin's override the origin is still unreachable: %s", out)
+	}
+	if out := exec("t2"); strings.Contains(out, originBody) {
+		t.Fatalf("another sandbox got the override: %s", out)
+	}
+}
