@@ -43,6 +43,13 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 	}
 	cs := d.containerSpec(spec, serverPath)
+	if serverPath == "" && spec.Egress.EffectiveMode() != backend.EgressOpen {
+		d.egressWarning.Do(func() {
+			d.log.Warn("the sandbox image serves its own API over TCP, so its containers need a network: their egress policy "+
+				"is not enforced (only images with the "+LabelServer+" label run without a network)", "image", d.cfg.Image,
+				"egress", spec.Egress.EffectiveMode())
+		})
+	}
 	if serverPath != "" {
 		if err := d.prepareSockets(ctx, spec); err != nil {
 			return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)

@@ -48,6 +48,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -223,6 +224,9 @@ type Docker struct {
 	api   engine
 	log   *slog.Logger
 	pulls singleflight.Group // one pull per image at a time
+	// egressWarning says once that an image without our server cannot be
+	// held to an egress policy.
+	egressWarning sync.Once
 }
 
 var (
