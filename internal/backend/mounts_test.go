@@ -51,9 +51,13 @@ func TestEnsureHostDirs(t *testing.T) {
 	if err := EnsureHostDirs(mounts); err != nil {
 		t.Fatalf("EnsureHostDirs: %v", err)
 	}
-	for _, m := range mounts[:4] { // workspace, uploads, outputs, skills
-		if st, err := os.Stat(m.HostPath); err != nil || !st.IsDir() || st.Mode().Perm() != 0o755 {
-			t.Errorf("%s: %v %v", m.ContainerPath, st, err)
+	for i, m := range mounts[:4] { // workspace, uploads, outputs: the thread's; skills: shared, read-only
+		want := os.FileMode(0o700)
+		if i == 3 {
+			want = 0o755
+		}
+		if st, err := os.Stat(m.HostPath); err != nil || !st.IsDir() || st.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want a dir %o", m.ContainerPath, st, err, want)
 		}
 	}
 	// Configured extra mounts are the operator's: never made on their behalf.

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/telemetry"
@@ -30,6 +32,8 @@ import (
 //	--map-ro VIRTUAL=HOST  read-only path mapping (repeatable)
 //	--home DIR             virtual home/workspace dir and default cwd
 //	--max-output BYTES     cap on returned command output (default 1 MiB)
+//	--umask OCTAL          umask of the server and every command it runs
+//	                       (default 077: what a sandbox writes is its own)
 //
 // On shutdown every running command's process group is killed.
 func Main(ctx context.Context, args []string) error {
@@ -45,6 +49,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.Int64Var(&cfg.MaxOutput, "max-output", DefaultMaxOutput, "cap on returned command output in bytes")
 	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
 	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
+	umask := fs.String("umask", DefaultUmask, "umask of the server and its commands (octal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -53,6 +58,9 @@ func Main(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := setUmask(*umask); err != nil {
+		return err
 	}
 	if err := loadSecret(&cfg, *secretFD, *secretFile); err != nil {
 		return err
@@ -141,6 +149,20 @@ func awaitRecorded(fd int, cancel context.CancelFunc, log *slog.Logger) {
 	}
 	log.Warn("creator exited before recording this sandbox; shutting down")
 	cancel()
+}
+
+// DefaultUmask keeps what a sandbox writes (files, dirs, its commands'
+// output) from every other host user, the thread dirs' mode aside.
+const DefaultUmask = "077"
+
+// setUmask sets the process umask, which the shells and commands inherit.
+func setUmask(octal string) error {
+	mask, err := strconv.ParseUint(octal, 8, 32)
+	if err != nil || mask > 0o777 {
+		return fmt.Errorf("--umask %q: want an octal mode such as 077", octal)
+	}
+	syscall.Umask(int(mask))
+	return nil
 }
 
 func parseMapping(spec string, ro bool) (Mapping, error) {
