@@ -95,3 +95,25 @@ func TestEnsureHostDirsFailure(t *testing.T) {
 		})
 	}
 }
+
+// SandboxOwned: only the thread's writable dirs are handed to a sandbox uid.
+func TestSandboxOwned(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		m    Mount
+		want bool
+	}{
+		{Mount{ContainerPath: VirtualWorkspace}, true},
+		{Mount{ContainerPath: VirtualOutputs}, true},
+		{Mount{ContainerPath: VirtualUserData + "/extra"}, true},
+		{Mount{ContainerPath: VirtualWorkspace, ReadOnly: true}, false},
+		{Mount{ContainerPath: VirtualSkills, ReadOnly: true}, false},
+		{Mount{ContainerPath: "/mnt/shared"}, false},
+		{Mount{ContainerPath: VirtualUserData}, false},
+		{Mount{ContainerPath: VirtualUserData + "-other/x"}, false},
+	} {
+		if got := SandboxOwned(c.m); got != c.want {
+			t.Errorf("%+v: %v, want %v", c.m, got, c.want)
+		}
+	}
+}
