@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Virtual paths every sandbox sees, whatever the backend (DeerFlow's layout).
@@ -69,21 +70,35 @@ func ThreadMounts(cfg MountConfig, user, thread string) ([]Mount, error) {
 	return append(mounts, cfg.Extra...), nil
 }
 
-// EnsureHostDirs creates the standard mounts' missing host directories
-// (0o755, read-only ones too: an empty skills dir beats a failed bind).
-// Backends that bind host paths call it at the start of Create. Configured
-// extra mounts are the operator's and must already exist. Errors wrap
-// ErrHostDirs and the cause (errors.Is(err, syscall.ENOSPC) holds).
+// EnsureHostDirs creates the standard mounts' missing host directories:
+// the thread's own 0o700 (its files are nobody else's business; backends
+// whose sandboxes have a uid of their own then hand them over), the
+// read-only skills and ACP dirs 0o755 (the operator's, readable by every
+// sandbox uid; an empty one beats a failed bind). Backends that bind host
+// paths call it at the start of Create. Configured extra mounts are the
+// operator's and must already exist. Errors wrap ErrHostDirs and the cause
+// (errors.Is(err, syscall.ENOSPC) holds).
 func EnsureHostDirs(mounts []Mount) error {
 	for _, m := range mounts {
 		if !standardMount(m.ContainerPath) {
 			continue
 		}
-		if err := os.MkdirAll(m.HostPath, 0o755); err != nil {
+		perm := os.FileMode(0o700)
+		if m.ReadOnly {
+			perm = 0o755
+		}
+		if err := os.MkdirAll(m.HostPath, perm); err != nil {
 			return fmt.Errorf("%w: create %s dir: %w", ErrHostDirs, m.ContainerPath, err)
 		}
 	}
 	return nil
+}
+
+// SandboxOwned reports whether m is one of the thread's writable dirs, which
+// a sandbox with a host uid of its own owns; read-only and other configured
+// mounts keep their owner (they may be shared).
+func SandboxOwned(m Mount) bool {
+	return !m.ReadOnly && strings.HasPrefix(m.ContainerPath, VirtualUserData+"/")
 }
 
 // standardMount: a virtual path ThreadMounts makes from MountConfig.

@@ -51,9 +51,13 @@ func TestEnsureHostDirs(t *testing.T) {
 	if err := EnsureHostDirs(mounts); err != nil {
 		t.Fatalf("EnsureHostDirs: %v", err)
 	}
-	for _, m := range mounts[:4] { // workspace, uploads, outputs, skills
-		if st, err := os.Stat(m.HostPath); err != nil || !st.IsDir() || st.Mode().Perm() != 0o755 {
-			t.Errorf("%s: %v %v", m.ContainerPath, st, err)
+	for i, m := range mounts[:4] { // workspace, uploads, outputs: the thread's; skills: shared, read-only
+		want := os.FileMode(0o700)
+		if i == 3 {
+			want = 0o755
+		}
+		if st, err := os.Stat(m.HostPath); err != nil || !st.IsDir() || st.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want a dir %o", m.ContainerPath, st, err, want)
 		}
 	}
 	// Configured extra mounts are the operator's: never made on their behalf.
@@ -89,5 +93,27 @@ func TestEnsureHostDirsFailure(t *testing.T) {
 				t.Fatalf("EnsureHostDirs = %v, want ErrHostDirs wrapping ENOTDIR", err)
 			}
 		})
+	}
+}
+
+// SandboxOwned: only the thread's writable dirs are handed to a sandbox uid.
+func TestSandboxOwned(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		m    Mount
+		want bool
+	}{
+		{Mount{ContainerPath: VirtualWorkspace}, true},
+		{Mount{ContainerPath: VirtualOutputs}, true},
+		{Mount{ContainerPath: VirtualUserData + "/extra"}, true},
+		{Mount{ContainerPath: VirtualWorkspace, ReadOnly: true}, false},
+		{Mount{ContainerPath: VirtualSkills, ReadOnly: true}, false},
+		{Mount{ContainerPath: "/mnt/shared"}, false},
+		{Mount{ContainerPath: VirtualUserData}, false},
+		{Mount{ContainerPath: VirtualUserData + "-other/x"}, false},
+	} {
+		if got := SandboxOwned(c.m); got != c.want {
+			t.Errorf("%+v: %v, want %v", c.m, got, c.want)
+		}
 	}
 }

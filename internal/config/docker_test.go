@@ -18,7 +18,7 @@ func TestDockerDefaults(t *testing.T) {
 	d := c.Docker
 	if d.Image != "sandgate-sandbox:latest" || d.ContainerPrefix != "sandgate-sandbox" || d.Port != 8080 ||
 		d.Memory != 2<<30 || d.NanoCPUs != 2e9 || d.PidsLimit != 1024 || d.PullPolicy != docker.PullIfNotPresent ||
-		d.SeccompUnconfined || d.Network != "" || d.User != "" || len(d.CapAdd) != 0 {
+		d.SeccompUnconfined || d.Network != "" || d.User != "" || len(d.CapAdd) != 0 || d.DiskLimit != 0 {
 		t.Fatalf("docker defaults: %+v", d)
 	}
 }
@@ -32,23 +32,23 @@ func TestDockerSettingsUnderEveryName(t *testing.T) {
 		yaml  string
 		check func(docker.Config) bool
 	}{
-		{name: "flags", args: []string{"--image", "img:2", "--container-prefix", "sg", "--port", "9000", "--docker-memory", "512m",
+		{name: "flags", args: []string{"--image", "img:2", "--container-prefix", "sg", "--port", "9000", "--docker-memory", "512m", "--docker-disk-limit", "10g",
 			"--docker-cpus", "0.5", "--docker-pids-limit", "64", "--docker-seccomp-unconfined", "--docker-cap-add", "CHOWN, SETUID",
 			"--docker-user", "image", "--docker-pull-policy", "never", "--docker-network", "sandnet", "--docker-host", "tcp://h:2375"},
 			check: func(d docker.Config) bool {
-				return d.Image == "img:2" && d.ContainerPrefix == "sg" && d.Port == 9000 && d.Memory == 512<<20 && d.NanoCPUs == 5e8 &&
+				return d.Image == "img:2" && d.ContainerPrefix == "sg" && d.Port == 9000 && d.Memory == 512<<20 && d.DiskLimit == 10<<30 && d.NanoCPUs == 5e8 &&
 					d.PidsLimit == 64 && d.SeccompUnconfined && slices.Equal(d.CapAdd, []string{"CHOWN", "SETUID"}) &&
 					d.User == docker.UserImage && d.PullPolicy == "never" && d.Network == "sandnet" && d.Host == "tcp://h:2375"
 			}},
 		{name: "env, zero is no limit", env: map[string]string{"SANDGATE_DOCKER_MEMORY": "0", "SANDGATE_DOCKER_CPUS": "0",
-			"SANDGATE_DOCKER_PIDS_LIMIT": "0", "SANDGATE_IMAGE": "x:y"},
+			"SANDGATE_DOCKER_PIDS_LIMIT": "0", "SANDGATE_IMAGE": "x:y", "SANDGATE_DOCKER_DISK_LIMIT": "0"},
 			check: func(d docker.Config) bool {
-				return d.Memory < 0 && d.NanoCPUs < 0 && d.PidsLimit < 0 && d.Image == "x:y"
+				return d.Memory < 0 && d.DiskLimit <= 0 && d.NanoCPUs < 0 && d.PidsLimit < 0 && d.Image == "x:y"
 			}},
-		{name: "nested docker block", yaml: "docker:\n  image: n:1\n  port: 7000\n  container_prefix: nest\n  network: net1\n  memory: 1.5g\n  cap_add: [NET_BIND_SERVICE, KILL]\n  pull_policy: always\n",
+		{name: "nested docker block", yaml: "docker:\n  image: n:1\n  port: 7000\n  container_prefix: nest\n  network: net1\n  memory: 1.5g\n  disk_limit: 512m\n  cap_add: [NET_BIND_SERVICE, KILL]\n  pull_policy: always\n",
 			check: func(d docker.Config) bool {
 				return d.Image == "n:1" && d.Port == 7000 && d.ContainerPrefix == "nest" && d.Network == "net1" &&
-					d.Memory == 3<<29 && slices.Equal(d.CapAdd, []string{"NET_BIND_SERVICE", "KILL"}) && d.PullPolicy == "always"
+					d.Memory == 3<<29 && d.DiskLimit == 512<<20 && slices.Equal(d.CapAdd, []string{"NET_BIND_SERVICE", "KILL"}) && d.PullPolicy == "always"
 			}},
 		{name: "DeerFlow sandbox keys", yaml: "sandbox:\n  image: enterprise/all-in-one-sandbox:latest\n  port: 8080\n  container_prefix: deer-flow-sandbox\n",
 			check: func(d docker.Config) bool {
@@ -83,6 +83,7 @@ func TestDockerValidationNamesTheField(t *testing.T) {
 		field string
 	}{
 		{[]string{"--docker-memory", "lots"}, "docker-memory"},
+		{[]string{"--docker-disk-limit", "big"}, "docker-disk-limit"},
 		{[]string{"--docker-cpus", "-1"}, "docker-cpus"},
 		{[]string{"--docker-pids-limit", "x"}, "docker-pids-limit"},
 		{[]string{"--port", "http"}, "port"},

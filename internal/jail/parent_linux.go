@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -15,26 +14,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Host ids of sandboxes when the gateway may map any (it runs as root):
-// one per sandbox id, from a range no account uses, so a sandbox's files on
-// the host belong to nobody real and its RLIMIT_NPROC counts its own
-// processes. Two ids colliding share a host uid, and nothing else: each
-// sandbox still sees only its own namespaces and mounts.
-const (
-	hostIDBase  = 1 << 30
-	hostIDRange = 1 << 24
-)
-
 // HostID is the host uid and gid SandboxUID maps to for a sandbox: an id of
-// its own when the gateway runs as root, else the gateway's own (an
-// unprivileged user can map only itself).
+// its own (SandboxHostID) when the gateway runs as root, else the gateway's
+// own (an unprivileged user can map only itself).
 func HostID(sandboxID string) (uid, gid int) {
 	if os.Geteuid() != 0 {
 		return os.Geteuid(), os.Getegid()
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sandboxID))
-	id := hostIDBase + int(h.Sum32()%hostIDRange)
+	id := SandboxHostID(sandboxID)
 	return id, id
 }
 

@@ -101,6 +101,14 @@ func TestBinaryListenFD(t *testing.T) {
 		t.Fatalf("env in sandbox:\n%s", env)
 	}
 
+	// The default umask (077): what a command writes is nobody else's.
+	exec(`{"command":"echo x > written && mkdir made"}`)
+	for name, want := range map[string]os.FileMode{"written": 0o600, "made": 0o700 | os.ModeDir} {
+		if st, err := os.Stat(filepath.Join(ws, name)); err != nil || st.Mode() != want {
+			t.Fatalf("%s written by a command: %v %v, want mode %v", name, st, err, want)
+		}
+	}
+
 	big := exec(`{"command":"head -c 10000000 /dev/zero | tr '\\0' x"}`)
 	if len(big.Output) > maxOut+100 || !strings.Contains(big.Output, truncMarker(10000000-maxOut, "bytes")) {
 		t.Fatalf("10 MB output: %d bytes returned", len(big.Output))
@@ -154,6 +162,7 @@ func TestBinaryRejectsBadFlags(t *testing.T) {
 		{"--map", "/mnt/x=/tmp", "--home", "/elsewhere"},
 		{"--listen-fd", "99"},
 		{"stray-argument"},
+		{"--umask", "999"},
 	} {
 		out, err := osexec.Command(bin, append([]string{"sandbox"}, args...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "gateway:") {

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -34,6 +36,8 @@ import (
 //	--max-output BYTES     cap on returned command output (default 1 MiB)
 //	--egress-socket PATH   bridge 127.0.0.1:3128 (--egress-port) to the gateway's egress
 //	                       proxy on this Unix socket
+//	--umask OCTAL          umask of the server and every command it runs
+//	                       (default 077: what a sandbox writes is its own)
 //
 // On shutdown every running command's process group is killed.
 func Main(ctx context.Context, args []string) error {
@@ -51,6 +55,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
 	egressSocket := fs.String("egress-socket", "", "bridge the egress port on loopback to the gateway's egress proxy on this Unix socket")
 	egressPort := fs.Int("egress-port", backend.EgressPort, "loopback port of the egress bridge")
+	umask := fs.String("umask", DefaultUmask, "umask of the server and its commands (octal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -59,6 +64,9 @@ func Main(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if err := setUmask(*umask); err != nil {
+		return err
 	}
 	if err := loadSecret(&cfg, *secretFD, *secretFile); err != nil {
 		return err
@@ -152,6 +160,20 @@ func awaitRecorded(fd int, cancel context.CancelFunc, log *slog.Logger) {
 	}
 	log.Warn("creator exited before recording this sandbox; shutting down")
 	cancel()
+}
+
+// DefaultUmask keeps what a sandbox writes (files, dirs, its commands'
+// output) from every other host user, the thread dirs' mode aside.
+const DefaultUmask = "077"
+
+// setUmask sets the process umask, which the shells and commands inherit.
+func setUmask(octal string) error {
+	mask, err := strconv.ParseUint(octal, 8, 32)
+	if err != nil || mask > 0o777 {
+		return fmt.Errorf("--umask %q: want an octal mode such as 077", octal)
+	}
+	syscall.Umask(int(mask))
+	return nil
 }
 
 func parseMapping(spec string, ro bool) (Mapping, error) {

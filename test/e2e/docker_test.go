@@ -27,7 +27,9 @@ func TestDockerCreateExecDestroyThroughGateway(t *testing.T) {
 	t.Parallel()
 	d := newDockerEnv(t)
 	skills := t.TempDir()
-	if err := os.WriteFile(filepath.Join(skills, "SKILL.md"), []byte("a skill"), 0o644); err != nil {
+	// Shared by every sandbox uid: the operator's skills must be readable
+	// by others (a temp dir is 0700).
+	if err := os.WriteFile(filepath.Join(skills, "SKILL.md"), []byte("a skill"), 0o644); err != nil || os.Chmod(skills, 0o755) != nil {
 		t.Fatal(err)
 	}
 	f := d.fleet("--skills-dir", skills, "--docker-memory", "300m", "--docker-cpus", "0.5", "--docker-pids-limit", "128")

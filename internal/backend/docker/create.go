@@ -43,6 +43,9 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 	}
 	cs := d.containerSpec(spec, serverPath)
+	if err := cs.User.prepareDirs(spec.Mounts); err != nil {
+		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
+	}
 	if serverPath == "" && spec.Egress.EffectiveMode() != backend.EgressOpen {
 		d.egressWarning.Do(func() {
 			d.log.Warn("the sandbox image serves its own API over TCP, so its containers need a network: their egress policy "+
@@ -59,7 +62,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
 		resp, err := d.api.ContainerCreate(ctx, cs.Config, cs.Host, cs.Network, nil, cs.Name)
 		if err == nil {
-			info, err := d.start(ctx, resp.ID, cs.Secret, log)
+			info, err := d.start(ctx, resp.ID, cs.Secret, cs.User, log)
 			if err != nil {
 				return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 			}
@@ -68,7 +71,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 			return info, nil
 		}
 		if !cerrdefs.IsConflict(err) {
-			return backend.Info{}, engineErr("create sandbox "+sid, err)
+			return backend.Info{}, d.createErr(sid, err)
 		}
 		info, ok, err := d.adoptExisting(ctx, cs.Name, sid, log)
 		if err != nil || ok {
@@ -84,10 +87,10 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 
 // start delivers the secret into a container this call created, starts it
 // and waits until it serves; on failure the container is removed.
-func (d *Docker) start(ctx context.Context, id, secret string, log *slog.Logger) (backend.Info, error) {
+func (d *Docker) start(ctx context.Context, id, secret string, user sandboxUser, log *slog.Logger) (backend.Info, error) {
 	var err error
 	if secret != "" {
-		err = d.deliverSecret(ctx, id, secret)
+		err = d.deliverSecret(ctx, id, secret, user)
 	}
 	if err == nil {
 		if err = d.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {

@@ -19,10 +19,31 @@
 //     SeccompUnconfined is set (the all-in-one image's browser needs it),
 //     and then logged as a warning at startup.
 //   - no-new-privileges, and every capability dropped. The sandbox needs
-//     none: it runs as the gateway's uid:gid (so files in the thread's dirs
-//     stay the gateway user's), owns every process it signals and binds an
-//     unprivileged port. CapAdd gives some back for images that must run
-//     as root and switch users (e.g. CHOWN, SETUID, SETGID for apt).
+//     none: it owns every process it signals and binds an unprivileged
+//     port. CapAdd gives some back for images that must run as root and
+//     switch users (e.g. CHOWN, SETUID, SETGID for apt).
+//   - A uid of the sandbox's own, never the gateway's (user.go): 2^30 +
+//     a hash of the sandbox id (jail.SandboxHostID), a range no account
+//     uses. A root gateway runs it as id:id and hands it the thread's
+//     writable dirs (workspace, uploads, outputs) at 0700; an unprivileged
+//     gateway, which cannot chown, runs it as id:{its own gid} with the
+//     dirs 2770 in its group. Our server's umask is 077 (007 for the
+//     unprivileged gateway, whose group must read), so what the sandbox
+//     writes has no bit for other host users. The read-only skills and
+//     ACP dirs stay the operator's and must be readable by others.
+//     docker_user overrides this: "uid:gid" (a root gateway hands it the
+//     dirs too), a name, or "image"; root is allowed, with a warning.
+//   - No nosuid/nodev on the bind mounts: the engine's bind mounts take no
+//     such flags, and a local volume with o=bind,nosuid,nodev drops them
+//     (the kernel ignores mount flags on a bind without a remount; checked
+//     on this engine). Nothing is lost: inside, no-new-privileges makes
+//     setuid bits inert and the sandbox's files are its own anyway; on the
+//     host, a setuid file it plants is its own uid's, so at most it runs as
+//     that unprivileged uid, and it sits in a 0700 dir no other host user
+//     can reach. Device files need CAP_MKNOD, which is dropped.
+//   - DiskLimit (docker_disk_limit) caps each writable layer where the
+//     storage driver supports a size (overlay2 on xfs with pquota, btrfs,
+//     zfs); elsewhere every create fails with an error naming the setting.
 //   - Memory, CPU and pids limits (DefaultMemory, DefaultNanoCPUs,
 //     DefaultPidsLimit unless configured), and a minimal init (docker-init)
 //     as PID 1 that forwards SIGTERM and reaps the orphans agents leave.
@@ -113,9 +134,14 @@ type Config struct {
 	PidsLimit         int
 	SeccompUnconfined bool
 	CapAdd            []string
-	// User runs the sandbox as this user ("uid:gid", "name"); "" = the
-	// gateway's own uid:gid; UserImage = the image's USER.
-	User       string
+	// User runs the sandbox as this user ("uid:gid", "name"); "" = a host
+	// uid of the sandbox's own, never the gateway's (user.go); UserImage =
+	// the image's USER.
+	User string
+	// DiskLimit bounds each container's writable layer, in bytes (the
+	// engine's --storage-opt size); 0 or negative = none. Only some storage
+	// drivers support it: the others fail every create, saying so.
+	DiskLimit  int64
 	PullPolicy string // PullAlways | PullIfNotPresent (default) | PullNever
 	// Instance is the gateway instance id recorded in the labels.
 	Instance string
@@ -220,7 +246,6 @@ type engine interface {
 // Docker implements backend.Backend and backend.Pauser with containers.
 type Docker struct {
 	cfg   Config
-	user  string // resolved Config.User; "" = the image's
 	api   engine
 	log   *slog.Logger
 	pulls singleflight.Group // one pull per image at a time
@@ -257,9 +282,12 @@ func newWithEngine(cfg Config, api engine, log *slog.Logger) *Docker {
 		log = slog.Default()
 	}
 	cfg = cfg.withDefaults()
-	d := &Docker{cfg: cfg, user: resolveUser(cfg.User), api: api, log: log.With("backend", Name)}
+	d := &Docker{cfg: cfg, api: api, log: log.With("backend", Name)}
 	if cfg.SeccompUnconfined {
 		d.log.Warn("sandboxes run with seccomp=unconfined (docker_seccomp_unconfined): every syscall is open to sandboxed code")
+	}
+	if rootUser(cfg.User) {
+		d.log.Warn("sandboxes run as root (docker_user): only no-new-privileges and the dropped capabilities stand between their code and root on the thread's files")
 	}
 	if len(cfg.CapAdd) > 0 {
 		d.log.Info("sandboxes get capabilities back", "cap_add", strings.Join(cfg.CapAdd, ","))

@@ -32,7 +32,9 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	h := newHarness(t)
 	d := h.backend(func(c *Config) { c.Memory, c.NanoCPUs, c.PidsLimit = 256<<20, 5e8, 200 })
 	dataDir, skills := t.TempDir(), t.TempDir()
-	if err := os.WriteFile(filepath.Join(skills, "SKILL.md"), []byte("skill text"), 0o644); err != nil {
+	// The skills dir is the operator's, shared by every sandbox uid: it
+	// must be readable by others (a temp dir is 0700).
+	if err := os.WriteFile(filepath.Join(skills, "SKILL.md"), []byte("skill text"), 0o644); err != nil || os.Chmod(skills, 0o755) != nil {
 		t.Fatal(err)
 	}
 	spec := backendtest.Spec(t, backend.MountConfig{DataDir: dataDir, SkillsDir: skills}, "alice", "t1")
@@ -65,9 +67,9 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 	if hc.NetworkMode != "none" || len(c.NetworkSettings.Ports) != 0 || len(hc.PortBindings) != 0 {
 		t.Errorf("network %q ports %v %v, want none", hc.NetworkMode, c.NetworkSettings.Ports, hc.PortBindings)
 	}
-	me := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
-	if c.Config.User != me {
-		t.Errorf("user %q, want the gateway's %s", c.Config.User, me)
+	own := resolveUser("", spec.SandboxID, os.Geteuid(), os.Getegid())
+	if c.Config.User != own.user || own.uid == os.Geteuid() {
+		t.Errorf("user %q, want the sandbox's own %s (never the gateway's uid %d)", c.Config.User, own.user, os.Geteuid())
 	}
 	var skillsRO bool
 	for _, m := range c.Mounts {
@@ -81,7 +83,7 @@ func TestCreateServesWithSafeDefaults(t *testing.T) {
 
 	// The sandbox API works on the bind mounts; the env reaches shells.
 	out := backendtest.Exec(t, info, "echo hi > notes.txt && pwd && id -u && echo key=$API_KEY plain=$PLAIN && grep CapEff /proc/self/status && cat /mnt/skills/SKILL.md")
-	for _, want := range []string{backend.VirtualWorkspace, strconv.Itoa(os.Getuid()), "key=s3cret-value-42", "plain=plain-value",
+	for _, want := range []string{backend.VirtualWorkspace, "\n" + strconv.Itoa(own.uid) + "\n", "key=s3cret-value-42", "plain=plain-value",
 		"CapEff:\t0000000000000000", "skill text"} {
 		if !strings.Contains(out.Output, want) {
 			t.Errorf("exec output lacks %q:\n%s", want, out.Output)
@@ -345,4 +347,29 @@ func buildDerived(t *testing.T, h *harness, lines string) string {
 		_, _ = h.api.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
 	})
 	return tag
+}
+
+// docker_disk_limit on the real engine: a storage driver that takes a size
+// gives the container that writable-layer limit; one that does not (this
+// machine's fuse-overlayfs) fails the create with an error naming the
+// setting, and leaves no container behind.
+func TestDiskLimitOnTheEngine(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend(func(c *Config) { c.DiskLimit = 1 << 30 })
+	spec := backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "alice", "disk")
+	info, err := d.Create(backendtest.Ctx(t), spec)
+	if err != nil {
+		if !strings.Contains(err.Error(), "docker_disk_limit") || !strings.Contains(err.Error(), "storage driver") {
+			t.Fatalf("create with a disk limit the engine refused: %v, want an error naming docker_disk_limit", err)
+		}
+		if left := h.containers(); len(left) != 0 {
+			t.Fatalf("refused create left %d containers", len(left))
+		}
+		return
+	}
+	t.Cleanup(func() { _ = d.Destroy(context.Background(), info) })
+	if got := h.inspect(info.Incarnation).HostConfig.StorageOpt["size"]; got != "1073741824" {
+		t.Fatalf("storage opt size %q, want 1073741824", got)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,8 +31,8 @@ const (
 
 // deliverSecret copies the secret file into container id (created, not
 // started).
-func (d *Docker) deliverSecret(ctx context.Context, id, secret string) error {
-	uid, gid, known, err := d.secretOwner(ctx)
+func (d *Docker) deliverSecret(ctx context.Context, id, secret string, user sandboxUser) error {
+	uid, gid, known, err := d.secretOwner(ctx, user)
 	if err != nil {
 		return err
 	}
@@ -48,32 +47,21 @@ func (d *Docker) deliverSecret(ctx context.Context, id, secret string) error {
 }
 
 // secretOwner is the numeric uid:gid the sandbox server runs as, when it
-// can be known without the image's /etc/passwd: the configured user, else
-// the image's USER ("" = root).
-func (d *Docker) secretOwner(ctx context.Context) (uid, gid int, known bool, err error) {
-	user := d.user
-	if user == "" {
-		img, err := d.api.ImageInspect(ctx, d.cfg.Image)
-		if err != nil {
-			return 0, 0, false, engineErr("image "+d.cfg.Image, err)
-		}
-		if img.Config != nil {
-			user = img.Config.User
-		}
-		if user == "" {
-			return 0, 0, true, nil
-		}
+// can be known without the image's /etc/passwd: the sandbox's user, else
+// the image's USER ("" = root). A name is resolved only inside the image.
+func (d *Docker) secretOwner(ctx context.Context, user sandboxUser) (uid, gid int, known bool, err error) {
+	if user.user != "" {
+		return user.uid, user.gid, user.known, nil
 	}
-	u, g, _ := strings.Cut(user, ":")
-	uid, err1 := strconv.Atoi(u)
-	gid, err2 := strconv.Atoi(g)
-	if g == "" {
-		gid, err2 = 0, nil
+	img, err := d.api.ImageInspect(ctx, d.cfg.Image)
+	if err != nil {
+		return 0, 0, false, engineErr("image "+d.cfg.Image, err)
 	}
-	if err1 != nil || err2 != nil || uid < 0 || gid < 0 {
-		return 0, 0, false, nil // a user name: resolved only inside the image
+	if img.Config == nil || img.Config.User == "" {
+		return 0, 0, true, nil
 	}
-	return uid, gid, true, nil
+	uid, gid, known = numericUser(img.Config.User)
+	return uid, gid, known, nil
 }
 
 // secretArchive is the tar CopyToContainer extracts at "/": the directory

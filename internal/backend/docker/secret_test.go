@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/jail"
 )
 
 // TestSecretOnlyForOurServer: with Sandgate's server the secret goes to a
@@ -69,7 +70,7 @@ func TestSecretArchive(t *testing.T) {
 	}
 }
 
-// TestSecretOwner: the file's owner is the configured user when it is
+// TestSecretOwner: the file's owner is the sandbox's user when it is
 // numeric; a name is left to the image (world modes, see secretArchive).
 func TestSecretOwner(t *testing.T) {
 	t.Parallel()
@@ -78,11 +79,12 @@ func TestSecretOwner(t *testing.T) {
 		uid, gid int
 		known    bool
 	}{
+		{"", jail.SandboxHostID("0123456789abcdef"), jail.SandboxHostID("0123456789abcdef"), true},
 		{"1000:2000", 1000, 2000, true}, {"1000", 1000, 0, true}, {"0:0", 0, 0, true},
 		{"sandbox", 0, 0, false}, {"1000:staff", 0, 0, false}, {"-1:0", 0, 0, false},
 	} {
 		d := newWithEngine(Config{Image: "img:1", ContainerPrefix: "sbx", User: c.user}, nil, nil)
-		uid, gid, known, err := d.secretOwner(t.Context())
+		uid, gid, known, err := d.secretOwner(t.Context(), resolveUser(c.user, "0123456789abcdef", 0, 0))
 		if err != nil || known != c.known || known && (uid != c.uid || gid != c.gid) {
 			t.Errorf("user %q: %d:%d known=%v err=%v", c.user, uid, gid, known, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -24,31 +25,22 @@ type containerSpec struct {
 	Network *network.NetworkingConfig
 	// Secret is delivered into the container before it starts; "" = none.
 	Secret string
+	// User is who the container runs as (user.go).
+	User sandboxUser
 }
 
 // name is the container name of a sandbox id.
 func (d *Docker) name(sid string) string { return d.cfg.ContainerPrefix + "-" + sid }
-
-// resolveUser turns Config.User into the container's User field.
-func resolveUser(u string) string {
-	switch u {
-	case "":
-		return strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
-	case UserImage:
-		return ""
-	default:
-		return u
-	}
-}
 
 // containerSpec builds the container for spec. serverPath is the image's
 // LabelServer value: non-empty means the backend starts the sandbox server
 // itself; empty means the image's own entrypoint serves the API on Port.
 func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSpec {
 	port := nat.Port(strconv.Itoa(d.cfg.Port) + "/tcp")
+	user := resolveUser(d.cfg.User, spec.SandboxID, os.Geteuid(), os.Getegid())
 	cfg := &container.Config{
 		Image:  d.cfg.Image,
-		User:   d.user,
+		User:   user.user,
 		Env:    containerEnv(spec.Env, serverPath != ""),
 		Labels: backend.IdentityLabels(spec, d.cfg.Instance, spec.Labels),
 	}
@@ -56,6 +48,9 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		cfg.Entrypoint = []string{serverPath}
 		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + socketMount + "/" + apiSocket, "--home", backend.VirtualWorkspace}
 		cfg.WorkingDir = backend.VirtualWorkspace
+		if user.umask != "" {
+			cfg.Cmd = append(cfg.Cmd, "--umask", user.umask)
+		}
 		if spec.Secret != "" { // only our server takes one (secret.go)
 			cfg.Cmd = append(cfg.Cmd, "--secret-file", secretPath)
 			cfg.Labels[labelSecret] = spec.Secret
@@ -74,6 +69,7 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		CapAdd:      slices.Clone(d.cfg.CapAdd),
 		Init:        &withInit,
 		Resources:   d.resources(),
+		StorageOpt:  d.storageOpt(),
 		// No restart policy: a dead sandbox is replaced by the pool, with a
 		// new incarnation, rather than revived under the old one.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
@@ -92,7 +88,7 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		cfg.ExposedPorts = nat.PortSet{port: struct{}{}}
 		host.PortBindings = nat.PortMap{port: {{HostIP: "127.0.0.1", HostPort: ""}}}
 	}
-	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg, Secret: cfg.Labels[labelSecret]}
+	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg, Secret: cfg.Labels[labelSecret], User: user}
 }
 
 // resources maps the limits; negative means none.
@@ -109,6 +105,25 @@ func (d *Docker) resources() container.Resources {
 		r.PidsLimit = &pids
 	}
 	return r
+}
+
+// storageOpt is the writable layer's size limit, if any.
+func (d *Docker) storageOpt() map[string]string {
+	if d.cfg.DiskLimit <= 0 {
+		return nil
+	}
+	return map[string]string{"size": strconv.FormatInt(d.cfg.DiskLimit, 10)}
+}
+
+// createErr names docker_disk_limit when the engine refuses it: only some
+// storage drivers take a size (overlay2 on xfs with pquota, btrfs, zfs,
+// devicemapper); the others refuse every --storage-opt.
+func (d *Docker) createErr(sid string, err error) error {
+	msg := strings.ToLower(err.Error())
+	if d.cfg.DiskLimit > 0 && (strings.Contains(msg, "storage-opt") || strings.Contains(msg, "storage opt")) {
+		return fmt.Errorf("create sandbox %s: docker_disk_limit: the engine's storage driver does not support a per-container size limit (unset docker_disk_limit, or use overlay2 on xfs with pquota): %w", sid, err)
+	}
+	return engineErr("create sandbox "+sid, err)
 }
 
 // bindMounts maps the spec's mounts; host paths are made absolute (the

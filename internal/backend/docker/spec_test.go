@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
 )
 
@@ -30,7 +32,12 @@ func specFor(t *testing.T, cfg Config, spec backend.Spec, serverPath string) (co
 
 func TestContainerSpec(t *testing.T) {
 	t.Parallel()
-	me := strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid())
+	// A root gateway (these tests' case) runs each sandbox as its own id:id.
+	own := jail.SandboxHostID("0123456789abcdef")
+	me := strconv.Itoa(own) + ":" + strconv.Itoa(own)
+	if os.Geteuid() != 0 {
+		me = strconv.Itoa(own) + ":" + strconv.Itoa(os.Getegid())
+	}
 	spec := backend.Spec{
 		SandboxID: "0123456789abcdef", User: "alice", Thread: "t1",
 		Mounts: []backend.Mount{
@@ -52,8 +59,11 @@ func TestContainerSpec(t *testing.T) {
 			if cs.Name != "sbx-0123456789abcdef" || c.Image != "img:1" || c.User != me {
 				t.Errorf("name %q image %q user %q (want user %s)", cs.Name, c.Image, c.User, me)
 			}
-			if !slices.Equal(c.Entrypoint, []string{"/gateway"}) ||
-				!slices.Equal(c.Cmd, []string{"sandbox", "--listen", "unix:/run/sandgate/api.sock", "--home", backend.VirtualWorkspace}) {
+			wantCmd := []string{"sandbox", "--listen", "unix:/run/sandgate/api.sock", "--home", backend.VirtualWorkspace}
+			if os.Geteuid() != 0 {
+				wantCmd = append(wantCmd, "--umask", "007")
+			}
+			if !slices.Equal(c.Entrypoint, []string{"/gateway"}) || !slices.Equal(c.Cmd, wantCmd) {
 				t.Errorf("command %q %q", c.Entrypoint, c.Cmd)
 			}
 			wantEnv := []string{"API_KEY=k", "Z_VAR=z", "HOME=" + backend.VirtualWorkspace, sandbox.KeepEnvVar + "=API_KEY,Z_VAR"}
@@ -68,6 +78,9 @@ func TestContainerSpec(t *testing.T) {
 			}
 			if h.Memory != DefaultMemory || h.NanoCPUs != DefaultNanoCPUs || h.PidsLimit == nil || *h.PidsLimit != DefaultPidsLimit {
 				t.Errorf("limits memory %d cpus %d pids %v", h.Memory, h.NanoCPUs, h.PidsLimit)
+			}
+			if h.StorageOpt != nil {
+				t.Errorf("storage opts %v, want none by default", h.StorageOpt)
 			}
 			if h.Init == nil || !*h.Init || h.RestartPolicy.Name != container.RestartPolicyDisabled {
 				t.Errorf("init %v restart %q", h.Init, h.RestartPolicy.Name)
@@ -114,6 +127,11 @@ func TestContainerSpec(t *testing.T) {
 				t.Errorf("port 9000: bindings %+v cmd %q", h.PortBindings, cs.Config.Cmd)
 			}
 		}},
+		{name: "disk limit", cfg: func(c *Config) { c.DiskLimit = 10 << 30 }, check: func(t *testing.T, cs containerSpec, _ string) {
+			if !maps.Equal(cs.Host.StorageOpt, map[string]string{"size": "10737418240"}) {
+				t.Errorf("storage opts %v", cs.Host.StorageOpt)
+			}
+		}},
 		{name: "no limits", cfg: func(c *Config) { c.Memory, c.NanoCPUs, c.PidsLimit = -1, -1, -1 }, check: func(t *testing.T, cs containerSpec, _ string) {
 			if r := cs.Host.Resources; r.Memory != 0 || r.NanoCPUs != 0 || r.PidsLimit != nil {
 				t.Errorf("resources %+v, want none", r)
@@ -155,6 +173,30 @@ func TestContainerSpec(t *testing.T) {
 			cs, logs := specFor(t, cfg, spec, tc.server)
 			tc.check(t, cs, logs)
 		})
+	}
+}
+
+// TestCreateErrNamesDiskLimit: an engine whose storage driver takes no
+// size fails the create with an error naming docker_disk_limit.
+func TestCreateErrNamesDiskLimit(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("Error response from daemon: --storage-opt is not supported")
+	cases := []struct {
+		limit int64
+		err   error
+		named bool
+	}{
+		{10 << 30, refused, true},
+		{10 << 30, errors.New("Error response from daemon: --storage-opt is supported only for overlay over xfs with 'pquota' mount option"), true},
+		{10 << 30, errors.New("Error response from daemon: no such image"), false},
+		{0, refused, false},
+	}
+	for _, c := range cases {
+		d := newWithEngine(Config{Image: "i", ContainerPrefix: "p", DiskLimit: c.limit}, nil, slog.New(slog.DiscardHandler))
+		err := d.createErr("0123456789abcdef", c.err)
+		if strings.Contains(err.Error(), "docker_disk_limit") != c.named || !errors.Is(err, c.err) {
+			t.Errorf("limit %d, %v: %v (want docker_disk_limit named: %v)", c.limit, c.err, err, c.named)
+		}
 	}
 }
 

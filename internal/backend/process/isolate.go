@@ -31,7 +31,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	uid, gid := jail.HostID(spec.SandboxID)
 	mounts := make([]jail.Mount, 0, len(spec.Mounts))
 	for _, m := range spec.Mounts {
-		if !m.ReadOnly && uid != os.Geteuid() && strings.HasPrefix(m.ContainerPath, backend.VirtualUserData+"/") {
+		if uid != os.Geteuid() && backend.SandboxOwned(m) {
 			// The thread's own dirs become the sandbox uid's; a configured
 			// extra mount keeps its owner (it may be shared).
 			if err := jail.Own(m.HostPath, uid, gid); err != nil {
