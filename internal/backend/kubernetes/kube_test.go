@@ -74,7 +74,8 @@ func podName(sid string) string { return DefaultPodPrefix + "-" + sid }
 func testLog(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(t.Output(), nil)) }
 
 func spec(user, thread string) backend.Spec {
-	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"}}
+	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"},
+		Secret: "secret-of-" + user}
 	s.Labels = backend.IdentityLabels(s, "test", map[string]string{"team": "x"})
 	return s
 }
