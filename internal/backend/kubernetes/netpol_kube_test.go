@@ -151,9 +151,9 @@ func TestCreateInProxyMode(t *testing.T) {
 		t.Errorf("HTTPS_PROXY in the sandbox = %q", out)
 	}
 
-	np, err := e.api.Admin.NetworkingV1().NetworkPolicies(e.ns).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("no policy: %v", err)
+	np, ok := e.policy(t, name)
+	if !ok {
+		t.Fatal("no network policy")
 	}
 	sel, _ := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if !ownedBy(np, pod.UID) || !sel.Matches(labels.Set(pod.Labels)) || len(np.Spec.Egress) != 2 ||
@@ -175,8 +175,8 @@ func TestCreateInProxyMode(t *testing.T) {
 	if err := k.Destroy(backendtest.Ctx(t), info); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.api.Admin.NetworkingV1().NetworkPolicies(e.ns).Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("policy after Destroy: %v", err)
+	if _, ok := e.policy(t, name); ok {
+		t.Error("network policy left after Destroy")
 	}
 	backendtest.Eventually(t, "the proxy forgets the sandbox", func() bool {
 		_, err := k.EgressIdentity(t.Context(), s.SandboxID, EgressPassword(s.Secret))
