@@ -147,7 +147,7 @@ func (c Config) withDefaults() Config {
 		c.EgressProxyPort = DefaultEgressProxyPort
 	}
 	if c.GatewayPodLabels == nil {
-		c.GatewayPodLabels = DefaultGatewayPodLabels
+		c.GatewayPodLabels = maps.Clone(DefaultGatewayPodLabels)
 	}
 	return c
 }
