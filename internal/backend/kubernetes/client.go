@@ -8,55 +8,77 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 )
 
-// APIVerbs is every Kubernetes API verb this backend uses, by resource (all
-// in the core group, in its namespace). It is the one list the RBAC Role
-// in deployments/kubernetes/rbac.yaml must match; coreClient refuses any
+// APIVerbs is every Kubernetes API verb this backend uses, by resource (in
+// its namespace; the group is APIGroups'). It is the one list the RBAC Role
+// in deployments/kubernetes/rbac.yaml must match; apiClient refuses any
 // call not listed here, and a test checks the Role against it.
 var APIVerbs = map[string][]string{
-	"pods":     {"create", "delete", "get", "list", "watch"},
-	"services": {"create", "delete", "get", "list"},
+	"pods":            {"create", "delete", "get", "list", "watch"},
+	"services":        {"create", "delete", "get", "list"},
+	"networkpolicies": {"create", "delete", "get"},
 }
 
-// coreScheme knows core/v1 only. client-go's typed clientset registers every
-// API group at package init; this binary is also the sandbox server, which
-// would pay that on every sandbox start. Built on first use, not at init.
-var coreScheme = sync.OnceValues(func() (*runtime.Scheme, serializer.CodecFactory) {
+// APIGroups is the API group of each resource in APIVerbs ("" = core).
+var APIGroups = map[string]string{
+	"pods":            corev1.GroupName,
+	"services":        corev1.GroupName,
+	"networkpolicies": networkingv1.GroupName,
+}
+
+// apiScheme knows core/v1 and networking.k8s.io/v1 only. client-go's typed
+// clientset registers every API group at package init; this binary is also
+// the sandbox server, which would pay that on every sandbox start. Built on
+// first use, not at init.
+var apiScheme = sync.OnceValues(func() (*runtime.Scheme, serializer.CodecFactory) {
 	s := runtime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		panic(fmt.Sprintf("register core/v1: %v", err)) // static types: cannot fail
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(fmt.Sprintf("register API types: %v", err)) // static types: cannot fail
+		}
 	}
 	return s, serializer.NewCodecFactory(s)
 })
 
-// coreClient is the handful of Pod and Service calls the backend makes,
-// over client-go's REST client, in one namespace.
-type coreClient struct {
-	rc     *rest.RESTClient
+// apiClient is the handful of Pod, Service and NetworkPolicy calls the
+// backend makes, over client-go's REST clients, in one namespace.
+type apiClient struct {
+	rc     map[string]*rest.RESTClient // by API group
 	ns     string
 	params runtime.ParameterCodec
 }
 
-func newCoreClient(cfg *rest.Config, namespace string) (*coreClient, error) {
-	s, codecs := coreScheme()
-	cfg = rest.CopyConfig(cfg)
-	cfg.APIPath = "/api"
-	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.NegotiatedSerializer = codecs.WithoutConversion()
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "sandgate"
+func newAPIClient(cfg *rest.Config, namespace string) (*apiClient, error) {
+	s, codecs := apiScheme()
+	c := &apiClient{rc: map[string]*rest.RESTClient{}, ns: namespace, params: runtime.NewParameterCodec(s)}
+	for group, gv := range map[string]struct {
+		path string
+		gv   *schema.GroupVersion
+	}{
+		corev1.GroupName:       {"/api", &corev1.SchemeGroupVersion},
+		networkingv1.GroupName: {"/apis", &networkingv1.SchemeGroupVersion},
+	} {
+		gc := rest.CopyConfig(cfg)
+		gc.APIPath, gc.GroupVersion = gv.path, gv.gv
+		gc.NegotiatedSerializer = codecs.WithoutConversion()
+		if gc.UserAgent == "" {
+			gc.UserAgent = "sandgate"
+		}
+		rc, err := rest.RESTClientFor(gc)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		c.rc[group] = rc
 	}
-	rc, err := rest.RESTClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return &coreClient{rc: rc, ns: namespace, params: runtime.NewParameterCodec(s)}, nil
+	return c, nil
 }
 
 var verbMethods = map[string]string{
@@ -66,14 +88,14 @@ var verbMethods = map[string]string{
 
 // req starts a namespaced request for verb on resource, refusing verbs the
 // RBAC list does not grant.
-func (c *coreClient) req(verb, resource string) (*rest.Request, error) {
+func (c *apiClient) req(verb, resource string) (*rest.Request, error) {
 	if !slices.Contains(APIVerbs[resource], verb) {
 		return nil, fmt.Errorf("kubernetes client: %s %s is not in APIVerbs (and so not in the RBAC Role)", verb, resource)
 	}
-	return c.rc.Verb(verbMethods[verb]).Namespace(c.ns).Resource(resource), nil
+	return c.rc[APIGroups[resource]].Verb(verbMethods[verb]).Namespace(c.ns).Resource(resource), nil
 }
 
-func (c *coreClient) get(ctx context.Context, resource, name string, into runtime.Object) error {
+func (c *apiClient) get(ctx context.Context, resource, name string, into runtime.Object) error {
 	r, err := c.req("get", resource)
 	if err != nil {
 		return err
@@ -81,7 +103,7 @@ func (c *coreClient) get(ctx context.Context, resource, name string, into runtim
 	return r.Name(name).Do(ctx).Into(into)
 }
 
-func (c *coreClient) create(ctx context.Context, resource string, obj, into runtime.Object) error {
+func (c *apiClient) create(ctx context.Context, resource string, obj, into runtime.Object) error {
 	r, err := c.req("create", resource)
 	if err != nil {
 		return err
@@ -89,7 +111,7 @@ func (c *coreClient) create(ctx context.Context, resource string, obj, into runt
 	return r.Body(obj).Do(ctx).Into(into)
 }
 
-func (c *coreClient) delete(ctx context.Context, resource, name string, opts metav1.DeleteOptions) error {
+func (c *apiClient) delete(ctx context.Context, resource, name string, opts metav1.DeleteOptions) error {
 	r, err := c.req("delete", resource)
 	if err != nil {
 		return err
@@ -97,7 +119,7 @@ func (c *coreClient) delete(ctx context.Context, resource, name string, opts met
 	return r.Name(name).Body(&opts).Do(ctx).Error()
 }
 
-func (c *coreClient) list(ctx context.Context, resource string, opts metav1.ListOptions, into runtime.Object) error {
+func (c *apiClient) list(ctx context.Context, resource string, opts metav1.ListOptions, into runtime.Object) error {
 	r, err := c.req("list", resource)
 	if err != nil {
 		return err
@@ -105,7 +127,7 @@ func (c *coreClient) list(ctx context.Context, resource string, opts metav1.List
 	return r.VersionedParams(&opts, c.params).Do(ctx).Into(into)
 }
 
-func (c *coreClient) watch(ctx context.Context, resource string, opts metav1.ListOptions) (watch.Interface, error) {
+func (c *apiClient) watch(ctx context.Context, resource string, opts metav1.ListOptions) (watch.Interface, error) {
 	r, err := c.req("watch", resource)
 	if err != nil {
 		return nil, err
@@ -114,22 +136,17 @@ func (c *coreClient) watch(ctx context.Context, resource string, opts metav1.Lis
 	return r.VersionedParams(&opts, c.params).Watch(ctx)
 }
 
-func (c *coreClient) getPod(ctx context.Context, name string) (*corev1.Pod, error) {
+func (c *apiClient) getPod(ctx context.Context, name string) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	return &pod, c.get(ctx, "pods", name, &pod)
 }
 
-func (c *coreClient) getService(ctx context.Context, name string) (*corev1.Service, error) {
+func (c *apiClient) getService(ctx context.Context, name string) (*corev1.Service, error) {
 	var svc corev1.Service
 	return &svc, c.get(ctx, "services", name, &svc)
 }
 
-func (c *coreClient) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+func (c *apiClient) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	var out corev1.Pod
 	return &out, c.create(ctx, "pods", pod, &out)
-}
-
-func (c *coreClient) createService(ctx context.Context, svc *corev1.Service) (*corev1.Service, error) {
-	var out corev1.Service
-	return &out, c.create(ctx, "services", svc, &out)
 }

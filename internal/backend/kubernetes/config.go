@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sandgate/sandgate/internal/backend"
 )
 
 // URL modes: how the gateway reaches a sandbox.
@@ -39,7 +43,16 @@ const (
 	DefaultCPULimit      = "1"
 	DefaultMemoryRequest = "256Mi"
 	DefaultMemoryLimit   = "1Gi"
+	// DefaultEgressService is the gateway's egress proxy Service that the
+	// default EgressProxyURL names (deployments/kubernetes/base/gateway.yaml).
+	DefaultEgressService = "sandgate-egress"
+	// DefaultEgressProxyPort is the gateway container's egress proxy port.
+	DefaultEgressProxyPort = backend.EgressPort
 )
+
+// DefaultGatewayPodLabels select the gateway's Pods (the Deployment in
+// deployments/kubernetes/base/gateway.yaml).
+var DefaultGatewayPodLabels = map[string]string{"app.kubernetes.io/name": "sandgate-gateway"}
 
 // Config of the kubernetes backend. The zero value plus Image is usable
 // in a cluster (in-cluster credentials, the Pod's own namespace). Errors
@@ -92,6 +105,20 @@ type Config struct {
 
 	// Instance is the gateway instance id recorded in the labels (optional).
 	Instance string
+
+	// Egress (netpol.go). Each sandbox Pod gets a NetworkPolicy of its own
+	// for its Spec.Egress mode. EgressProxyURL is where proxy-mode Pods reach
+	// the gateway's egress proxy: http://host:port, no credentials (the Pod's
+	// are added per sandbox). "" = http://sandgate-egress.{namespace}.svc.
+	// {cluster domain}:3128. A host name costs the Pod a DNS rule (to
+	// kube-dns); an IP address (the Service's ClusterIP) spares it.
+	EgressProxyURL string
+	// GatewayPodLabels select the gateway Pods, which serve the proxy, in
+	// the sandbox namespace. nil = DefaultGatewayPodLabels.
+	GatewayPodLabels map[string]string
+	// EgressProxyPort is the proxy's port on the gateway Pods (the container
+	// port, which NetworkPolicies see, not the Service's). 0 = 3128.
+	EgressProxyPort int
 }
 
 // Toleration is a Pod toleration. An empty Operator is Equal.
@@ -116,7 +143,23 @@ func (c Config) withDefaults() Config {
 	if c.Port == 0 {
 		c.Port = DefaultPort
 	}
+	if c.EgressProxyPort == 0 {
+		c.EgressProxyPort = DefaultEgressProxyPort
+	}
+	if c.GatewayPodLabels == nil {
+		c.GatewayPodLabels = maps.Clone(DefaultGatewayPodLabels)
+	}
 	return c
+}
+
+// egressProxyURL is the configured proxy URL, or the default Service's in
+// namespace ns.
+func (c Config) egressProxyURL(ns string) string {
+	if c.EgressProxyURL != "" {
+		return c.EgressProxyURL
+	}
+	host := DefaultEgressService + "." + ns + ".svc." + c.ClusterDomain
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(DefaultEgressProxyPort))
 }
 
 // Validate reports every configuration error at once.
@@ -191,6 +234,22 @@ func (c Config) Validate() error {
 			bad("kubernetes_node_selector: %s=%s: %s", k, v, strings.Join(msgs, "; "))
 		}
 	}
+	if c.EgressProxyURL != "" {
+		if err := validProxyURL(c.EgressProxyURL); err != nil {
+			bad("kubernetes_egress_proxy_url: %q: %v", c.EgressProxyURL, err)
+		}
+	}
+	if c.EgressProxyPort < 1 || c.EgressProxyPort > 65535 {
+		bad("kubernetes_egress_proxy_port: %d is not a TCP port", c.EgressProxyPort)
+	}
+	if len(c.GatewayPodLabels) == 0 {
+		bad("kubernetes_gateway_pod_labels: must select the gateway Pods")
+	}
+	for k, v := range c.GatewayPodLabels {
+		if msgs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(msgs) > 0 {
+			bad("kubernetes_gateway_pod_labels: %s=%s: %s", k, v, strings.Join(msgs, "; "))
+		}
+	}
 	for _, t := range c.Tolerations {
 		if err := t.validate(); err != nil {
 			bad("kubernetes_tolerations: %v", err)
@@ -214,6 +273,26 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validProxyURL accepts http://host:port with nothing else: the sandbox's
+// credentials are added per Pod, and a path would be ignored by clients.
+func validProxyURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("want http://host:port")
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil || port < 1 || port > 65535 {
+		return errors.New("want http://host:port with a port")
+	}
+	if h := u.Hostname(); net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
+		return fmt.Errorf("%q is not a host name or IP address", h)
+	}
+	return nil
 }
 
 func (t Toleration) validate() error {

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -57,6 +58,16 @@ func TestValidate(t *testing.T) {
 		{"pvc name", func(c *Config) { c.UserDataPVC = "Data" }, "kubernetes_user_data_pvc"},
 		{"host path relative", func(c *Config) { c.UserDataHostPath = "data" }, "kubernetes_user_data_host_path"},
 		{"host path unclean", func(c *Config) { c.SkillsHostPath = "/srv/../etc" }, "clean absolute path"},
+		{"egress proxy service", func(c *Config) { c.EgressProxyURL = "http://sandgate-egress.sandgate.svc:3128" }, ""},
+		{"egress proxy ip", func(c *Config) { c.EgressProxyURL = "http://10.96.0.50:3128/" }, ""},
+		{"egress proxy https", func(c *Config) { c.EgressProxyURL = "https://proxy:3128" }, "kubernetes_egress_proxy_url"},
+		{"egress proxy no port", func(c *Config) { c.EgressProxyURL = "http://proxy" }, "with a port"},
+		{"egress proxy credentials", func(c *Config) { c.EgressProxyURL = "http://u:p@proxy:3128" }, "kubernetes_egress_proxy_url"},
+		{"egress proxy path", func(c *Config) { c.EgressProxyURL = "http://proxy:3128/x" }, "kubernetes_egress_proxy_url"},
+		{"egress proxy host", func(c *Config) { c.EgressProxyURL = "http://bad_host:3128" }, "not a host name"},
+		{"egress proxy port", func(c *Config) { c.EgressProxyPort = 65536 }, "kubernetes_egress_proxy_port"},
+		{"gateway labels empty", func(c *Config) { c.GatewayPodLabels = map[string]string{} }, "must select the gateway"},
+		{"gateway labels bad", func(c *Config) { c.GatewayPodLabels = map[string]string{"app": "a b"} }, "kubernetes_gateway_pod_labels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +101,13 @@ func TestDefaults(t *testing.T) {
 	if c.PodPrefix != "sandgate-sandbox" || c.Port != 8080 || c.URLMode != URLService || c.ClusterDomain != "cluster.local" ||
 		c.CPURequest != "100m" || c.CPULimit != "1" || c.MemoryRequest != "256Mi" || c.MemoryLimit != "1Gi" {
 		t.Fatalf("defaults = %+v", c)
+	}
+	if c.EgressProxyPort != 3128 || !maps.Equal(c.GatewayPodLabels, map[string]string{"app.kubernetes.io/name": "sandgate-gateway"}) ||
+		c.egressProxyURL("team-a") != "http://sandgate-egress.team-a.svc.cluster.local:3128" {
+		t.Errorf("egress defaults = %d %v %s", c.EgressProxyPort, c.GatewayPodLabels, c.egressProxyURL("team-a"))
+	}
+	if u := (Config{EgressProxyURL: "http://10.96.0.50:3128"}).egressProxyURL("team-a"); u != "http://10.96.0.50:3128" {
+		t.Errorf("configured proxy url became %s", u)
 	}
 }
 

@@ -25,7 +25,7 @@ type pods struct {
 	changed map[string]chan struct{} // by Pod name; closed on the next event for it
 }
 
-func newPods(c *coreClient) *pods {
+func newPods(c *apiClient) *pods {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector()

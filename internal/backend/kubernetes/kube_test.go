@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,7 +75,8 @@ func podName(sid string) string { return DefaultPodPrefix + "-" + sid }
 func testLog(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(t.Output(), nil)) }
 
 func spec(user, thread string) backend.Spec {
-	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"}}
+	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"},
+		Secret: "secret-of-" + user}
 	s.Labels = backend.IdentityLabels(s, "test", map[string]string{"team": "x"})
 	return s
 }
@@ -101,6 +103,18 @@ func (e *kubeEnv) service(t *testing.T, name string) (*corev1.Service, bool) {
 		t.Fatal(err)
 	}
 	return svc, true
+}
+
+func (e *kubeEnv) policy(t *testing.T, name string) (*networkingv1.NetworkPolicy, bool) {
+	t.Helper()
+	np, err := e.api.Admin.NetworkingV1().NetworkPolicies(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return np, true
 }
 
 // TestContract runs the shared contract in nodeport mode: the stand-in
@@ -226,6 +240,9 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 	if svc == nil || svc.OwnerReferences[0].UID != types.UID(second.Incarnation) {
 		t.Errorf("service not re-owned by the new pod: %+v", svc)
 	}
+	if np, ok := e.policy(t, name); !ok || !ownedBy(np, types.UID(second.Incarnation)) {
+		t.Errorf("network policy not re-owned by the new pod: %+v", np)
+	}
 	// Destroying the old incarnation leaves the new one alone.
 	if err := k.Destroy(backendtest.Ctx(t), first); err != nil {
 		t.Fatal(err)
@@ -252,6 +269,9 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 	}
 	if _, ok := e.service(t, name); ok {
 		t.Error("List left the finished pod's service")
+	}
+	if _, ok := e.policy(t, name); ok {
+		t.Error("List left the finished pod's network policy")
 	}
 }
 

@@ -1,4 +1,5 @@
-// Package kubernetes runs each sandbox as a Pod plus a Service owned by it,
+// Package kubernetes runs each sandbox as a Pod plus a Service and a
+// NetworkPolicy (its egress, netpol.go) owned by it,
 // talking to the Kubernetes API itself through client-go (DeerFlow needs a
 // separate Python provisioner for this). Pods and Services are named
 // {prefix}-{sandbox_id}, so any gateway replica finds any sandbox by id;
@@ -19,8 +20,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -49,11 +52,12 @@ const (
 
 // Kubernetes implements backend.Backend with Pods.
 type Kubernetes struct {
-	cfg  Config
-	ns   string
-	log  *slog.Logger
-	api  *coreClient
-	pods *pods
+	cfg      Config
+	ns       string
+	proxyURL string // cfg.EgressProxyURL or its default in ns
+	log      *slog.Logger
+	api      *apiClient
+	pods     *pods
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -113,7 +117,7 @@ func restConfig(cfg Config) (*rest.Config, string, error) {
 
 func newWithREST(ctx context.Context, cfg Config, rc *rest.Config, ns string, log *slog.Logger) (*Kubernetes, error) {
 	cfg = cfg.withDefaults()
-	api, err := newCoreClient(rc, ns)
+	api, err := newAPIClient(rc, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +129,16 @@ func newWithREST(ctx context.Context, cfg Config, rc *rest.Config, ns string, lo
 		log.Warn("kubernetes backend: no user-data volume configured; thread files live in an emptyDir and are lost with each sandbox")
 	}
 	ictx, stop := context.WithCancel(ctx)
-	k := &Kubernetes{cfg: cfg, ns: ns, log: log, api: api, pods: newPods(api), stop: stop, done: make(chan struct{})}
+	k := &Kubernetes{
+		cfg: cfg, ns: ns, proxyURL: cfg.egressProxyURL(ns), log: log, api: api, pods: newPods(api),
+		stop: stop, done: make(chan struct{}),
+	}
 	go func() {
 		defer close(k.done)
 		k.pods.run(ictx)
 	}()
-	log.Info("kubernetes backend ready", "namespace", ns, "url_mode", cfg.URLMode, "pod_prefix", cfg.PodPrefix)
+	log.Info("kubernetes backend ready", "namespace", ns, "url_mode", cfg.URLMode, "pod_prefix", cfg.PodPrefix,
+		"egress_proxy_url", k.proxyURL)
 	return k, nil
 }
 
@@ -237,13 +245,18 @@ func (k *Kubernetes) waitGone(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// finish makes sure the Pod has its Service, waits for Ready and for the
-// sandbox to answer, and describes it.
+// finish makes sure the Pod has its NetworkPolicy and Service, waits for
+// Ready and for the sandbox to answer, and describes it.
 func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info, error) {
-	svc, err := k.ensureService(ctx, pod)
+	// The policy first: until it is there the Pod has no egress at all.
+	if _, err := k.ensureOwned(ctx, pod, "networkpolicies", k.policyFor(pod)); err != nil {
+		return backend.Info{}, err
+	}
+	obj, err := k.ensureOwned(ctx, pod, "services", k.serviceFor(pod))
 	if err != nil {
 		return backend.Info{}, err
 	}
+	svc := obj.(*corev1.Service)
 	ready, err := k.waitReady(ctx, pod)
 	if err != nil {
 		return backend.Info{}, err
@@ -258,35 +271,52 @@ func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info,
 	return k.infoOf(ready, url), nil
 }
 
-// ensureService returns the Pod's Service, creating it, or replacing a
-// stale one an earlier Pod of the same name left.
-func (k *Kubernetes) ensureService(ctx context.Context, pod *corev1.Pod) (*corev1.Service, error) {
+// owned is an object made for a Pod and owned by it.
+type owned interface {
+	runtime.Object
+	metav1.Object
+}
+
+// newOwned is an empty object of resource, to read into.
+func newOwned(resource string) owned {
+	if resource == "networkpolicies" {
+		return &networkingv1.NetworkPolicy{}
+	}
+	return &corev1.Service{}
+}
+
+// ensureOwned returns the Pod's object of resource (want's name), creating
+// want, or replacing a stale one an earlier Pod of the same name left.
+func (k *Kubernetes) ensureOwned(ctx context.Context, pod *corev1.Pod, resource string, want owned) (owned, error) {
+	kind := singular(resource)
 	for range 3 {
-		svc, err := k.api.getService(ctx, pod.Name)
+		got := newOwned(resource)
+		err := k.api.get(ctx, resource, want.GetName(), got)
 		switch {
-		case err == nil && ownedBy(svc, pod.UID):
-			return svc, nil
+		case err == nil && ownedBy(got, pod.UID):
+			return got, nil
 		case err == nil:
-			k.log.Info("removing stale service of an earlier pod", "service", svc.Name, "sandbox_id", pod.Labels[backend.LabelSandboxID])
-			if err := k.deleteObject(ctx, "services", svc.Name, svc.UID); err != nil {
+			k.log.Info("removing stale "+kind+" of an earlier pod", kind, got.GetName(), "sandbox_id", pod.Labels[backend.LabelSandboxID])
+			if err := k.deleteObject(ctx, resource, got.GetName(), got.GetUID()); err != nil {
 				return nil, err
 			}
 		case !apierrors.IsNotFound(err):
-			return nil, apiErr("get service", err)
+			return nil, apiErr("get "+kind, err)
 		}
-		svc, err = k.api.createService(ctx, k.serviceFor(pod))
+		got = newOwned(resource)
+		err = k.api.create(ctx, resource, want, got)
 		if err == nil {
-			return svc, nil
+			return got, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return nil, apiErr("create service", err)
+			return nil, apiErr("create "+kind, err)
 		}
 	}
-	return nil, fmt.Errorf("service %s keeps changing under us", pod.Name)
+	return nil, fmt.Errorf("%s %s keeps changing under us", kind, want.GetName())
 }
 
-func ownedBy(svc *corev1.Service, uid types.UID) bool {
-	for _, o := range svc.OwnerReferences {
+func ownedBy(obj metav1.Object, uid types.UID) bool {
+	for _, o := range obj.GetOwnerReferences() {
 		if o.Kind == "Pod" && o.UID == uid {
 			return true
 		}
@@ -326,29 +356,35 @@ func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Po
 	return ready, nil
 }
 
-// remove deletes the Pod of that UID and its Service.
+// remove deletes the Pod of that UID, its NetworkPolicy and its Service.
 func (k *Kubernetes) remove(ctx context.Context, name string, uid types.UID) error {
 	if err := k.deleteObject(ctx, "pods", name, uid); err != nil {
 		return err
 	}
-	return k.deleteService(ctx, name, uid)
+	for _, resource := range []string{"services", "networkpolicies"} {
+		if err := k.deleteOwned(ctx, resource, name, uid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// deleteService deletes the Service owned by the Pod uid ("" = any owner).
+// deleteOwned deletes the object owned by the Pod uid ("" = any owner).
 // Kubernetes' garbage collector would delete it with the Pod; doing it here
-// too frees the nodePort at once and covers clusters where it lags.
-func (k *Kubernetes) deleteService(ctx context.Context, name string, uid types.UID) error {
-	svc, err := k.api.getService(ctx, name)
+// too frees a nodePort at once and covers clusters where it lags.
+func (k *Kubernetes) deleteOwned(ctx context.Context, resource, name string, uid types.UID) error {
+	obj := newOwned(resource)
+	err := k.api.get(ctx, resource, name, obj)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return apiErr("get service", err)
+		return apiErr("get "+singular(resource), err)
 	}
-	if uid != "" && !ownedBy(svc, uid) {
+	if uid != "" && !ownedBy(obj, uid) {
 		return nil // a newer Pod's
 	}
-	return k.deleteObject(ctx, "services", name, svc.UID)
+	return k.deleteObject(ctx, resource, name, obj.GetUID())
 }
 
 // deleteObject deletes resource/name if its UID is still uid ("" = any).
@@ -362,7 +398,15 @@ func (k *Kubernetes) deleteObject(ctx context.Context, resource, name string, ui
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
-	return apiErr("delete "+strings.TrimSuffix(resource, "s"), err)
+	return apiErr("delete "+singular(resource), err)
+}
+
+// singular names one object of resource, for errors and logs.
+func singular(resource string) string {
+	if r, ok := strings.CutSuffix(resource, "ies"); ok {
+		return r + "y"
+	}
+	return strings.TrimSuffix(resource, "s")
 }
 
 // Destroy deletes the incarnation's Pod and Service (with no incarnation,

@@ -71,12 +71,30 @@ func (k *Kubernetes) podFor(spec backend.Spec) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := spec.Egress.Validate(); err != nil {
+		return nil, err
+	}
+	proxyEnv, err := k.egressEnv(spec)
+	if err != nil {
+		return nil, err
+	}
+	allow, err := json.Marshal(spec.Egress.Allow)
+	if err != nil {
+		return nil, fmt.Errorf("encode egress allow-list: %w", err)
+	}
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, proxyEnv) // the policy lets nothing else out anyway
+	podLabelSet := podLabels(spec, k.cfg.Instance)
+	podLabelSet[LabelEgress] = string(spec.Egress.EffectiveMode())
 	c := corev1.Container{
 		Name:            containerName,
 		Image:           k.cfg.Image,
 		ImagePullPolicy: corev1.PullPolicy(k.cfg.ImagePullPolicy),
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: int32(k.cfg.Port), Protocol: corev1.ProtocolTCP}},
-		Env:             envVars(spec.Env),
+		Env:             envVars(env),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse(k.cfg.CPURequest),
@@ -108,11 +126,12 @@ func (k *Kubernetes) podFor(spec backend.Spec) (*corev1.Pod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   k.name(spec.SandboxID),
-			Labels: podLabels(spec, k.cfg.Instance),
+			Labels: podLabelSet,
 			Annotations: map[string]string{
-				AnnotationUser:   spec.User,
-				AnnotationThread: spec.Thread,
-				AnnotationLabels: string(labels),
+				AnnotationUser:        spec.User,
+				AnnotationThread:      spec.Thread,
+				AnnotationLabels:      string(labels),
+				AnnotationEgressAllow: string(allow),
 			},
 		},
 		Spec: corev1.PodSpec{
@@ -158,12 +177,9 @@ func (k *Kubernetes) serviceFor(pod *corev1.Pod) *corev1.Service {
 	}
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:   pod.Name,
-			Labels: maps.Clone(pod.Labels),
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
-				Controller: new(true), BlockOwnerDeletion: new(true),
-			}},
+			Name:            pod.Name,
+			Labels:          maps.Clone(pod.Labels),
+			OwnerReferences: ownerRefs(pod),
 		},
 		Spec: corev1.ServiceSpec{
 			Type: typ,
@@ -176,6 +192,15 @@ func (k *Kubernetes) serviceFor(pod *corev1.Pod) *corev1.Service {
 			}},
 		},
 	}
+}
+
+// ownerRefs make the Pod the controller of an object made for it, which
+// Kubernetes' garbage collector deletes with the Pod.
+func ownerRefs(pod *corev1.Pod) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{
+		APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+		Controller: new(true), BlockOwnerDeletion: new(true),
+	}}
 }
 
 // volumes mounts the thread's user data and the skills from the configured

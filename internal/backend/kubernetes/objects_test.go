@@ -22,13 +22,15 @@ func newForSpec(t *testing.T, cfg Config) *Kubernetes {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return &Kubernetes{cfg: cfg.withDefaults(), ns: "team-a"}
+	cfg = cfg.withDefaults()
+	return &Kubernetes{cfg: cfg, ns: "team-a", proxyURL: cfg.egressProxyURL("team-a")}
 }
 
-// testSpec has a thread id Kubernetes cannot take as a label value.
+// testSpec has a thread id Kubernetes cannot take as a label value, and
+// no egress (netpol_test.go tests the modes).
 func testSpec() backend.Spec {
 	spec := backend.Spec{
-		SandboxID: "0123456789abcdef", User: "alice", Thread: "chat:42",
+		SandboxID: "0123456789abcdef", User: "alice", Thread: "chat:42", Egress: backend.Egress{Mode: backend.EgressNone},
 		Env: map[string]string{"B_VAR": "2", "A_VAR": "1"},
 		Mounts: []backend.Mount{
 			{HostPath: "/gw/data/users/alice/threads/chat:42/user-data/workspace", ContainerPath: backend.VirtualWorkspace},
@@ -58,7 +60,7 @@ func TestPodSpec(t *testing.T) {
 	}
 	wantLabels := map[string]string{
 		backend.LabelManagedBy: "sandgate", backend.LabelSandboxID: "0123456789abcdef",
-		backend.LabelUser: "alice", backend.LabelInstance: "gw-1", "team": "x",
+		backend.LabelUser: "alice", backend.LabelInstance: "gw-1", "team": "x", LabelEgress: "none",
 	}
 	if !maps.Equal(pod.Labels, wantLabels) {
 		t.Errorf("labels = %v, want %v (the thread id and the bad key kept out)", pod.Labels, wantLabels)

@@ -42,10 +42,13 @@ func TestRBACMatchesAPIVerbs(t *testing.T) {
 	}
 	granted := map[string][]string{}
 	for _, r := range role.Rules {
-		if !slices.Equal(r.APIGroups, []string{""}) || len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
-			t.Errorf("rule %+v: want core-group resources only", r)
+		if len(r.APIGroups) != 1 || len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule %+v: want resources of one API group", r)
 		}
 		for _, res := range r.Resources {
+			if g, ok := APIGroups[res]; !ok || !slices.Equal(r.APIGroups, []string{g}) {
+				t.Errorf("rule %+v grants %s in groups %v; the code uses it in group %q", r, res, r.APIGroups, g)
+			}
 			granted[res] = append(granted[res], r.Verbs...)
 		}
 	}
@@ -55,6 +58,9 @@ func TestRBACMatchesAPIVerbs(t *testing.T) {
 	want := map[string][]string{}
 	for res, verbs := range APIVerbs {
 		want[res] = slices.Sorted(slices.Values(verbs))
+		if _, ok := APIGroups[res]; !ok {
+			t.Errorf("APIVerbs has %s, APIGroups does not say its group", res)
+		}
 	}
 	if !maps.EqualFunc(granted, want, slices.Equal[[]string]) {
 		t.Errorf("Role grants %v, the code uses APIVerbs %v", granted, want)
@@ -67,8 +73,8 @@ func TestRBACMatchesAPIVerbs(t *testing.T) {
 
 func TestClientRefusesUnlistedVerbs(t *testing.T) {
 	t.Parallel()
-	c := &coreClient{}
-	for _, call := range [][2]string{{"patch", "pods"}, {"update", "services"}, {"get", "secrets"}, {"watch", "services"}} {
+	c := &apiClient{}
+	for _, call := range [][2]string{{"patch", "pods"}, {"update", "services"}, {"get", "secrets"}, {"watch", "services"}, {"list", "networkpolicies"}, {"update", "networkpolicies"}} {
 		if _, err := c.req(call[0], call[1]); err == nil {
 			t.Errorf("req(%s %s) allowed; it is not in APIVerbs", call[0], call[1])
 		}
