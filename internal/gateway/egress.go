@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/config"
@@ -30,6 +32,44 @@ func newEgress(cfg config.Config, log *slog.Logger, metrics *telemetry.Metrics) 
 	policy := cfg.Pool.Egress
 	log.Info("egress policy", "mode", policy.EffectiveMode(), "allow", policy.Allow)
 	return p, nil
+}
+
+// egressAuthenticator is a backend whose sandboxes reach the egress proxy
+// over the network with a credential of their own (kubernetes).
+type egressAuthenticator interface {
+	EgressIdentity(ctx context.Context, sandboxID, password string) (backend.EgressIdentity, error)
+}
+
+// listenEgress opens egress_listen for networked sandboxes; nil when off.
+func (g *Gateway) listenEgress() (net.Listener, error) {
+	if g.cfg.Egress.Listen == "" {
+		return nil, nil
+	}
+	if _, ok := g.backend.(egressAuthenticator); !ok {
+		g.log.Warn("egress_listen is set, but this backend's sandboxes reach the egress proxy another way; not listening",
+			"backend", g.cfg.Backend)
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", g.cfg.Egress.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("egress_listen: %w", err)
+	}
+	return ln, nil
+}
+
+// serveEgress serves networked sandboxes on ln until the proxy shuts down.
+func (g *Gateway) serveEgress(ln net.Listener) {
+	auth := g.backend.(egressAuthenticator)
+	g.log.Info("egress proxy listening for networked sandboxes", "addr", ln.Addr().String())
+	err := g.egress.ServeAuth(ln, func(sid, password string) (backend.EgressIdentity, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		id, err := auth.EgressIdentity(ctx, sid, password)
+		return id, err == nil
+	})
+	if err != nil {
+		g.log.Error("egress proxy stopped", "err", err)
+	}
 }
 
 // keepEgress serves the egress sockets of running sandboxes nobody serves,

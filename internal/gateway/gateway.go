@@ -41,6 +41,8 @@ type Gateway struct {
 	metrics  *telemetry.Metrics
 	egress   *egress.Proxy
 	backend  backend.Backend
+	// egressListener serves networked sandboxes' proxy (egress_listen).
+	egressListener net.Listener
 }
 
 // ErrInsecure refuses a non-loopback listener without authentication.
@@ -124,6 +126,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		g.close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	if g.egressListener, err = g.listenEgress(); err != nil {
+		_ = g.listener.Close()
+		g.close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -149,6 +156,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("gateway listening", "addr", g.listener.Addr().String(), "backend", g.cfg.Backend,
 		"instance", g.cfg.Pool.Instance)
 
+	if g.egressListener != nil {
+		go g.serveEgress(g.egressListener)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- g.server.Serve(g.listener) }()
 	var serveErr error
