@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,9 +65,10 @@ func (d *Docker) networking(spec backend.Spec, cfg *container.Config, host *cont
 		host.NetworkMode = network.NetworkNone
 		if d.cfg.Egress != nil {
 			cfg.Cmd = append(cfg.Cmd, "--egress-socket", backend.EgressDir+"/"+backend.EgressSocketName)
-			for name, value := range backend.ProxyEnv("http://127.0.0.1:" + strconv.Itoa(backend.EgressPort)) {
-				cfg.Env = append(cfg.Env, name+"="+value)
-			}
+			// The configured variables win (an operator's own *_PROXY).
+			env := backend.ProxyEnv("http://127.0.0.1:" + strconv.Itoa(backend.EgressPort))
+			maps.Copy(env, spec.Env)
+			cfg.Env = containerEnv(env, true)
 		}
 	default:
 		host.NetworkMode = network.NetworkNone

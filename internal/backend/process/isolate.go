@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	if err != nil {
 		return nil, err
 	}
-	env := childEnv(isolatedEnv, spec.Env)
+	configured := spec.Env
 	hostNetwork := false
 	switch spec.Egress.EffectiveMode() {
 	case backend.EgressProxy:
@@ -57,7 +58,10 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 		}
 		mounts = append(mounts, jail.Mount{Target: backend.EgressDir, Source: dir, ReadOnly: true})
 		args = append(args, "--egress-socket", backend.EgressDir+"/"+backend.EgressSocketName)
-		env = childEnv(env, backend.ProxyEnv(egressURL))
+		// The proxy's variables join the configured ones (which the
+		// operator's own *_PROXY settings override).
+		configured = backend.ProxyEnv(egressURL)
+		maps.Copy(configured, spec.Env)
 	case backend.EgressOpen:
 		hostNetwork = true
 	}
@@ -76,7 +80,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 			Dir:            backend.VirtualWorkspace,
 			Args:           args,
-			Env:            env,
+			Env:            childEnv(isolatedEnv, configured),
 			HostNetwork:    hostNetwork,
 		},
 		Files:  files,
