@@ -2,6 +2,7 @@ package config
 
 import (
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,19 @@ import (
 
 func envOf(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// loadWith loads args with env and, when yaml is set, a config file of it.
+func loadWith(t *testing.T, args []string, env map[string]string, yaml string) (Config, []string, error) {
+	t.Helper()
+	all := maps.Clone(env)
+	if all == nil {
+		all = map[string]string{}
+	}
+	if yaml != "" {
+		all[ConfigEnv] = writeYAML(t, yaml)
+	}
+	return Load(args, envOf(all), io.Discard)
 }
 
 func writeYAML(t *testing.T, body string) string {

@@ -58,14 +58,7 @@ func TestDockerSettingsUnderEveryName(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{}
-			for k, v := range tc.env {
-				env[k] = v
-			}
-			if tc.yaml != "" {
-				env[ConfigEnv] = writeYAML(t, tc.yaml)
-			}
-			c, warnings, err := Load(tc.args, envOf(env), io.Discard)
+			c, warnings, err := loadWith(t, tc.args, tc.env, tc.yaml)
 			if err != nil || len(warnings) != 0 {
 				t.Fatalf("%v %v", err, warnings)
 			}

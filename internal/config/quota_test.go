@@ -23,14 +23,7 @@ func TestThreadDataQuota(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{}
-			for k, v := range tc.env {
-				env[k] = v
-			}
-			if tc.yaml != "" {
-				env[ConfigEnv] = writeYAML(t, tc.yaml)
-			}
-			c, _, err := Load(tc.args, envOf(env), io.Discard)
+			c, _, err := loadWith(t, tc.args, tc.env, tc.yaml)
 			if err != nil || c.ThreadDataQuota != tc.want {
 				t.Fatalf("quota %d, err %v; want %d", c.ThreadDataQuota, err, tc.want)
 			}

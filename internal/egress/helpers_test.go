@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/egress/egresstest"
+	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // upstreamIP is where the test servers listen: loopback, so refused unless
@@ -190,30 +191,12 @@ func (f *fixture) raw(t testing.TB, req string) (*http.Response, []byte) {
 }
 
 // logBuffer collects JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer struct{ testutil.LogBuffer }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// egressLines are the "egress" lines logged so far.
 func (l *logBuffer) egressLines(t testing.TB) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var lines []map[string]any
-	for _, raw := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	for _, raw := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		if raw == "" {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
@@ -132,7 +134,7 @@ func TestGatewayImageDockerBackend(t *testing.T) {
 
 	const thread = "deploy-check"
 	sid := identity.SandboxID(user, thread)
-	execCmd := `{"command": "echo hello from $(hostname) && id -u && pwd && printf proof > /mnt/user-data/workspace/proof.txt"}`
+	execCmd := `{"command": "echo hello from $(hostname) && echo uid=$(id -u) gid=$(id -g) && pwd && printf proof > /mnt/user-data/workspace/proof.txt"}`
 	if status := post(t, hc, base+"/threads/"+thread+"/v1/shell/exec", "", execCmd).StatusCode; status != http.StatusUnauthorized {
 		t.Errorf("exec without the key: status %d, want 401", status)
 	}
@@ -149,7 +151,10 @@ func TestGatewayImageDockerBackend(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || !exec.Success || exec.Data.ExitCode == nil || *exec.Data.ExitCode != 0 {
 		t.Fatalf("exec through the gateway: %d %+v (%v)", resp.StatusCode, exec, err)
 	}
-	for _, want := range []string{"hello from", strconv.Itoa(gatewayUID), backend.VirtualWorkspace} {
+	// Never the gateway's uid: one of the sandbox's own, in the gateway's
+	// group (the gateway is not root, so it shares the thread dirs by group).
+	sandboxUID := jail.SandboxHostID(sid)
+	for _, want := range []string{"hello from", fmt.Sprintf("uid=%d gid=%d", sandboxUID, gatewayUID), backend.VirtualWorkspace} {
 		if !strings.Contains(exec.Data.Output, want) {
 			t.Errorf("exec output %q lacks %q", exec.Data.Output, want)
 		}
@@ -166,14 +171,16 @@ func TestGatewayImageDockerBackend(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sandbox container: %v", err)
 	}
-	if _, ok := sandbox.NetworkSettings.Networks[name]; !ok {
-		t.Errorf("sandbox networks %v, want %s", slices.Sorted(maps.Keys(sandbox.NetworkSettings.Networks)), name)
+	// No network at all: the gateway in its container reaches the server on
+	// its socket in the shared data dir.
+	if sandbox.HostConfig.NetworkMode != "none" {
+		t.Errorf("sandbox network %q (networks %v), want none", sandbox.HostConfig.NetworkMode, slices.Sorted(maps.Keys(sandbox.NetworkSettings.Networks)))
 	}
 	if len(sandbox.HostConfig.PortBindings) != 0 {
-		t.Errorf("sandbox publishes %v; on a network nothing is published", sandbox.HostConfig.PortBindings)
+		t.Errorf("sandbox publishes %v; nothing is published", sandbox.HostConfig.PortBindings)
 	}
-	if sandbox.Config.User != "65532:65532" {
-		t.Errorf("sandbox user %q, want the gateway's 65532:65532", sandbox.Config.User)
+	if want := fmt.Sprintf("%d:%d", sandboxUID, gatewayUID); sandbox.Config.User != want {
+		t.Errorf("sandbox user %q, want %s", sandbox.Config.User, want)
 	}
 
 	// The lease is in the real Redis, not in an embedded one.

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -48,13 +47,13 @@ func TestDockerSandboxUser(t *testing.T) {
 	threadDir := backend.ThreadDir(f.dataDir, "default", thread)
 	ws := filepath.Join(threadDir, "workspace")
 	for _, sub := range []string{"workspace", "uploads", "outputs"} {
-		if st := statT(t, filepath.Join(threadDir, sub)); int(st.Uid) != uid || st.Mode&0o7777 != 0o700 {
+		if st := testutil.Stat(t, filepath.Join(threadDir, sub)); int(st.Uid) != uid || st.Mode&0o7777 != 0o700 {
 			t.Errorf("%s on the host: uid %d mode %o, want the sandbox's %d, 0700", sub, st.Uid, st.Mode&0o7777, uid)
 		}
 	}
 	writeFileAPI(t, g.URL, thread, "/mnt/user-data/workspace/api.txt", []byte(secret))
 	for _, name := range []string{"secret.txt", "sub", "api.txt"} {
-		if st := statT(t, filepath.Join(ws, name)); int(st.Uid) != uid || st.Mode&0o077 != 0 {
+		if st := testutil.Stat(t, filepath.Join(ws, name)); int(st.Uid) != uid || st.Mode&0o077 != 0 {
 			t.Errorf("%s written by the sandbox: uid %d mode %o, want the sandbox's %d and nothing for others", name, st.Uid, st.Mode&0o7777, uid)
 		}
 	}
@@ -91,15 +90,6 @@ func TestDockerSandboxUser(t *testing.T) {
 	if euid, ok := asNobody(t, linked, "-u"); !ok || strings.TrimSpace(euid) != ids[0] {
 		t.Fatalf("planted setuid binary run by nobody: euid %q (ok=%v), want the sandbox's %s", euid, ok, ids[0])
 	}
-}
-
-func statT(t *testing.T, path string) syscall.Stat_t {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 // writeFileAPI writes data through the sandbox's file API (base64).

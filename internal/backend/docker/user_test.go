@@ -84,7 +84,7 @@ func TestPrepareDirs(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, m := range mounts {
-				st := stat(t, m.HostPath)
+				st := testutil.Stat(t, m.HostPath)
 				mode := os.FileMode(st.Mode & 0o7777)
 				if st.Mode&syscall.S_ISGID != 0 {
 					mode = mode&^0o2000 | os.ModeSetgid
@@ -97,20 +97,11 @@ func TestPrepareDirs(t *testing.T) {
 					t.Errorf("%s (not the thread's): %d %v, want root's 0755 kept", m.ContainerPath, st.Uid, mode)
 				}
 			}
-			if st := stat(t, old); int(st.Uid) != c.uid {
+			if st := testutil.Stat(t, old); int(st.Uid) != c.uid {
 				t.Errorf("file already in the workspace: owner %d, want %d", st.Uid, c.uid)
 			}
 		})
 	}
-}
-
-func stat(t *testing.T, path string) syscall.Stat_t {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 // A failed hand-over is the host's fault (ErrHostDirs, 507).
