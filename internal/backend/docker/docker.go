@@ -11,10 +11,14 @@
 //
 // Safer defaults than DeerFlow's `docker run --security-opt seccomp=unconfined`:
 //
-//   - The sandbox port is published on 127.0.0.1 only, with a host port the
-//     engine picks (no port scanning, never 0.0.0.0). With Network set (the
-//     gateway itself runs in a container on that network) nothing is
-//     published and the URL is http://{container name}:{port}.
+//   - A container of our own server has no network (--network none) unless
+//     its egress is open: no route to another sandbox or a host port. The
+//     gateway reaches it on a Unix socket, and it reaches the egress proxy
+//     on another (network.go). An image serving its own API gets its port
+//     published on 127.0.0.1 only, with a host port the engine picks (no
+//     port scanning, never 0.0.0.0); with Network set (the gateway itself
+//     in a container on that network) nothing is published and the URL is
+//     http://{container name}:{port}.
 //   - The engine's default seccomp profile; seccomp=unconfined only when
 //     SeccompUnconfined is set (the all-in-one image's browser needs it),
 //     and then logged as a warning at startup.
@@ -50,7 +54,8 @@
 //
 // Images built from deployments/sandbox-image carry the label
 // LabelServer=/gateway: the backend then runs `/gateway sandbox --listen
-// 0.0.0.0:{port} --home /mnt/user-data/workspace --secret-file ...`, with
+// unix:/run/sandgate/api.sock --home /mnt/user-data/workspace --secret-file
+// ... [--egress-socket ...]`, with
 // the sandbox's own secret delivered as a file (secret.go). Any other image
 // (the all-in-one sandbox DeerFlow uses) runs its own entrypoint, must serve
 // the sandbox API on Port, and gets no secret: the gateway sends it the
