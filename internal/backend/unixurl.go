@@ -94,3 +94,12 @@ func Client(rawURL string) (*http.Client, string) {
 		DialContext: DialUnix(socket, 2*time.Second),
 	}}, base
 }
+
+// LogURL is a sandbox URL fit for a log line: a Unix socket's path is a host
+// path (under data_dir), which logs never carry, so it reads "unix socket".
+func LogURL(rawURL string) string {
+	if _, ok := UnixSocket(rawURL); ok {
+		return "unix socket"
+	}
+	return rawURL
+}

@@ -74,3 +74,15 @@ func waitReadyOn(t *testing.T, dir string) {
 		t.Fatal("a wrong secret was taken as ready")
 	}
 }
+
+func TestLogURLHidesSocketPaths(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"unix:///srv/data/sandboxes/docker/0123456789abcdef/api.sock": "unix socket",
+		"http://127.0.0.1:40000": "http://127.0.0.1:40000",
+	} {
+		if got := LogURL(in); got != want {
+			t.Errorf("LogURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -66,7 +66,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 			if err != nil {
 				return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 			}
-			log.Info("sandbox created", "container", shortID(info.Incarnation), "url", info.URL,
+			log.Info("sandbox created", "container", shortID(info.Incarnation), "url", backend.LogURL(info.URL),
 				"duration", time.Since(began).Round(time.Millisecond).String())
 			return info, nil
 		}

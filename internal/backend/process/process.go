@@ -208,7 +208,7 @@ func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, 
 		return backend.Info{}, fmt.Errorf("create sandbox %s (log %s): %w", sid, p.logPath(sid), err)
 	}
 	keepLock = true
-	log.Info("sandbox created", "pid", c.pid, "url", url, "duration", time.Since(began))
+	log.Info("sandbox created", "pid", c.pid, "url", backend.LogURL(url), "duration", time.Since(began))
 	return st.info(), nil
 }
 
