@@ -43,9 +43,7 @@ type Transport struct {
 	mu     sync.Mutex
 	idle   []*conn
 	closed bool
-
-	stdOnce sync.Once
-	std     *http.Transport
+	std    *http.Transport // for upgrades, built on the first one; nil until then
 }
 
 // NewTransport returns a pool for one sandbox incarnation.
@@ -74,7 +72,12 @@ var errTransportClosed = errors.New("sandbox connection pool closed")
 // RoundTrip sends one request on a pooled connection.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" {
-		return t.upgrader().RoundTrip(req)
+		std, err := t.upgrader()
+		if err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		return std.RoundTrip(req)
 	}
 	ctx := req.Context()
 	c, err := t.get(ctx, req.URL.Host)
@@ -197,30 +200,49 @@ func (t *Transport) release(c *conn, stop func() bool, reusable bool) {
 func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	t.closed = true
-	idle := t.idle
+	idle, std := t.idle, t.std
 	t.idle = nil
 	t.mu.Unlock()
 	for _, c := range idle {
 		c.Close()
 	}
-	if t.std != nil {
-		t.std.CloseIdleConnections()
+	if std != nil {
+		std.CloseIdleConnections()
 	}
 }
 
-// upgrader is the standard transport used for protocol upgrades only.
-func (t *Transport) upgrader() *http.Transport {
-	t.stdOnce.Do(func() {
+// upgrader returns the standard transport used for protocol upgrades only,
+// built under mu on the first one, as close reads it; a closed pool refuses,
+// so a retired incarnation gets no new transport nor connection.
+func (t *Transport) upgrader() (*http.Transport, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errTransportClosed
+	}
+	if t.std == nil {
 		t.std = &http.Transport{
 			Proxy:               nil,
-			DialContext:         t.dial,
+			DialContext:         t.dialUpgrade,
 			DisableCompression:  true,
 			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
 			MaxIdleConnsPerHost: 4,
 			IdleConnTimeout:     t.cfg.IdleConnTimeout,
 		}
-	})
-	return t.std
+	}
+	return t.std, nil
+}
+
+// dialUpgrade is the upgrade transport's dialer: an upgrade that got the
+// transport just before the pool closed dials nothing after it.
+func (t *Transport) dialUpgrade(ctx context.Context, network, addr string) (net.Conn, error) {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return nil, errTransportClosed
+	}
+	return t.dial(ctx, network, addr)
 }
 
 // body hands the connection back to the pool when the response has been

@@ -85,6 +85,25 @@ func TestClosedTransportRefusesUpgrades(t *testing.T) {
 	}
 }
 
+// An upgrade that got the upgrade transport just before the pool closed
+// dials nothing after it.
+func TestUpgradeTakenBeforeCloseDialsNothing(t *testing.T) {
+	t.Parallel()
+	up := rawEcho(t)
+	tr := NewTransport(TransportConfig{})
+	std, err := tr.upgrader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.CloseIdleConnections()
+	if _, err := std.RoundTrip(upgradeRequest(t, up.URL)); !errors.Is(err, errTransportClosed) {
+		t.Fatalf("upgrade after close: %v, want %v", err, errTransportClosed)
+	}
+	if n := up.conns.Load(); n != 0 {
+		t.Fatalf("upstream saw %d connections after close", n)
+	}
+}
+
 // Through the proxy, an upgrade on a retired route goes to the replacement,
 // as any request does.
 func TestRetiredPoolRetriesUpgradeOnTheReplacement(t *testing.T) {
