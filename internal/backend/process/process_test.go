@@ -394,7 +394,9 @@ func TestUnresponsiveSandboxIsReplacedOnlyByCreate(t *testing.T) {
 		t.Fatal("Discover removed the state of a live sandbox")
 	}
 
-	impatient := newProcessWith(t, Config{Binary: p.cfg.Binary, StateDir: stateDir, ReadyTimeout: 500 * time.Millisecond})
+	// Short enough to give up on the hung one soon, long enough for a new
+	// sandbox to start on a busy machine.
+	impatient := newProcessWith(t, Config{Binary: p.cfg.Binary, StateDir: stateDir, ReadyTimeout: 3 * time.Second})
 	fresh := backendtest.MustCreate(t, impatient, spec)
 	if fresh.Incarnation == hung.Incarnation {
 		t.Fatal("Create adopted the hung sandbox")
