@@ -57,6 +57,7 @@ func createTemp(target string) (*os.File, error) {
 // existing target's mode. check, when set, runs right before the rename;
 // its error aborts the write. The temporary file never outlives the call.
 func writeAtomic(target string, src io.Reader, check func() error) (n int64, err error) {
+	target = followLink(target)
 	f, err := createTemp(target)
 	if err != nil {
 		return 0, err
@@ -117,6 +118,16 @@ func createAtomic(target string, data []byte) error {
 		return os.Rename(f.Name(), target)
 	}
 	return err
+}
+
+// followLink resolves an existing target's symlinks, so a rename replaces
+// the file a link points to, not the link (as writing in place did).
+// hostPath has checked the resolved path stays inside a writable mapping.
+func followLink(target string) string {
+	if real, err := filepath.EvalSymlinks(target); err == nil {
+		return real
+	}
+	return target
 }
 
 // appendSafe appends data to target (created when absent). A failed append
@@ -206,6 +217,7 @@ func (s *Server) editFile(field, p string, edit func(old []byte) ([]byte, error)
 	if err != nil {
 		return "", nil, nil, err
 	}
+	host = followLink(host)
 	l, arrival, unlock := edits.lock(host)
 	defer unlock()
 	fi, err := s.regularFile(field, host, virt)

@@ -138,6 +138,40 @@ func TestWriteKeepsMode(t *testing.T) {
 	}
 }
 
+// Writes and edits through a symlink change the file it points to and
+// keep the link.
+func TestWriteThroughSymlinkKeepsLink(t *testing.T) {
+	t.Parallel()
+	ts := newHostServer(t)
+	real, link := filepath.Join(ts.ws, "real.txt"), filepath.Join(ts.ws, "link.txt")
+	if err := os.WriteFile(real, []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real.txt", link); err != nil {
+		t.Fatal(err)
+	}
+	file := vWorkspace + "/link.txt"
+	for _, call := range []struct {
+		path string
+		body map[string]any
+		want string
+	}{
+		{"/v1/file/write", map[string]any{"file": file, "content": "v2"}, "v2"},
+		{"/v1/file/replace", map[string]any{"file": file, "old_str": "v2", "new_str": "v3"}, "v3"},
+	} {
+		r := ts.post(t, call.path, call.body)
+		if r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", call.path, r.Status, r.Body)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s replaced the symlink (%v)", call.path, err)
+		}
+		if got, _ := os.ReadFile(real); string(got) != call.want {
+			t.Errorf("%s: real.txt = %q, want %q", call.path, got, call.want)
+		}
+	}
+}
+
 // Concurrent API replaces of one file are serialized by the path lock:
 // replaces of different unique strings all apply; of the same string one
 // applies and the other is a conflict (409, or 422 when it arrived after
