@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -48,7 +49,7 @@ func (s *Server) handleFileSearch(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return invalid("regex", "regex: invalid regular expression: %v", err)
 	}
-	_, virt, data, err := s.editable("file", *req.File, false)
+	virt, data, err := s.editable("file", *req.File)
 	if err != nil {
 		return err
 	}
@@ -69,21 +70,22 @@ func (s *Server) handleFileSearch(w http.ResponseWriter, r *http.Request) error 
 
 // editable resolves field's path to an existing regular file within the
 // content limit and reads it.
-func (s *Server) editable(field, p string, write bool) (host, virt string, data []byte, err error) {
-	if host, virt, err = s.hostPath(field, p, write); err != nil {
-		return "", "", nil, err
+func (s *Server) editable(field, p string) (virt string, data []byte, err error) {
+	host, virt, err := s.hostPath(field, p, false)
+	if err != nil {
+		return "", nil, err
 	}
 	fi, err := s.regularFile(field, host, virt)
 	if err != nil {
-		return "", "", nil, err
+		return "", nil, err
 	}
 	if fi.Size() > maxFileContent {
-		return "", "", nil, statusErr(http.StatusRequestEntityTooLarge, "%s is larger than %d bytes", virt, maxFileContent)
+		return "", nil, statusErr(http.StatusRequestEntityTooLarge, "%s is larger than %d bytes", virt, maxFileContent)
 	}
 	if data, err = os.ReadFile(host); err != nil {
-		return "", "", nil, s.fsError(err, virt)
+		return "", nil, s.fsError(err, virt)
 	}
-	return host, virt, data, nil
+	return virt, data, nil
 }
 
 type editorReq struct {
@@ -175,7 +177,7 @@ func (s *Server) editorView(ctx context.Context, p string, viewRange []int) (edi
 			virt, virt, strings.Join(entries, "\n"))
 		return editorResult{Output: out, Path: virt, PrevExist: true}, nil
 	}
-	_, virt, data, err := s.editable("path", p, false)
+	virt, data, err := s.editable("path", p)
 	if err != nil {
 		return editorResult{}, err
 	}
@@ -209,51 +211,62 @@ func (s *Server) editorCreate(p string, text *string) (editorResult, error) {
 	if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
 		return editorResult{}, s.fsError(err, path.Dir(virt))
 	}
-	if err := os.WriteFile(host, []byte(*text), 0o644); err != nil {
+	err = createAtomic(host, []byte(*text))
+	if errors.Is(err, fs.ErrExist) {
+		return editorResult{}, statusErr(http.StatusConflict, "file already exists at %s; create does not overwrite (use str_replace)", virt)
+	}
+	if err != nil {
 		return editorResult{}, s.fsError(err, virt)
 	}
 	return editorResult{Output: "File created successfully at: " + virt, Path: virt, NewContent: text}, nil
 }
 
-// editorChange runs str_replace, insert and undo_edit on an existing file.
+// editorChange runs str_replace, insert and undo_edit on an existing file
+// (an atomic read-modify-write, see editFile).
 func (s *Server) editorChange(cmd string, req editorReq) (editorResult, error) {
-	host, virt, data, err := s.editable("path", *req.Path, true)
+	host, virt, err := s.hostPath("path", *req.Path, true)
 	if err != nil {
 		return editorResult{}, err
 	}
-	old := string(data)
-	var out string
-	switch cmd {
-	case "str_replace":
-		out, err = strReplace(old, req)
-	case "insert":
-		out, err = insertAt(old, req)
-	case "undo_edit":
-		prev, found, uerr := s.popUndo(host)
-		if uerr != nil {
-			return editorResult{}, &apiError{status: http.StatusInternalServerError, err: uerr}
+	var dropUndo func()
+	_, data, outB, err := s.editFile("path", *req.Path, func(data []byte) ([]byte, error) {
+		var out string
+		var err error
+		switch cmd {
+		case "str_replace":
+			out, err = strReplace(string(data), req)
+		case "insert":
+			out, err = insertAt(string(data), req)
+		default: // undo_edit
+			prev, drop, err := s.peekUndo(host)
+			if err != nil {
+				return nil, &apiError{status: http.StatusInternalServerError, err: err}
+			}
+			if drop == nil {
+				return nil, statusErr(http.StatusConflict, "no edit history for %s", virt)
+			}
+			dropUndo = drop
+			return prev, nil
 		}
-		if !found {
-			return editorResult{}, statusErr(http.StatusConflict, "no edit history for %s", virt)
+		if err != nil {
+			return nil, err
 		}
-		if err := os.WriteFile(host, prev, 0o644); err != nil {
-			return editorResult{}, s.fsError(err, virt)
+		if err := s.pushUndo(host, data); err != nil {
+			return nil, &apiError{status: http.StatusInternalServerError, err: err}
 		}
-		nc := string(prev)
-		return editorResult{Output: "Last edit to " + virt + " undone successfully.", Path: virt, PrevExist: true,
-			OldContent: &old, NewContent: &nc}, nil
-	}
+		return []byte(out), nil
+	})
 	if err != nil {
 		return editorResult{}, err
 	}
-	if err := s.pushUndo(host, data); err != nil {
-		return editorResult{}, &apiError{status: http.StatusInternalServerError, err: err}
+	old, out := string(data), string(outB)
+	res := editorResult{Output: "The file " + virt + " has been edited.", Path: virt, PrevExist: true,
+		OldContent: &old, NewContent: &out}
+	if dropUndo != nil {
+		dropUndo()
+		res.Output = "Last edit to " + virt + " undone successfully."
 	}
-	if err := os.WriteFile(host, []byte(out), 0o644); err != nil {
-		return editorResult{}, s.fsError(err, virt)
-	}
-	return editorResult{Output: "The file " + virt + " has been edited.", Path: virt, PrevExist: true,
-		OldContent: &old, NewContent: &out}, nil
+	return res, nil
 }
 
 // strReplace replaces old_str, which must occur exactly once unless
@@ -338,20 +351,20 @@ func (s *Server) pushUndo(host string, content []byte) error {
 	return nil
 }
 
-// popUndo takes the newest saved version.
-func (s *Server) popUndo(host string) ([]byte, bool, error) {
+// peekUndo reads the newest saved version; drop removes it once it is
+// restored. A nil drop means there is no history.
+func (s *Server) peekUndo(host string) (content []byte, drop func(), err error) {
 	dir := s.undoDir(host)
 	versions := undoVersions(dir)
 	if len(versions) == 0 {
-		return nil, false, nil
+		return nil, nil, nil
 	}
 	f := filepath.Join(dir, strconv.Itoa(versions[len(versions)-1]))
 	data, err := os.ReadFile(f)
 	if err != nil {
-		return nil, false, fmt.Errorf("undo history: %w", err)
+		return nil, nil, fmt.Errorf("undo history: %w", err)
 	}
-	_ = os.Remove(f)
-	return data, true, nil
+	return data, func() { _ = os.Remove(f) }, nil
 }
 
 func undoVersions(dir string) []int {

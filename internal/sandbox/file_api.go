@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"io"
@@ -176,20 +177,13 @@ func (s *Server) handleFileWrite(w http.ResponseWriter, r *http.Request) error {
 	if err := os.MkdirAll(filepath.Dir(host), 0o755); err != nil {
 		return s.fsError(err, path.Dir(virt))
 	}
-	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	if req.Append {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		err = appendSafe(host, data)
+	} else {
+		_, err = writeAtomic(host, bytes.NewReader(data), nil)
 	}
-	f, err := os.OpenFile(host, flags, 0o644)
 	if err != nil {
 		return s.fsError(err, virt)
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return s.fsError(werr, virt)
 	}
 	ok(w, "file written", map[string]any{"file": virt, "bytes_written": len(data)})
 	return nil
@@ -204,7 +198,9 @@ func decodeBase64(s string) ([]byte, error) {
 }
 
 // handleFileReplace replaces every occurrence of old_str. Zero occurrences
-// is a 422 naming old_str (the file is left untouched).
+// is a 422 naming old_str (the file is left untouched), or a 409 conflict
+// when another API edit changed the file while this one waited for it; a
+// change by anything else between read and write is a 409 too (editFile).
 func (s *Server) handleFileReplace(w http.ResponseWriter, r *http.Request) error {
 	var req fileReplaceReq
 	if err := decode(w, r, &req); err != nil {
@@ -220,28 +216,16 @@ func (s *Server) handleFileReplace(w http.ResponseWriter, r *http.Request) error
 	case req.NewStr == nil:
 		return missing("new_str")
 	}
-	host, virt, err := s.hostPath("file", *req.File, true)
+	oldStr, newStr := []byte(*req.OldStr), []byte(*req.NewStr)
+	var n int
+	virt, _, _, err := s.editFile("file", *req.File, func(data []byte) ([]byte, error) {
+		if n = bytes.Count(data, oldStr); n == 0 {
+			return nil, invalid("old_str", "old_str not found in %s", s.virtualPath(*req.File))
+		}
+		return bytes.ReplaceAll(data, oldStr, newStr), nil
+	})
 	if err != nil {
 		return err
-	}
-	fi, err := s.regularFile("file", host, virt)
-	if err != nil {
-		return err
-	}
-	if fi.Size() > maxFileContent {
-		return statusErr(http.StatusRequestEntityTooLarge, "%s is larger than %d bytes; edit it with a command", virt, maxFileContent)
-	}
-	data, err := os.ReadFile(host)
-	if err != nil {
-		return s.fsError(err, virt)
-	}
-	n := bytes.Count(data, []byte(*req.OldStr))
-	if n == 0 {
-		return invalid("old_str", "old_str not found in %s", virt)
-	}
-	out := bytes.ReplaceAll(data, []byte(*req.OldStr), []byte(*req.NewStr))
-	if err := os.WriteFile(host, out, fi.Mode().Perm()); err != nil {
-		return s.fsError(err, virt)
 	}
 	ok(w, "file updated", map[string]any{"file": virt, "replaced_count": n})
 	return nil
@@ -296,14 +280,20 @@ func (s *Server) handleFileUpload(w http.ResponseWriter, r *http.Request) error 
 				}
 				dir = filepath.Dir(dest)
 			}
-			f, err := os.CreateTemp(dir, ".upload-*")
+			f, err := createTemp(filepath.Join(dir, "upload"))
 			if err != nil {
 				return s.fsError(err, path.Dir(virt))
 			}
 			tmp = f.Name()
-			size, err = io.Copy(f, part)
+			size, err = io.Copy(diskWriter{f}, part)
+			if err == nil {
+				err = diskErr(f.Sync())
+			}
 			if cerr := f.Close(); err == nil {
-				err = cerr
+				err = diskErr(cerr)
+			}
+			if de := (diskError{}); errors.As(err, &de) {
+				return s.fsError(de.error, cmp.Or(virt, name))
 			}
 			if err != nil {
 				return uploadError(err)
@@ -364,6 +354,25 @@ func uploadError(err error) error {
 	return statusErr(http.StatusBadRequest, "malformed multipart body")
 }
 
+// diskWriter tags write errors, so a full disk is told from a broken body.
+type diskWriter struct{ f *os.File }
+
+func (w diskWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	return n, diskErr(err)
+}
+
+type diskError struct{ error }
+
+func (e diskError) Unwrap() error { return e.error }
+
+func diskErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return diskError{err}
+}
+
 // moveFile renames src to dst, copying when they are on different
 // filesystems (a spooled upload sits in the system temp dir).
 func moveFile(src, dst string) error {
@@ -378,24 +387,10 @@ func moveFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".upload-*")
-	if err != nil {
+	if _, err := writeAtomic(dst, in, nil); err != nil {
 		return err
 	}
-	_, err = io.Copy(tmp, in)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
+	return os.Chmod(dst, 0o644)
 }
 
 // handleFileDownload streams a file (with Range support) as an attachment.

@@ -237,7 +237,9 @@ func (s *Server) routes() {
 type envelope struct {
 	Success bool   `json:"success"`
 	Message string `json:"message"`
-	Data    any    `json:"data"`
+	// Code names a failure a client acts on by machine ("conflict").
+	Code string `json:"code,omitempty"`
+	Data any    `json:"data"`
 	// Detail lists validation errors of a 422, FastAPI style, which is what
 	// the generated AIO SDKs decode a 422 into.
 	Detail []fieldError `json:"detail,omitempty"`
@@ -254,6 +256,7 @@ type apiError struct {
 	status int
 	msg    string
 	field  string // set for 422: the offending request field
+	code   string // optional machine-readable failure code
 	err    error  // internal cause; logged, never sent
 }
 
@@ -295,7 +298,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			ae.msg = "internal error"
 		}
 	}
-	env := envelope{Success: false, Message: ae.msg}
+	env := envelope{Success: false, Message: ae.msg, Code: ae.code}
 	if ae.field != "" {
 		env.Detail = []fieldError{{Loc: []string{"body", ae.field}, Msg: ae.msg, Type: "value_error"}}
 	}
