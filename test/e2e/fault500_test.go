@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// TestDestroyDuringUpload: a sandbox destroyed while an upload streams into it
+// TestSandboxDestroyedMidUploadIs502: a sandbox destroyed while an upload streams into it
 // answers the upload from the error table (502/503), never 500, and the
 // gateway goes on serving the thread.
-func TestDestroyDuringUpload(t *testing.T) {
+func TestSandboxDestroyedMidUploadIs502(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	g := f.start()
@@ -98,9 +98,9 @@ func TestDestroyDuringUpload(t *testing.T) {
 	}
 }
 
-// TestChunkedBareLF: a chunked body framed with bare line feeds is a
+// TestChunkedBodyWithBareLineFeedsIs400: a chunked body framed with bare line feeds is a
 // malformed request: 400, and the gateway goes on serving.
-func TestChunkedBareLF(t *testing.T) {
+func TestChunkedBodyWithBareLineFeedsIs400(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	g := f.start()
