@@ -73,7 +73,7 @@ var rows = []row{
 	},
 	{
 		failure:   "A client's request body is malformed (chunked framing with bare line feeds, truncated)",
-		happens:   "400 `bad_request` (499 when the client went away with it); the gateway serves on",
+		happens:   "400 `bad_request`, a client's fault (not logged as a gateway failure); the gateway serves on",
 		mechanism: "the proxy's body reader keeps the client's read error (`proxy.BodyReadError`), which the error table checks before the broken-connection row",
 		tests:     []testRef{{e2e, "TestChunkedBodyWithBareLineFeedsIs400"}, {"./internal/router", "TestStatusTable"}},
 	},
