@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -53,7 +54,7 @@ func (k *Keeper) Run(ctx context.Context) {
 func (k *Keeper) safePass(ctx context.Context) {
 	defer func() {
 		if r := recover(); r != nil {
-			k.log.Error("egress keeper pass panicked", "panic", r)
+			k.log.Error("egress keeper pass panicked", "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
 	if _, err := k.Pass(ctx); err != nil && ctx.Err() == nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 )
 
 // every runs pass each interval until ctx ends. A pass that fails or panics
-// is logged and the loop goes on: one bad sandbox must not stop the reaper.
+// is logged (a panic once, with its stack) and the loop goes on: one bad
+// sandbox must not stop the reaper.
 func every(ctx context.Context, log *slog.Logger, name string, interval time.Duration, pass func(context.Context) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -27,7 +29,7 @@ func every(ctx context.Context, log *slog.Logger, name string, interval time.Dur
 func runPass(ctx context.Context, interval time.Duration, pass func(context.Context) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
 	// A pass may take longer than its interval (slow destroys), not forever.

@@ -146,7 +146,7 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 		// The sandbox key is between the gateway and the sandbox only.
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Del(SandboxAPIKeyHeader)
-			return nil
+			return checkResponse(resp)
 		},
 	}
 	return p

@@ -52,7 +52,7 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &http.MaxBytesError{Limit: body.limit}
 		}
 		if !isDial(err) || body.used() {
-			return nil, err
+			return nil, failure(err, body)
 		}
 		if attempt >= d.p.cfg.MaxRetries {
 			return nil, &UnreachableError{Err: err}
@@ -108,6 +108,7 @@ type guardedBody struct {
 	read  atomic.Bool
 	over  atomic.Bool
 	n     atomic.Int64
+	rerr  atomic.Pointer[error] // the client's body failed to read (not EOF)
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
@@ -122,6 +123,9 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		b.read.Store(true)
 		b.n.Add(int64(n))
 	}
+	if err != nil && err != io.EOF {
+		b.rerr.CompareAndSwap(nil, &err)
+	}
 	if b.limit > 0 && b.n.Load() > b.limit {
 		b.over.Store(true)
 		return max(n-1, 0), &http.MaxBytesError{Limit: b.limit}
@@ -134,3 +138,13 @@ func (b *guardedBody) Close() error { return nil }
 func (b *guardedBody) used() bool { return b != nil && b.read.Load() }
 
 func (b *guardedBody) overLimit() bool { return b != nil && b.over.Load() }
+
+func (b *guardedBody) readErr() error {
+	if b == nil {
+		return nil
+	}
+	if err := b.rerr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}

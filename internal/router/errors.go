@@ -39,6 +39,9 @@ func statusOf(err error) apiError {
 	var he *echo.HTTPError
 	var tooLarge *http.MaxBytesError
 	var unreachable *proxy.UnreachableError
+	var badBody *proxy.BodyReadError
+	var exchange *proxy.ExchangeError
+	var badResponse *proxy.BadResponseError
 	var netErr net.Error
 	var rateLimited *pool.RateLimitError
 	var image *backend.ImageError
@@ -90,11 +93,16 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusBadGateway, "sandbox_start_failed", "the sandbox failed to start", 0}
 	case errors.As(err, &tooLarge):
 		return apiError{http.StatusRequestEntityTooLarge, "too_large", "request body too large", 0}
+	case errors.As(err, &badBody):
+		// Before the broken-connection row: the client's body broke, not the sandbox.
+		return apiError{http.StatusBadRequest, "bad_request", "the request body is malformed or truncated", 0}
+	case errors.As(err, &badResponse):
+		return apiError{http.StatusBadGateway, "sandbox_bad_response", "the sandbox sent an invalid response", 0}
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return apiError{http.StatusGatewayTimeout, "timeout", "the sandbox did not answer in time", 0}
 	case errors.As(err, &unreachable):
 		return apiError{http.StatusBadGateway, "sandbox_unreachable", "the sandbox did not answer", 0}
-	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &exchange):
 		// The connection broke mid-request (sandbox killed or crashed): not
 		// retried, since the sandbox may have acted on the request.
 		return apiError{http.StatusBadGateway, "sandbox_connection_lost", "the sandbox closed the connection before answering", 0}

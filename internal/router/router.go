@@ -7,7 +7,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -239,26 +238,6 @@ func (r resolver) Retry(ctx context.Context, failed proxy.Upstream) (proxy.Upstr
 		return next, nil
 	}
 	return nil, fmt.Errorf("unexpected upstream %T", failed)
-}
-
-// recoverJSON turns a handler panic into a JSON 500 (never a stack trace to
-// the client). http.ErrAbortHandler is re-raised: it is how a proxied
-// stream aborts on purpose.
-func recoverJSON(log *slog.Logger) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) (err error) {
-			defer func() {
-				if v := recover(); v != nil {
-					if v == http.ErrAbortHandler {
-						panic(v)
-					}
-					log.ErrorContext(c.Request().Context(), "handler panic", "panic", v, "path", c.Request().URL.Path)
-					err = errors.New("panic")
-				}
-			}()
-			return next(c)
-		}
-	}
 }
 
 func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }

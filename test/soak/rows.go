@@ -66,6 +66,30 @@ var rows = []row{
 		tests:     []testRef{{e2e, "TestSandboxKilledMidRequestIs502ThenRecreated"}},
 	},
 	{
+		failure:   "A sandbox is destroyed while an upload streams into it",
+		happens:   "502 `sandbox_connection_lost`, never 500; the gateway serves on and the thread's next call gets a new sandbox",
+		mechanism: "a request body whose write to the sandbox breaks is the sandbox's failure (`proxy.ExchangeError`); the transport's own error type hides the broken connection from the error table",
+		tests:     []testRef{{e2e, "TestSandboxDestroyedMidUploadIs502"}, {"./internal/proxy", "TestBrokenExchangesAreClassified"}},
+	},
+	{
+		failure:   "A client's request body is malformed (chunked framing with bare line feeds, truncated)",
+		happens:   "400 `bad_request`, a client's fault (not logged as a gateway failure); the gateway serves on",
+		mechanism: "the proxy's body reader keeps the client's read error (`proxy.BodyReadError`), which the error table checks before the broken-connection row",
+		tests:     []testRef{{e2e, "TestChunkedBodyWithBareLineFeedsIs400"}, {"./internal/router", "TestStatusTable"}},
+	},
+	{
+		failure:   "A sandbox answers 101 Switching Protocols to a request that asked for no upgrade, or for another protocol",
+		happens:   "502 `sandbox_bad_response`; nothing is relayed and the gateway serves on",
+		mechanism: "the proxy checks a 101 against the request's `Upgrade` before relaying it (`proxy.BadResponseError`)",
+		tests:     []testRef{{"./internal/proxy", "TestBrokenExchangesAreClassified"}},
+	},
+	{
+		failure:   "A bug panics in a handler or a background pass (reaper, reconciler, touch flush, egress keeper)",
+		happens:   "a handler: JSON 500 `internal`, no stack to the client; a pass: the loop goes on. Either is logged once with its stack (and the trace id when tracing is on)",
+		mechanism: "the router's recover middleware and the loops' recover log `runtime/debug.Stack()`; `http.ErrAbortHandler` (a stream aborted on purpose) is re-raised",
+		tests:     []testRef{{"./internal/router", "TestPanicIsLoggedOnceWithItsStack"}, {poolPkg, "TestEveryLogsAPanicWithItsStackAndGoesOn"}},
+	},
+	{
 		failure:   "Redis is down",
 		happens:   "503 `state_unavailable` + `Retry-After`; `/readyz` fails; cached threads keep working for `cache_ttl`",
 		mechanism: "every Redis error maps to `ErrState`",
