@@ -74,6 +74,15 @@ func TestReservePerUser(t *testing.T) {
 		if ok, _ := s.Client().HExists(ctx, s.Keys().Owners(), "a1").Result(); ok {
 			t.Fatal("forgotten sandbox still in the owners index")
 		}
+		// An adopted warm sandbox counts for its user.
+		if wrote, _ := s.PutWarm(ctx, userRec("d", "d1"), now); !wrote {
+			t.Fatal("put warm")
+		}
+		one := req("d", "d2")
+		one.MaxPerUser = 1
+		if got, _ := s.Reserve(ctx, one); got != (ReserveResult{Outcome: "evict", Victim: "d1"}) {
+			t.Fatalf("adopted warm sandbox not counted: %+v", got)
+		}
 		// Expired reservations stop counting.
 		late := req("a", "a5")
 		late.Now = now.Add(2 * time.Minute)
