@@ -51,6 +51,8 @@ func (c *Config) settings() []setting {
 		{"idle-timeout", "destroy sandboxes idle this long (0 = never)", (*offDuration)(&p.IdleTimeout)},
 		{"max-sandboxes", "fleet-wide cap on sandboxes (0 = no cap)", (*offInt)(&p.MaxSandboxes)},
 		{"cap-mode", "soft (evict warm, else exceed with a warning) | hard (503)", (*capMode)(&p.HardCap)},
+		{"max-sandboxes-per-user", "fleet-wide cap on one user's sandboxes, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxSandboxesPerUser)},
+		{"max-creates-per-user", "fleet-wide cap on one user's creates in progress, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxCreatesPerUser)},
 		{"acquire-timeout", "hard cap: how long a create waits for room before 503", (*durationValue)(&p.AcquireTimeout)},
 		{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After (0 = 30s)", (*durationValue)(&p.ProvisionWait)},
 		{"create-timeout", "bound on one backend create incl. readiness (0 = 2m)", (*durationValue)(&p.CreateTimeout)},

@@ -15,6 +15,7 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}lock:{sid}  STRING bsm/redislock token, held while creating or destroying
 //	{p}aliases     HASH  "{user}:{client-chosen sandbox id}" -> sid (DeerFlow's provisioner API)
 //	{p}caps        HASH  sha256hex(capability) -> sid: the capability URL index
+//	{p}owners      HASH  sid -> user of every recorded or reserved sandbox: per-user quotas
 //	{p}egress:{sid} STRING JSON egress policy an admin set for the sandbox (outlives its incarnations)
 type Keys struct {
 	prefix   string
@@ -23,6 +24,7 @@ type Keys struct {
 	creating string
 	aliases  string
 	caps     string
+	owners   string
 }
 
 // NewKeys returns the key set for prefix ("" = DefaultPrefix). A prefix
@@ -38,6 +40,7 @@ func NewKeys(prefix string) Keys {
 		creating: prefix + "creating",
 		aliases:  prefix + "aliases",
 		caps:     prefix + "caps",
+		owners:   prefix + "owners",
 	}
 }
 
@@ -61,6 +64,9 @@ func (k Keys) Aliases() string { return k.aliases }
 
 // Caps indexes capabilities by their SHA-256.
 func (k Keys) Caps() string { return k.caps }
+
+// Owners maps sandbox ids to their users, for per-user quotas.
+func (k Keys) Owners() string { return k.owners }
 
 // Lock is the provisioning/destroy lock of one sandbox.
 func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }

@@ -11,7 +11,8 @@ import "github.com/redis/go-redis/v9"
 // caller holds the sandbox's lock, so the write is unconditional. A record of
 // the same incarnation keeps its capability; a new incarnation starts without
 // one, and the old incarnation's capability leaves the index.
-// KEYS: sbx, active, warm, creating, caps. ARGV: sid, now, incarnation, field/value pairs...
+// The sandbox's owner goes into the owners index (per-user quotas).
+// KEYS: sbx, active, warm, creating, caps, owners. ARGV: sid, now, incarnation, field/value pairs...
 var scriptPutActive = redis.NewScript(`
 local old = redis.call('HMGET', KEYS[1], 'incarnation', 'cap', 'cap_sum')
 local fields = {}
@@ -28,12 +29,13 @@ end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[1], redis.call('HGET', KEYS[1], 'user') or '')
 return 1
 `)
 
 // scriptPutWarm records an adopted sandbox straight into the warm pool (the
 // reconciler's path: nobody is using it yet).
-// KEYS: sbx, active, warm. ARGV: sid, now, field/value pairs...
+// KEYS: sbx, active, warm, owners. ARGV: sid, now, field/value pairs...
 var scriptPutWarm = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local fields = {}
@@ -41,6 +43,7 @@ for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], 'state', 'warm', unpack(fields))
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], redis.call('HGET', KEYS[1], 'user') or '')
 return 1
 `)
 
@@ -105,8 +108,8 @@ return redis.call('HGETALL', KEYS[1])
 
 // scriptForget deletes a record (after its sandbox was destroyed or found
 // dead), only if it still names the given incarnation (” = any), with its
-// capability's index entry.
-// KEYS: sbx, active, warm, caps. ARGV: sid, incarnation. Returns 1 or 0.
+// capability's index entry and its owners entry.
+// KEYS: sbx, active, warm, caps, owners. ARGV: sid, incarnation. Returns 1 or 0.
 var scriptForget = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'incarnation', 'cap_sum')
 if not st[1] then return 0 end
@@ -115,6 +118,7 @@ if st[2] then redis.call('HDEL', KEYS[4], st[2]) end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
 return 1
 `)
 
@@ -136,36 +140,4 @@ for i = 2, #KEYS do
   end
 end
 return stale
-`)
-
-// scriptReserve takes one unit of fleet-wide capacity for a create. Capacity
-// counts active + warm + creating; expired reservations (a replica that died
-// mid-create) are dropped first. Outcomes:
-//
-//	{'ok'}           reserved (also when max <= 0: no cap)
-//	{'evict', sid}   full, and sid is the least recently released warm
-//	                 sandbox: destroy it, then reserve again
-//	{'over'}         full, nothing warm, soft mode: reserved beyond the cap
-//	{'full'}         full, nothing warm, hard mode: not reserved
-//
-// KEYS: active, warm, creating. ARGV: sid, max, now, deadline, mode(soft|hard).
-var scriptReserve = redis.NewScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
-if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-  return {'ok'}
-end
-local max = tonumber(ARGV[2])
-local n = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
-if max <= 0 or n < max then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-  return {'ok'}
-end
-local oldest = redis.call('ZRANGE', KEYS[2], 0, 0)
-if oldest[1] then return {'evict', oldest[1]} end
-if ARGV[5] == 'soft' then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-  return {'over'}
-end
-return {'full'}
 `)

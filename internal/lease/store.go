@@ -55,7 +55,7 @@ func (s *Store) Get(ctx context.Context, sid string) (Record, bool, error) {
 func (s *Store) PutActive(ctx context.Context, rec Record, now time.Time) error {
 	sid := rec.SandboxID
 	args := append([]any{sid, ms(now), rec.Incarnation}, rec.fields()...)
-	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Caps()}
+	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Caps(), s.keys.Owners()}
 	if err := scriptPutActive.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("write active record: %w", err)
 	}
@@ -67,7 +67,7 @@ func (s *Store) PutActive(ctx context.Context, rec Record, now time.Time) error 
 func (s *Store) PutWarm(ctx context.Context, rec Record, now time.Time) (bool, error) {
 	sid := rec.SandboxID
 	args := append([]any{sid, ms(now)}, rec.fields()...)
-	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm()}
+	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Owners()}
 	n, err := scriptPutWarm.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("write warm record: %w", err)
@@ -129,7 +129,7 @@ func (s *Store) claim(ctx context.Context, sid string, keys []string, incarnatio
 
 // Forget deletes sid's record if it still names incarnation ("" = any).
 func (s *Store) Forget(ctx context.Context, sid, incarnation string) (bool, error) {
-	keys := append(s.recordKeys(sid), s.keys.Caps())
+	keys := append(s.recordKeys(sid), s.keys.Caps(), s.keys.Owners())
 	n, err := scriptForget.Run(ctx, s.rdb, keys, sid, incarnation).Int()
 	if err != nil {
 		return false, fmt.Errorf("forget sandbox: %w", err)
@@ -178,39 +178,6 @@ func (s *Store) Expired(ctx context.Context, index string, cutoff time.Time, lim
 		return nil, fmt.Errorf("list expired: %w", err)
 	}
 	return ids, nil
-}
-
-// ReserveResult is the outcome of Reserve.
-type ReserveResult struct {
-	Outcome string // "ok", "evict", "over", "full"
-	Victim  string // with "evict": the oldest warm sandbox
-}
-
-// Reserve takes a capacity unit for creating sid (see scriptReserve).
-// max <= 0 means no cap; hard selects hard mode.
-func (s *Store) Reserve(ctx context.Context, sid string, max int, hard bool, now, deadline time.Time) (ReserveResult, error) {
-	mode := "soft"
-	if hard {
-		mode = "hard"
-	}
-	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating()}
-	res, err := scriptReserve.Run(ctx, s.rdb, keys, sid, max, ms(now), ms(deadline), mode).StringSlice()
-	if err != nil {
-		return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
-	}
-	out := ReserveResult{Outcome: res[0]}
-	if len(res) > 1 {
-		out.Victim = res[1]
-	}
-	return out, nil
-}
-
-// Unreserve gives back sid's capacity reservation after a failed create.
-func (s *Store) Unreserve(ctx context.Context, sid string) error {
-	if err := s.rdb.ZRem(ctx, s.keys.Creating(), sid).Err(); err != nil {
-		return fmt.Errorf("unreserve: %w", err)
-	}
-	return nil
 }
 
 // Counts are the fleet-wide pool sizes.

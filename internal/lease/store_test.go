@@ -139,7 +139,7 @@ func TestReserve(t *testing.T) {
 			{"n2", 5, true, ReserveResult{Outcome: "ok"}},                  // re-reserve is idempotent
 		}
 		for _, st := range steps {
-			got, err := s.Reserve(ctx, st.sid, st.max, st.hard, now, dl)
+			got, err := s.Reserve(ctx, ReserveRequest{SandboxID: st.sid, User: "u", Max: st.max, Hard: st.hard, Now: now, Deadline: dl})
 			if err != nil || got != st.want {
 				t.Fatalf("reserve %s: got %+v %v want %+v", st.sid, got, err, st.want)
 			}
@@ -148,14 +148,14 @@ func TestReserve(t *testing.T) {
 		_, _ = s.Forget(ctx, "w2", "")
 		_, _, _ = s.Claim(ctx, "w1", "")
 		_, _ = s.Forget(ctx, "w1", "")
-		if got, _ := s.Reserve(ctx, "n3", 3, true, now, dl); got.Outcome != "full" {
+		if got, _ := s.Reserve(ctx, ReserveRequest{SandboxID: "n3", User: "u", Max: 3, Hard: true, Now: now, Deadline: dl}); got.Outcome != "full" {
 			t.Fatalf("hard cap with nothing warm: %+v", got)
 		}
-		if got, _ := s.Reserve(ctx, "n3", 3, false, now, dl); got.Outcome != "over" {
+		if got, _ := s.Reserve(ctx, ReserveRequest{SandboxID: "n3", User: "u", Max: 3, Now: now, Deadline: dl}); got.Outcome != "over" {
 			t.Fatalf("soft cap with nothing warm: %+v", got)
 		}
 		// A reservation of a crashed replica expires at its deadline.
-		if got, _ := s.Reserve(ctx, "n4", 4, true, dl.Add(time.Millisecond), dl.Add(time.Minute)); got.Outcome != "ok" {
+		if got, _ := s.Reserve(ctx, ReserveRequest{SandboxID: "n4", User: "u", Max: 4, Hard: true, Now: dl.Add(time.Millisecond), Deadline: dl.Add(time.Minute)}); got.Outcome != "ok" {
 			t.Fatalf("expired reservations still counted: %+v", got)
 		}
 		if err := s.Unreserve(ctx, "n4"); err != nil {

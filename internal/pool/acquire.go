@@ -151,7 +151,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	if err := p.reserve(ctx, sid, thread); err != nil {
+	if err := p.reserve(ctx, user, thread, sid); err != nil {
 		return nil, "", err
 	}
 	r, err := p.create(ctx, user, thread, sid)

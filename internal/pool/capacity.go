@@ -14,20 +14,48 @@ import (
 // racing other replicas for the same capacity.
 const maxEvictions = 8
 
-// reserve takes a unit of fleet-wide capacity for sid, evicting the least
-// recently released warm sandbox when the pool is full. Soft mode (DeerFlow's)
-// goes beyond the cap with a warning when nothing is warm; hard mode waits up
-// to AcquireTimeout, then answers ErrCapacity.
-func (p *Pool) reserve(ctx context.Context, sid, thread string) (err error) {
-	if p.cfg.MaxSandboxes < 0 {
+// Retry-After of per-user refusals: a create in progress ends within
+// seconds; a held sandbox frees up when its user releases or deletes one.
+const (
+	retryUserCreates = 2 * time.Second
+	retryUserHeld    = 5 * time.Second
+)
+
+type quotaExemptKey struct{}
+
+// WithoutUserQuota exempts the creates of ctx from the per-user limits and
+// the fair share (admin principals). Only creates read it.
+func WithoutUserQuota(ctx context.Context) context.Context {
+	return context.WithValue(ctx, quotaExemptKey{}, true)
+}
+
+func quotaExempt(ctx context.Context) bool {
+	v, _ := ctx.Value(quotaExemptKey{}).(bool)
+	return v
+}
+
+// reserve takes a unit of fleet-wide capacity for sid, evicting a warm
+// sandbox when the pool or the user is full (see lease.scriptReserve for
+// which). Soft mode (DeerFlow's) goes beyond the cap with a warning when
+// nothing is warm; hard mode waits up to AcquireTimeout, then answers
+// ErrCapacity. A user over a per-user limit or, at a full hard cap, over its
+// fair share gets a *QuotaError at once.
+func (p *Pool) reserve(ctx context.Context, user, thread, sid string) (err error) {
+	req := lease.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
+	exempt := quotaExempt(ctx)
+	if !exempt {
+		req.MaxPerUser, req.MaxCreatesPerUser = p.cfg.MaxSandboxesPerUser, p.cfg.MaxCreatesPerUser
+	}
+	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 {
 		return nil
 	}
 	ctx, span := p.span(ctx, spanReserve, sid, thread)
 	defer func() { end(span, err) }()
 	deadline := time.Now().Add(p.cfg.AcquireTimeout)
 	for evictions := 0; ; {
-		now := p.clock.Now()
-		res, err := p.store.Reserve(ctx, sid, p.cfg.MaxSandboxes, p.cfg.HardCap, now, now.Add(p.cfg.CreateTimeout+p.cfg.LockTTL))
+		req.Now = p.clock.Now()
+		req.Deadline = req.Now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)
+		res, err := p.store.Reserve(ctx, req)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrState, err)
 		}
@@ -43,6 +71,15 @@ func (p *Pool) reserve(ctx context.Context, sid, thread string) (err error) {
 				return fmt.Errorf("%w: could not evict a warm sandbox", ErrCapacity)
 			}
 			p.evict(ctx, res.Victim)
+		case "user_max":
+			return &QuotaError{User: user, Limit: LimitSandboxesPerUser, Max: p.cfg.MaxSandboxesPerUser, RetryAfter: retryUserHeld}
+		case "user_creates":
+			return &QuotaError{User: user, Limit: LimitCreatesPerUser, Max: p.cfg.MaxCreatesPerUser, RetryAfter: retryUserCreates}
+		case "share":
+			if !exempt {
+				return &QuotaError{User: user, Limit: LimitFairShare, Max: res.Held, RetryAfter: retryUserHeld}
+			}
+			fallthrough // an admin is held to no share: it waits for room as at a full cap
 		case "full":
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%w: %d sandboxes, none warm", ErrCapacity, p.cfg.MaxSandboxes)

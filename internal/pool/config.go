@@ -21,6 +21,13 @@ type Config struct {
 	// HardCap refuses creates at the cap when nothing warm can be evicted
 	// (503 + Retry-After); the default soft cap creates beyond it with a warning.
 	HardCap bool
+	// MaxSandboxesPerUser caps one user's active + warm + creating sandboxes
+	// fleet-wide (429 + Retry-After past it; the user's own oldest warm
+	// sandbox is evicted first). 0 = no limit. Admin principals are exempt.
+	MaxSandboxesPerUser int
+	// MaxCreatesPerUser caps one user's creates in progress fleet-wide (429
+	// + Retry-After past it). 0 = no limit. Admin principals are exempt.
+	MaxCreatesPerUser int
 	// AcquireTimeout is how long a create waits for capacity in hard mode
 	// before answering 503. 0 = answer at once.
 	AcquireTimeout time.Duration
@@ -88,6 +95,9 @@ func (c Config) Validate() error {
 		if d.v < 0 {
 			return fmt.Errorf("%s: must not be negative", d.name)
 		}
+	}
+	if c.MaxSandboxesPerUser < 0 || c.MaxCreatesPerUser < 0 {
+		return errors.New("max_sandboxes_per_user, max_creates_per_user: must not be negative")
 	}
 	w := c.withDefaults()
 	if w.IdleTimeout > 0 && w.IdleTimeout < 2*w.TouchInterval {

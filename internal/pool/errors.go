@@ -28,6 +28,9 @@ var (
 	// ErrRateLimited: the user had too many sandboxes created lately
 	// (429 + Retry-After); always a *RateLimitError.
 	ErrRateLimited = errors.New("sandbox create rate exceeded")
+	// ErrUserQuota: the user is at a per-user limit or, under a full hard
+	// cap, at its fair share (429 + Retry-After); always a *QuotaError.
+	ErrUserQuota = errors.New("per-user sandbox limit reached")
 )
 
 // RateLimitError is a create refused by the CreateLimiter.
@@ -41,3 +44,26 @@ func (e *RateLimitError) Error() string {
 }
 
 func (e *RateLimitError) Unwrap() error { return ErrRateLimited }
+
+// Limits a QuotaError names.
+const (
+	LimitSandboxesPerUser = "max_sandboxes_per_user"
+	LimitCreatesPerUser   = "max_creates_per_user"
+	LimitFairShare        = "fair_share"
+)
+
+// QuotaError is a create refused by a fleet-wide per-user limit.
+type QuotaError struct {
+	User  string
+	Limit string // LimitSandboxesPerUser, LimitCreatesPerUser or LimitFairShare
+	// Max is the limit's value: the configured maximum, or the fair share
+	// (max_sandboxes / users holding sandboxes).
+	Max        int
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%v: user %s at %s %d; retry after %s", ErrUserQuota, e.User, e.Limit, e.Max, e.RetryAfter)
+}
+
+func (e *QuotaError) Unwrap() error { return ErrUserQuota }

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -46,6 +47,7 @@ func statusOf(err error) apiError {
 	var rateLimited *pool.RateLimitError
 	var image *backend.ImageError
 	var quota *quotaError
+	var userQuota *pool.QuotaError
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		// Before bad input: a token whose sub is no valid user name is a bad credential.
@@ -70,6 +72,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusTooManyRequests, "rate_limited", err.Error(), 1}
 	case errors.As(err, &rateLimited):
 		return apiError{http.StatusTooManyRequests, "rate_limited", "too many new sandboxes for this user; retry later", retryAfterOf(rateLimited.RetryAfter)}
+	case errors.As(err, &userQuota):
+		return apiError{http.StatusTooManyRequests, "user_quota", userQuotaMessage(userQuota), retryAfterOf(userQuota.RetryAfter)}
 	case errors.Is(err, proxy.ErrUpgradeCapacity):
 		return apiError{http.StatusServiceUnavailable, "upgrade_capacity", "too many open WebSocket connections; retry later", 5}
 	case errors.Is(err, pool.ErrNotFound):
@@ -111,6 +115,17 @@ func statusOf(err error) apiError {
 	default:
 		return apiError{http.StatusInternalServerError, "internal", "internal error", 0}
 	}
+}
+
+// userQuotaMessage names the limit a create hit.
+func userQuotaMessage(e *pool.QuotaError) string {
+	switch e.Limit {
+	case pool.LimitCreatesPerUser:
+		return fmt.Sprintf("this user has %d sandbox creates in progress, the limit (%s); retry shortly", e.Max, e.Limit)
+	case pool.LimitFairShare:
+		return fmt.Sprintf("the sandbox pool is full and this user holds its fair share of %d sandboxes (%s); release one or retry later", e.Max, e.Limit)
+	}
+	return fmt.Sprintf("this user holds %d sandboxes, the limit (%s); release one or retry later", e.Max, e.Limit)
 }
 
 func codeOf(status int) string {
