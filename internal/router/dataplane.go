@@ -34,7 +34,7 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 		return proxied{}, err
 	}
 	r := c.Request()
-	route, outcome, err := rt.pool.Acquire(r.Context(), p.User, thread)
+	route, outcome, err := rt.acquire(r.Context(), p, p.User, thread)
 	if err != nil {
 		return proxied{}, err
 	}

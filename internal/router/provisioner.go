@@ -144,7 +144,7 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	if err := rt.setEgress(ctx, p, sid, req.Egress); err != nil {
 		return err
 	}
-	route, _, err := rt.pool.Acquire(ctx, user, thread)
+	route, _, err := rt.acquire(ctx, p, user, thread)
 	if err != nil {
 		return err
 	}
