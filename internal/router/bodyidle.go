@@ -27,11 +27,16 @@ func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port s
 	r := c.Request()
 	if rt.bodyIdle > 0 && r.Body != nil && r.Body != http.NoBody && r.Header.Get("Upgrade") == "" {
 		body := r.Body
-		r.Body = &idleBody{rc: body, w: c.Response(), timeout: rt.bodyIdle}
+		idle := &idleBody{rc: body, w: c.Response(), timeout: rt.bodyIdle}
+		r.Body = idle
 		defer func() {
 			// A body not read to its end (an upstream that answered early)
-			// leaves a deadline behind.
-			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
+			// leaves a deadline behind. An expired one stays: net/http then
+			// fails at once to discard the rest of the body before the 408
+			// instead of waiting on the stalled client.
+			if !idle.expired {
+				_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
+			}
 			r.Body = body
 		}()
 	}
@@ -46,7 +51,8 @@ type idleBody struct {
 	rc      io.ReadCloser
 	w       http.ResponseWriter
 	timeout time.Duration
-	done    bool
+	done    bool // read to its end or failed: the deadline is cleared
+	expired bool // the deadline passed; it is left in place
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
@@ -61,10 +67,11 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil {
 		b.done = true
-		_ = ctl.SetReadDeadline(time.Time{})
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			b.expired = true
 			return n, fmt.Errorf("%w (%s): %w", errBodyIdle, b.timeout, err)
 		}
+		_ = ctl.SetReadDeadline(time.Time{})
 	}
 	return n, err
 }
