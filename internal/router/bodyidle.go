@@ -27,51 +27,31 @@ func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port s
 	r := c.Request()
 	if rt.bodyIdle > 0 && r.Body != nil && r.Body != http.NoBody && r.Header.Get("Upgrade") == "" {
 		body := r.Body
-		idle := &idleBody{rc: body, w: c.Response(), timeout: rt.bodyIdle}
-		r.Body = idle
-		defer func() {
-			// A body not read to its end (an upstream that answered early)
-			// leaves a deadline behind. An expired one stays: net/http then
-			// fails at once to discard the rest of the body before the 408
-			// instead of waiting on the stalled client.
-			if !idle.expired {
-				_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
-			}
-			r.Body = body
-		}()
+		r.Body = &idleBody{rc: body, w: c.Response(), timeout: rt.bodyIdle}
+		defer func() { r.Body = body }()
 	}
 	return rt.proxy.Serve(c.Response(), r, up, path, rawPath, port)
 }
 
 // idleBody moves the client connection's read deadline ahead before each
-// read of the body (a runtime timer, no syscall) and clears it at the end:
-// a deadline left behind would cancel the request from net/http's
-// background read while a long response streams.
+// read of the body (a runtime timer, no syscall). It never clears it:
+// net/http does when the body ends (before its background read) and when
+// it reads the next request; an expired deadline must stay, so that
+// net/http fails at once to discard the rest of a stalled body before the
+// 408 instead of waiting on the client.
 type idleBody struct {
 	rc      io.ReadCloser
 	w       http.ResponseWriter
 	timeout time.Duration
-	done    bool // read to its end or failed: the deadline is cleared
-	expired bool // the deadline passed; it is left in place
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
-	if b.done {
-		return b.rc.Read(p)
-	}
-	ctl := http.NewResponseController(b.w)
-	if ctl.SetReadDeadline(time.Now().Add(b.timeout)) != nil {
-		b.done = true // the connection has no deadlines (not expected): unbounded
-		return b.rc.Read(p)
-	}
+	// An error: the connection has no deadlines (not expected), and the
+	// body is unbounded.
+	_ = http.NewResponseController(b.w).SetReadDeadline(time.Now().Add(b.timeout))
 	n, err := b.rc.Read(p)
-	if err != nil {
-		b.done = true
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			b.expired = true
-			return n, fmt.Errorf("%w (%s): %w", errBodyIdle, b.timeout, err)
-		}
-		_ = ctl.SetReadDeadline(time.Time{})
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, fmt.Errorf("%w (%s): %w", errBodyIdle, b.timeout, err)
 	}
 	return n, err
 }
