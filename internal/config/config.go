@@ -52,6 +52,10 @@ type Config struct {
 	// request headers (slowloris); MaxHeaderBytes bounds their size.
 	ReadHeaderTimeout time.Duration
 	MaxHeaderBytes    int
+	// BodyIdleTimeout cuts a proxied request whose body makes no progress
+	// this long (408), so a stalled upload does not hold its sandbox in
+	// flight forever; negative = never.
+	BodyIdleTimeout time.Duration
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
 	// AllowedHosts are host names a gateway without authentication serves
@@ -130,6 +134,7 @@ func Default() Config {
 
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		BodyIdleTimeout:   router.DefaultBodyIdleTimeout,
 		Limits: router.LimitsConfig{
 			MaxRequests: router.DefaultMaxRequestsPerUser,
 			CreateRate:  router.DefaultCreateRate,

@@ -111,7 +111,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	g.router = router.New(router.Deps{Pool: g.pool, Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
 		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics,
 		Auth: authn, Limits: limits, HostSuffix: hostSuffix, AllowedHosts: cfg.AllowedHosts,
-		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log)})
+		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log),
+		BodyIdleTimeout: cfg.BodyIdleTimeout})
 	g.server = &http.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

@@ -47,9 +47,11 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 			return endAttempt(span, resp), nil
 		}
 		failAttempt(span, err)
-		if body.overLimit() {
-			// The transport wraps body read errors in a type errors.As cannot see through.
-			return nil, &http.MaxBytesError{Limit: body.limit}
+		if rerr := body.readErr(); rerr != nil {
+			// The transport wraps body read errors in a type errors.As cannot
+			// see through: the body's own error (over the limit, a client
+			// that stalled or went away) decides the status.
+			return nil, &BodyReadError{Err: rerr}
 		}
 		if !isDial(err) || body.used() {
 			return nil, failure(err, body)
@@ -101,14 +103,14 @@ func isDial(err error) bool {
 // same body can be sent again. The server closes the real body at the end.
 // It counts the bytes sent, for the access log, and stops at limit (when
 // positive) with *http.MaxBytesError, as http.MaxBytesReader does, without
-// another allocation per request.
+// another allocation per request. It keeps the first read error.
 type guardedBody struct {
-	rc    io.ReadCloser
-	limit int64
-	read  atomic.Bool
-	over  atomic.Bool
-	n     atomic.Int64
-	rerr  atomic.Pointer[error] // the client's body failed to read (not EOF)
+	rc     io.ReadCloser
+	limit  int64
+	read   atomic.Bool
+	failed atomic.Bool // err is set
+	err    error
+	n      atomic.Int64
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
@@ -123,12 +125,12 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 		b.read.Store(true)
 		b.n.Add(int64(n))
 	}
-	if err != nil && err != io.EOF {
-		b.rerr.CompareAndSwap(nil, &err)
-	}
 	if b.limit > 0 && b.n.Load() > b.limit {
-		b.over.Store(true)
-		return max(n-1, 0), &http.MaxBytesError{Limit: b.limit}
+		n, err = max(n-1, 0), &http.MaxBytesError{Limit: b.limit}
+	}
+	if err != nil && err != io.EOF && !b.failed.Load() {
+		b.err = err
+		b.failed.Store(true)
 	}
 	return n, err
 }
@@ -137,14 +139,10 @@ func (b *guardedBody) Close() error { return nil }
 
 func (b *guardedBody) used() bool { return b != nil && b.read.Load() }
 
-func (b *guardedBody) overLimit() bool { return b != nil && b.over.Load() }
-
+// readErr is the first error reading the body other than its end; nil when none.
 func (b *guardedBody) readErr() error {
-	if b == nil {
+	if b == nil || !b.failed.Load() {
 		return nil
 	}
-	if err := b.rerr.Load(); err != nil {
-		return *err
-	}
-	return nil
+	return b.err
 }

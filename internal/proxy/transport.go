@@ -18,10 +18,20 @@ type TransportConfig struct {
 	DialTimeout     time.Duration // 0 = 2s: a sandbox is local or in-cluster
 	MaxIdle         int           // 0 = 256 (Go's default of 2 per host reconnects under load)
 	IdleConnTimeout time.Duration // 0 = 90s
+	// MaxResponseHeaderBytes bounds a sandbox's response head, which is
+	// read into memory (502 past it). 0 = DefaultMaxResponseHeaderBytes.
+	MaxResponseHeaderBytes int64
 	// Dial, when set, makes every connection, whatever the request's host:
 	// a sandbox that listens on a Unix socket.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
+
+// DefaultMaxResponseHeaderBytes of TransportConfig.
+const DefaultMaxResponseHeaderBytes = 1 << 20
+
+// ErrResponseHeadersTooLarge is a sandbox response head over
+// TransportConfig.MaxResponseHeaderBytes.
+var ErrResponseHeadersTooLarge = errors.New("sandbox response headers too large")
 
 // Transport is the HTTP/1.1 connection pool of one sandbox incarnation.
 //
@@ -57,11 +67,15 @@ func NewTransport(cfg TransportConfig) *Transport {
 	if cfg.IdleConnTimeout == 0 {
 		cfg.IdleConnTimeout = 90 * time.Second
 	}
+	if cfg.MaxResponseHeaderBytes == 0 {
+		cfg.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
+	}
 	return &Transport{cfg: cfg, dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}}
 }
 
 type conn struct {
 	net.Conn
+	head      headLimit // what br reads through
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
@@ -97,7 +111,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.Close()
 		return nil, err
 	}
+	c.head.left = t.cfg.MaxResponseHeaderBytes
 	resp, err := readResponse(c.br, req)
+	c.head.left = -1
 	if err != nil {
 		stop()
 		c.Close()
@@ -166,7 +182,32 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	// size is the gateway's memory per thread. A response head fits in 4 KiB
 	// and larger body reads (ReverseProxy copies 32 KiB at a time) bypass the
 	// buffer; 8 KiB sends a request head with a 4 KiB body in one write.
-	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 8<<10)}, nil
+	c := &conn{Conn: nc, head: headLimit{r: nc, left: -1}, bw: bufio.NewWriterSize(nc, 8<<10)}
+	c.br = bufio.NewReaderSize(&c.head, 4<<10)
+	return c, nil
+}
+
+// headLimit counts the bytes read while a response head is read (left >= 0;
+// read-ahead into the body counts too): http.ReadResponse has no bound of its
+// own, and a sandbox could make the gateway buffer any amount of headers.
+type headLimit struct {
+	r    io.Reader
+	left int64 // -1 = no limit
+}
+
+func (h *headLimit) Read(p []byte) (int, error) {
+	if h.left < 0 {
+		return h.r.Read(p)
+	}
+	if h.left == 0 {
+		return 0, ErrResponseHeadersTooLarge
+	}
+	if int64(len(p)) > h.left {
+		p = p[:h.left]
+	}
+	n, err := h.r.Read(p)
+	h.left -= int64(n)
+	return n, err
 }
 
 // dial connects to the sandbox: through cfg.Dial, or to addr.
@@ -222,12 +263,13 @@ func (t *Transport) upgrader() (*http.Transport, error) {
 	}
 	if t.std == nil {
 		t.std = &http.Transport{
-			Proxy:               nil,
-			DialContext:         t.dialUpgrade,
-			DisableCompression:  true,
-			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
-			MaxIdleConnsPerHost: 4,
-			IdleConnTimeout:     t.cfg.IdleConnTimeout,
+			Proxy:                  nil,
+			DialContext:            t.dialUpgrade,
+			DisableCompression:     true,
+			TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},
+			MaxIdleConnsPerHost:    4,
+			IdleConnTimeout:        t.cfg.IdleConnTimeout,
+			MaxResponseHeaderBytes: t.cfg.MaxResponseHeaderBytes,
 		}
 	}
 	return t.std, nil

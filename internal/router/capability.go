@@ -111,7 +111,7 @@ func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
 		return res, err
 	}
 	defer rt.limits.end(slot)
-	res.bytesIn = rt.proxy.Serve(c.Response(), r, route, path, raw, "")
+	res.bytesIn = rt.serve(c, route, path, raw, "")
 	return res, nil
 }
 

@@ -42,7 +42,7 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 	if err := rt.checkQuota(route, path); err != nil {
 		return proxied{route: route, outcome: outcome}, err
 	}
-	n := rt.proxy.Serve(c.Response(), r, route, path, raw, "")
+	n := rt.serve(c, route, path, raw, "")
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 
@@ -63,7 +63,7 @@ func (rt *Router) sandboxProxy(c echo.Context, p *auth.Principal) (proxied, erro
 	if err := rt.checkQuota(route, path); err != nil {
 		return proxied{route: route, outcome: outcome}, err
 	}
-	n := rt.proxy.Serve(c.Response(), r, route, path, raw, "")
+	n := rt.serve(c, route, path, raw, "")
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 

@@ -95,6 +95,8 @@ func statusOf(err error) apiError {
 			" is not available to the sandbox backend; an operator must build, load or pull it", 0}
 	case errors.Is(err, pool.ErrCreate):
 		return apiError{http.StatusBadGateway, "sandbox_start_failed", "the sandbox failed to start", 0}
+	case errors.Is(err, errBodyIdle):
+		return apiError{http.StatusRequestTimeout, "body_timeout", "the request body made no progress in time", 0}
 	case errors.As(err, &tooLarge):
 		return apiError{http.StatusRequestEntityTooLarge, "too_large", "request body too large", 0}
 	case errors.As(err, &badBody):
@@ -104,6 +106,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusBadGateway, "sandbox_bad_response", "the sandbox sent an invalid response", 0}
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return apiError{http.StatusGatewayTimeout, "timeout", "the sandbox did not answer in time", 0}
+	case errors.Is(err, proxy.ErrResponseHeadersTooLarge):
+		return apiError{http.StatusBadGateway, "sandbox_headers_too_large", "the sandbox answered with headers over the gateway's limit", 0}
 	case errors.As(err, &unreachable):
 		return apiError{http.StatusBadGateway, "sandbox_unreachable", "the sandbox did not answer", 0}
 	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &exchange):

@@ -97,7 +97,7 @@ func (rt *Router) hostProxy(c echo.Context, p *auth.Principal) (proxied, error) 
 			return proxied{route: route, outcome: outcome}, err
 		}
 	}
-	n := rt.proxy.Serve(c.Response(), r, route, r.URL.Path, r.URL.RawPath, port)
+	n := rt.serve(c, route, r.URL.Path, r.URL.RawPath, port)
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 

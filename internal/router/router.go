@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
@@ -81,6 +82,9 @@ type Deps struct {
 	// Meter measures thread data kept on the gateway host, for the sandbox
 	// view and thread_data_quota; nil = the backend keeps it elsewhere.
 	Meter Meter
+	// BodyIdleTimeout cuts a proxied request whose body makes no progress
+	// this long (408); 0 or negative = never.
+	BodyIdleTimeout time.Duration
 }
 
 // Router serves the gateway's HTTP API.
@@ -103,6 +107,7 @@ type Router struct {
 	draining        atomic.Bool
 	mounts          []MountPoint
 	meter           Meter // nil: no thread data here
+	bodyIdle        time.Duration
 }
 
 // New builds the router.
@@ -111,7 +116,8 @@ func New(d Deps) *Router {
 		d.Log = slog.Default()
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
-		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter}
+		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
+		bodyIdle: d.BodyIdleTimeout}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
