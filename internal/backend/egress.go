@@ -129,5 +129,14 @@ type EgressSockets interface {
 // the sandbox at EgressDir.
 const EgressSocketName = "proxy.sock"
 
-// EgressDir is where a sandbox sees its egress socket's directory.
-const EgressDir = "/run/sandgate/egress"
+// EgressDir is where a sandbox sees its egress socket's directory, and
+// EgressSocketPath the socket in it.
+const (
+	EgressDir        = "/run/sandgate/egress"
+	EgressSocketPath = EgressDir + "/" + EgressSocketName
+)
+
+// EgressIdentity is who the sandbox of s is to the egress proxy.
+func (s Spec) EgressIdentity() EgressIdentity {
+	return EgressIdentity{SandboxID: s.SandboxID, User: s.User, Thread: s.Thread, Egress: s.Egress}
+}

@@ -64,7 +64,7 @@ func (d *Docker) networking(spec backend.Spec, cfg *container.Config, host *cont
 	case backend.EgressProxy:
 		host.NetworkMode = network.NetworkNone
 		if d.cfg.Egress != nil {
-			cfg.Cmd = append(cfg.Cmd, "--egress-socket", backend.EgressDir+"/"+backend.EgressSocketName)
+			cfg.Cmd = append(cfg.Cmd, "--egress-socket", backend.EgressSocketPath)
 			// The configured variables win (an operator's own *_PROXY).
 			env := backend.ProxyEnv("http://127.0.0.1:" + strconv.Itoa(backend.EgressPort))
 			maps.Copy(env, spec.Env)
@@ -98,8 +98,7 @@ func (d *Docker) prepareSockets(ctx context.Context, spec backend.Spec) error {
 		if d.cfg.Egress == nil {
 			return nil
 		}
-		id := backend.EgressIdentity{SandboxID: spec.SandboxID, User: spec.User, Thread: spec.Thread, Egress: spec.Egress}
-		if err := d.cfg.Egress.Open(id, filepath.Join(egressDir, backend.EgressSocketName)); err != nil {
+		if err := d.cfg.Egress.Open(spec.EgressIdentity(), filepath.Join(egressDir, backend.EgressSocketName)); err != nil {
 			return fmt.Errorf("serve egress proxy: %w", err)
 		}
 	}

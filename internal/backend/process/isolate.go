@@ -57,7 +57,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			return nil, err
 		}
 		mounts = append(mounts, jail.Mount{Target: backend.EgressDir, Source: dir, ReadOnly: true})
-		args = append(args, "--egress-socket", backend.EgressDir+"/"+backend.EgressSocketName)
+		args = append(args, "--egress-socket", backend.EgressSocketPath)
 		// The proxy's variables join the configured ones (which the
 		// operator's own *_PROXY settings override).
 		configured = backend.ProxyEnv(egressURL)
@@ -111,8 +111,7 @@ func (p *Process) openEgress(spec backend.Spec) (string, error) {
 	if err := os.Chmod(dir, 0o755); err != nil { // its uid is not ours
 		return "", fmt.Errorf("egress socket dir: %w", err)
 	}
-	id := backend.EgressIdentity{SandboxID: spec.SandboxID, User: spec.User, Thread: spec.Thread, Egress: spec.Egress}
-	if err := p.cfg.Egress.Open(id, filepath.Join(dir, backend.EgressSocketName)); err != nil {
+	if err := p.cfg.Egress.Open(spec.EgressIdentity(), filepath.Join(dir, backend.EgressSocketName)); err != nil {
 		return "", fmt.Errorf("serve egress proxy: %w", err)
 	}
 	return dir, nil
