@@ -15,6 +15,10 @@ want+=(chattr:e2fsprogs)
 # curl: the sandbox-secret e2e tests attack sandbox ports with it (as the
 # host and as nobody); python3 and node: the sandbox's code/execute tests.
 want+=(curl:curl python3:python3 node:nodejs)
+# chromium: the status page is tested in a real browser (chromedp);
+# docker-registry: the docker pull-progress test pushes to and pulls from a
+# local registry, which this package runs without pulling any image.
+want+=(chromium:chromium docker-registry:docker-registry)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}
