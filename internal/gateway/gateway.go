@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/egress"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -33,6 +34,8 @@ type Gateway struct {
 	log      *slog.Logger
 	rdb      redis.UniversalClient
 	embedded *miniredis.Miniredis
+	// events carries lifecycle events between replicas.
+	events   *events.Bus
 	pool     *pool.Pool
 	router   *router.Router
 	server   *http.Server
@@ -86,6 +89,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	}
 	g.backend = be
 	store := lease.NewStore(g.rdb, cfg.RedisPrefix)
+	keys := lease.NewKeys(cfg.RedisPrefix)
+	if g.events, err = events.New(g.rdb, events.Config{Channel: keys.Events(), RecentKey: keys.EventsRecent(),
+		Replica: cfg.Pool.Instance, Log: log}); err != nil {
+		g.close()
+		return nil, err
+	}
 	g.metrics.WatchPool(func(ctx context.Context) (telemetry.PoolCounts, error) {
 		n, err := store.Count(ctx)
 		return telemetry.PoolCounts(n), err
@@ -112,7 +121,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics,
 		Auth: authn, Limits: limits, HostSuffix: hostSuffix, AllowedHosts: cfg.AllowedHosts,
 		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log),
-		BodyIdleTimeout: cfg.BodyIdleTimeout})
+		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events})
 	g.server = &http.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -150,6 +159,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewReaper(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
 		g.keepEgress,
+		g.events.Run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); run(loops) }()

@@ -17,6 +17,8 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}caps        HASH  sha256hex(capability) -> sid: the capability URL index
 //	{p}owners      HASH  sid -> user of every recorded or reserved sandbox: per-user quotas
 //	{p}egress:{sid} STRING JSON egress policy an admin set for the sandbox (outlives its incarnations)
+//	{p}events      PUBSUB channel of lifecycle events (internal/events), JSON
+//	{p}events:recent LIST  the latest lifecycle events, newest first, trimmed
 type Keys struct {
 	prefix   string
 	active   string
@@ -73,6 +75,12 @@ func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }
 
 // Egress is the key of a sandbox's egress policy override.
 func (k Keys) Egress(sid string) string { return k.prefix + "egress:" + sid }
+
+// Events is the Pub/Sub channel of lifecycle events.
+func (k Keys) Events() string { return k.prefix + "events" }
+
+// EventsRecent is the bounded list of the latest lifecycle events.
+func (k Keys) EventsRecent() string { return k.prefix + "events:recent" }
 
 // SandboxIDFromKey returns the sid of a record key, or "" if it is not one.
 func (k Keys) SandboxIDFromKey(key string) string {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -85,6 +86,9 @@ type Deps struct {
 	// BodyIdleTimeout cuts a proxied request whose body makes no progress
 	// this long (408); 0 or negative = never.
 	BodyIdleTimeout time.Duration
+	// Events are the fleet's lifecycle events (status page, provisioning
+	// progress); nil = none published or watched.
+	Events *events.Bus
 }
 
 // Router serves the gateway's HTTP API.
