@@ -85,7 +85,7 @@ func (c *Config) settings() []setting {
 		{"read-header-timeout", "how long a client may take to send its request headers", (*durationValue)(&c.ReadHeaderTimeout)},
 		{"body-idle-timeout", "cut a proxied request (408) whose body makes no progress this long (0 = never)", (*offDuration)(&c.BodyIdleTimeout)},
 		{"max-requests-per-user", "requests in flight per user and replica, WebSockets included (0 = no cap)", (*offInt)(&c.Limits.MaxRequests)},
-		{"create-rate", "sandboxes created per user and replica: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
+		{"create-rate", "sandboxes created per user, fleet-wide: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
 		{"ws-idle-timeout", "close an upgraded connection silent this long (0 = never)", (*offDuration)(&c.Proxy.WSIdleTimeout)},
 		{"ws-max-lifetime", "close an upgraded connection this long after it opened (0 = never)", (*offDuration)(&c.Proxy.WSMaxLifetime)},
 		{"max-upgraded", "upgraded (WebSocket) connections open at once per replica (0 = no cap)", (*offInt)(&c.Proxy.MaxUpgraded)},

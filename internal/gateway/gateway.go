@@ -99,6 +99,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		n, err := store.Count(ctx)
 		return telemetry.PoolCounts(n), err
 	})
+	var creates pool.CreateLimiter
+	if r := cfg.Limits.EffectiveCreateRate(); r.N > 0 {
+		if creates, err = lease.NewCreateRate(store, r.N, r.Per, nil); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
 	g.pool, err = pool.New(cfg.Pool, pool.Deps{
 		Store:        store,
 		Backend:      be,
@@ -107,7 +114,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Log:          log,
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
-		Creates:      limits,
+		Creates:      creates,
 	})
 	if err != nil {
 		g.close()

@@ -17,6 +17,7 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}caps        HASH  sha256hex(capability) -> sid: the capability URL index
 //	{p}owners      HASH  sid -> user of every recorded or reserved sandbox: per-user quotas
 //	{p}egress:{sid} STRING JSON egress policy an admin set for the sandbox (outlives its incarnations)
+//	{p}rate:{user} STRING the user's create-rate GCRA arrival time (ms), expiring when its bucket is full
 //	{p}events      PUBSUB channel of lifecycle events (internal/events), JSON
 //	{p}events:recent LIST  the latest lifecycle events, newest first, trimmed
 type Keys struct {
@@ -75,6 +76,9 @@ func (k Keys) Lock(sid string) string { return k.prefix + "lock:" + sid }
 
 // Egress is the key of a sandbox's egress policy override.
 func (k Keys) Egress(sid string) string { return k.prefix + "egress:" + sid }
+
+// CreateRate is the key of one user's fleet-wide create rate.
+func (k Keys) CreateRate(user string) string { return k.prefix + "rate:" + user }
 
 // Events is the Pub/Sub channel of lifecycle events.
 func (k Keys) Events() string { return k.prefix + "events" }

@@ -147,7 +147,11 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	}
 
 	if p.creates != nil {
-		if wait, ok := p.creates.AllowCreate(user); !ok {
+		wait, ok, err := p.creates.AllowCreate(ctx, user)
+		if err != nil {
+			return nil, "", err
+		}
+		if !ok {
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}

@@ -65,9 +65,9 @@ type Deps struct {
 }
 
 // CreateLimiter decides whether user may have one more sandbox created now,
-// and if not, how long until it may.
+// fleet-wide, and if not, how long until it may (lease.CreateRate).
 type CreateLimiter interface {
-	AllowCreate(user string) (retryAfter time.Duration, ok bool)
+	AllowCreate(ctx context.Context, user string) (retryAfter time.Duration, ok bool, err error)
 }
 
 // Pool is one replica's view of the fleet-wide sandbox pool.

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -19,15 +20,15 @@ type budget struct {
 	asked []string
 }
 
-func (b *budget) AllowCreate(user string) (time.Duration, bool) {
+func (b *budget) AllowCreate(_ context.Context, user string) (time.Duration, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.asked = append(b.asked, user)
 	if b.left[user] <= 0 {
-		return 7 * time.Second, false
+		return 7 * time.Second, false, nil
 	}
 	b.left[user]--
-	return 0, true
+	return 0, true, nil
 }
 
 func TestCreateLimiterCountsOnlyRealCreates(t *testing.T) {

@@ -10,16 +10,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/sandgate/sandgate/internal/auth"
 )
 
-// Per-user limits live in each replica's memory: N replicas behind a load
-// balancer let a user up to N times the limit. That is the trade: the
-// limits keep one runaway client from exhausting a replica (its sockets,
-// its sandboxes' CPU), which is a per-replica resource anyway, and a
+// Requests in flight are counted in each replica's memory: N replicas
+// behind a load balancer let a user up to N times the limit. That is the
+// trade: the limit keeps one runaway client from exhausting a replica (its
+// sockets, its goroutines), which is a per-replica resource anyway, and a
 // fleet-wide count would cost a Redis round trip on every proxied request.
+// The create rate is a fleet resource and is counted fleet-wide, in Redis
+// (lease.CreateRate), on real creates only.
 
 // Rate is N events per Per, as a token bucket holding up to N.
 type Rate struct {
@@ -56,35 +56,42 @@ func (r Rate) String() string {
 	return strconv.Itoa(r.N) + "/" + r.Per.String()
 }
 
-// LimitsConfig are one replica's per-user limits. The zero value is the
-// documented default.
+// LimitsConfig are the per-user limits. The zero value is the documented
+// default.
 type LimitsConfig struct {
 	// MaxRequests caps one user's requests in flight, WebSockets included
 	// (429 + Retry-After past it). Admin principals are not limited.
 	// 0 = 256; negative = no cap.
 	MaxRequests int
-	// CreateRate bounds how many sandboxes are created for one user: a
-	// token bucket of CreateRate.N refilled over CreateRate.Per. Only real
-	// creates count. Zero = 60/1m; negative N = no limit.
+	// CreateRate bounds how many sandboxes are created for one user across
+	// the fleet: bursts of CreateRate.N, refilled over CreateRate.Per. Only
+	// real creates count. Zero = 60/1m; negative N = no limit. Enforced by
+	// the pool (lease.CreateRate), not by Limits.
 	CreateRate Rate
+}
+
+// EffectiveCreateRate is CreateRate with its default applied; N < 0 means
+// no limit.
+func (c LimitsConfig) EffectiveCreateRate() Rate {
+	if c.CreateRate == (Rate{}) {
+		return DefaultCreateRate
+	}
+	return c.CreateRate
 }
 
 // Defaults of LimitsConfig.
 const DefaultMaxRequestsPerUser = 256
 
-// DefaultCreateRate is the per-user sandbox create rate.
+// DefaultCreateRate is the per-user, fleet-wide sandbox create rate.
 var DefaultCreateRate = Rate{N: 60, Per: time.Minute}
 
 // maxTrackedUsers bounds the per-user state; idle users are evicted first.
 const maxTrackedUsers = 1 << 16
 
-// Limits holds one replica's per-user state: requests in flight and the
-// create token bucket. Users idle long enough for their bucket to refill
-// are evicted, so memory stays bounded.
+// Limits holds one replica's per-user requests in flight. Idle users are
+// evicted, so memory stays bounded.
 type Limits struct {
 	maxRequests int32
-	rate        rate.Limit // 0 = no create limit
-	burst       int
 	idleAfter   time.Duration
 	now         func() time.Time
 
@@ -95,7 +102,6 @@ type Limits struct {
 type userState struct {
 	inflight atomic.Int32
 	seen     atomic.Int64 // unix nanos
-	creates  *rate.Limiter
 }
 
 // NewLimits returns the limits of cfg.
@@ -103,17 +109,8 @@ func NewLimits(cfg LimitsConfig) *Limits {
 	if cfg.MaxRequests == 0 {
 		cfg.MaxRequests = DefaultMaxRequestsPerUser
 	}
-	if cfg.CreateRate == (Rate{}) {
-		cfg.CreateRate = DefaultCreateRate
-	}
-	l := &Limits{maxRequests: int32(min(cfg.MaxRequests, math.MaxInt32)), idleAfter: 10 * time.Minute,
+	return &Limits{maxRequests: int32(min(cfg.MaxRequests, math.MaxInt32)), idleAfter: 10 * time.Minute,
 		now: time.Now, users: map[string]*userState{}}
-	if cfg.CreateRate.N > 0 {
-		l.rate = rate.Limit(float64(cfg.CreateRate.N) / cfg.CreateRate.Per.Seconds())
-		l.burst = cfg.CreateRate.N
-		l.idleAfter = max(l.idleAfter, cfg.CreateRate.Per) // a full bucket again: forgetting loses nothing
-	}
-	return l
 }
 
 // errTooManyRequests: the user's requests in flight are at the cap.
@@ -149,20 +146,6 @@ func (l *Limits) end(st *userState) {
 	}
 }
 
-// AllowCreate takes a token from user's create bucket (pool.CreateLimiter).
-func (l *Limits) AllowCreate(user string) (time.Duration, bool) {
-	if l == nil || l.rate == 0 {
-		return 0, true
-	}
-	now := l.now()
-	st := l.state(user)
-	if st.creates.AllowN(now, 1) {
-		return 0, true
-	}
-	missing := 1 - st.creates.TokensAt(now)
-	return time.Duration(missing / float64(l.rate) * float64(time.Second)), false
-}
-
 func (l *Limits) state(user string) *userState {
 	now := l.now().UnixNano()
 	l.mu.RLock()
@@ -179,9 +162,6 @@ func (l *Limits) state(user string) *userState {
 			l.evictLocked(now)
 		}
 		st = &userState{}
-		if l.rate > 0 {
-			st.creates = rate.NewLimiter(l.rate, l.burst)
-		}
 		l.users[user] = st
 	}
 	st.seen.Store(now)
@@ -189,7 +169,7 @@ func (l *Limits) state(user string) *userState {
 }
 
 // evictLocked forgets users with nothing in flight: first those idle for
-// idleAfter, then, if that freed too little, any (their buckets restart full).
+// idleAfter, then, if that freed too little, any (forgetting one loses nothing).
 func (l *Limits) evictLocked(now int64) {
 	cutoff := now - l.idleAfter.Nanoseconds()
 	for u, st := range l.users {

@@ -31,34 +31,15 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-func TestCreateRateIsATokenBucketPerUser(t *testing.T) {
+// The router answers the pool's create-rate refusal with 429 and its wait.
+func TestCreateRateRefusalIs429WithRetryAfter(t *testing.T) {
 	t.Parallel()
-	l := NewLimits(LimitsConfig{CreateRate: Rate{N: 3, Per: time.Minute}})
-	clock := time.Unix(1_000_000, 0)
-	l.now = func() time.Time { return clock }
-	for i := range 3 {
-		if _, ok := l.AllowCreate("alice"); !ok {
-			t.Fatalf("create %d within the burst refused", i+1)
-		}
-	}
-	wait, ok := l.AllowCreate("alice")
-	if ok || wait <= 0 || wait > 20*time.Second {
-		t.Fatalf("fourth create: ok=%v wait=%s, want refused for about 20s", ok, wait)
-	}
-	if _, ok := l.AllowCreate("bob"); !ok {
-		t.Fatal("bob shares alice's bucket")
-	}
-	clock = clock.Add(wait)
-	if _, ok := l.AllowCreate("alice"); !ok {
-		t.Fatal("refused after the advertised wait")
-	}
-	// The router answers the pool's refusal with 429 and that wait.
 	e := statusOf(fmt.Errorf("acquire: %w", &pool.RateLimitError{User: "alice", RetryAfter: 2500 * time.Millisecond}))
 	if e.status != 429 || e.retryAfter != 3 {
 		t.Fatalf("rate limit error: %+v", e)
 	}
-	if _, ok := NewLimits(LimitsConfig{CreateRate: Rate{N: -1}}).AllowCreate("x"); !ok {
-		t.Fatal("a disabled limit refused")
+	if got := (LimitsConfig{}).EffectiveCreateRate(); got != DefaultCreateRate {
+		t.Fatalf("zero create rate = %v, want the default %v", got, DefaultCreateRate)
 	}
 }
 
@@ -117,7 +98,7 @@ func TestUserStateIsBounded(t *testing.T) {
 		if i == maxTrackedUsers/2 {
 			clock = clock.Add(time.Hour) // the first half is idle by now
 		}
-		l.AllowCreate(fmt.Sprintf("u%d", i))
+		l.state(fmt.Sprintf("u%d", i))
 	}
 	l.mu.RLock()
 	n, kept := len(l.users), l.users["busy"] != nil

@@ -385,14 +385,16 @@ func recorded(t *testing.T, log string) []receivedRequest {
 	return out
 }
 
-// TestPerUserLimits against a real gateway: the create rate (429 +
+// TestPerUserLimits against real gateways: the create rate is fleet-wide
+// (one create on each of two replicas spends the budget of both; 429 +
 // Retry-After, other users unaffected) and the body size (413, sandbox
 // unharmed).
 func TestPerUserLimits(t *testing.T) {
 	t.Parallel()
-	g := securedFleet(t, "--create-rate", "2/1h", "--max-body-bytes", "64k")
-	for i := range 2 {
-		if code, body, _ := (req{"GET", fmt.Sprintf("/threads/r%d/v1/sandbox", i), "", nil, bearer("alice-key")}).do(t, g); code != 200 {
+	f := newSecuredFleet(t, "--create-rate", "2/1h", "--max-body-bytes", "64k")
+	g, g2 := f.start(), f.start()
+	for i, replica := range []*gateway{g, g2} {
+		if code, body, _ := (req{"GET", fmt.Sprintf("/threads/r%d/v1/sandbox", i), "", nil, bearer("alice-key")}).do(t, replica); code != 200 {
 			t.Fatalf("create %d: %d %s", i, code, body)
 		}
 	}
