@@ -159,6 +159,7 @@ func New(d Deps) *Router {
 	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))
 	e.Any("/sandboxes/:id/v1/*", rt.dataPlane(telemetry.RouteSandbox, rt.sandboxProxy))
 
+	rt.mcpRoutes(e)
 	e.PUT("/threads/:thread/sandbox", rt.need(threads, rt.acquireThread))
 	e.GET("/threads/:thread/sandbox", rt.need(threads, rt.getThread))
 	e.DELETE("/threads/:thread/sandbox", rt.need(threads, rt.releaseThread))

@@ -1,0 +1,163 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// maxResponse bounds a sandbox answer held in memory: a whole-file read is
+// at most 16 MiB of content (the sandbox's own limit), base64 and JSON
+// escaping included.
+const maxResponse = 32 << 20
+
+// Per-call timeouts: every sandbox call has one. A bash command waits for
+// output up to bashNoChange (DeerFlow's no_change_timeout); the margin
+// covers provisioning on first use.
+const (
+	fileTimeout  = 2 * time.Minute
+	bashNoChange = 600 * time.Second
+	bashTimeout  = bashNoChange + 2*time.Minute
+)
+
+// sandbox calls one thread's sandbox /v1 API through the gateway's own
+// handler in-process, as the MCP caller: the request carries the caller's
+// credential and Host, so authentication, provisioning on first use, idle
+// touch, quotas, metrics and every backend work as for /threads/{t}/v1.
+type sandbox struct {
+	gateway http.Handler
+	prefix  string // "/threads/{thread}"
+	host    string
+	auth    string // the caller's Authorization header; "" = none
+	remote  string // the caller's address
+}
+
+// apiError is a failed sandbox call: the sandbox's or the gateway's answer.
+type apiError struct {
+	status  int
+	code    string // the gateway's error code; "" for the sandbox's own errors
+	message string
+}
+
+func (e *apiError) Error() string {
+	if e.code != "" {
+		return fmt.Sprintf("sandbox unavailable (%s): %s", e.code, e.message)
+	}
+	return e.message
+}
+
+// call POSTs req as JSON to /v1/{endpoint} and decodes the envelope's data
+// into out.
+func (s *sandbox) call(ctx context.Context, timeout time.Duration, endpoint string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", endpoint, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, s.prefix+"/v1/"+endpoint, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build %s: %w", endpoint, err)
+	}
+	r.Host = s.host
+	r.RemoteAddr = s.remote
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Accept", "application/json")
+	if s.auth != "" {
+		r.Header.Set("Authorization", s.auth)
+	}
+	w := &recorder{header: http.Header{}}
+	s.gateway.ServeHTTP(w, r)
+	if w.overflow {
+		return fmt.Errorf("%s: the sandbox answered with more than %d bytes", endpoint, maxResponse)
+	}
+	if err := ctx.Err(); err != nil && w.status == 0 {
+		return fmt.Errorf("%s: %w", endpoint, err)
+	}
+	return decodeEnvelope(w.code(), w.body.Bytes(), out)
+}
+
+// decodeEnvelope reads the sandbox's {"success","message","data"} or the
+// gateway's {"error":{"code","message"}}.
+func decodeEnvelope(status int, body []byte, out any) error {
+	var env struct {
+		Success *bool           `json:"success"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+		Error   *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return &apiError{status: status, message: fmt.Sprintf("the sandbox answered %d with a body that is not JSON", status)}
+	}
+	switch {
+	case env.Error != nil:
+		return &apiError{status: status, code: env.Error.Code, message: env.Error.Message}
+	case status != http.StatusOK || env.Success == nil || !*env.Success:
+		msg := strings.TrimSpace(env.Message)
+		if msg == "" {
+			msg = http.StatusText(status)
+		}
+		return &apiError{status: status, message: msg}
+	}
+	if out == nil || len(env.Data) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(env.Data, out); err != nil {
+		return fmt.Errorf("decode sandbox answer: %w", err)
+	}
+	return nil
+}
+
+// statusOf is the HTTP status of a failed call; 0 when it never got one.
+func statusOf(err error) int {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.code == "" {
+		return ae.status
+	}
+	return 0
+}
+
+// recorder is the in-process response: a bounded buffer. It deliberately
+// has no Unwrap, so the router's ResponseController calls (read deadlines,
+// hijacking) do not reach the MCP client's real connection.
+type recorder struct {
+	header   http.Header
+	status   int
+	body     bytes.Buffer
+	overflow bool
+}
+
+func (w *recorder) Header() http.Header { return w.header }
+
+func (w *recorder) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *recorder) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.body.Len()+len(p) > maxResponse {
+		w.overflow = true
+		return 0, errors.New("response too large")
+	}
+	return w.body.Write(p)
+}
+
+// Flush is a no-op: the proxy flushes streamed answers.
+func (w *recorder) Flush() {}
+
+func (w *recorder) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
