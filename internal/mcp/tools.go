@@ -291,9 +291,11 @@ func (t tools) writeFile(ctx context.Context, _ *sdk.CallToolRequest, in writeFi
 	return text("OK")
 }
 
-// strReplace reads, replaces and writes back, as DeerFlow does; a write
-// between the read and the write by another client is lost (DeerFlow's
-// lock is per process, too).
+// strReplace checks the file as DeerFlow does (text, old_str present),
+// then edits it in one atomic step in the sandbox (the editor API's
+// str_replace: under the file's edit lock, temp file and rename), so an
+// edit by another client in between is never silently lost, which
+// DeerFlow's read-replace-write could do.
 func (t tools) strReplace(ctx context.Context, _ *sdk.CallToolRequest, in strReplaceIn) (*sdk.CallToolResult, any, error) {
 	if msg := badPath(in.Path); msg != "" {
 		return fail("%s", msg)
@@ -311,12 +313,17 @@ func (t tools) strReplace(ctx context.Context, _ *sdk.CallToolRequest, in strRep
 	if !strings.Contains(content, in.OldStr) {
 		return fail("Error: String to replace not found in file: %s", in.Path)
 	}
-	n := 1
+	mode := "FIRST"
 	if in.ReplaceAll {
-		n = -1
+		mode = "ALL"
 	}
-	content = strings.Replace(content, in.OldStr, in.NewStr, n)
-	if err := t.sb.call(ctx, fileTimeout, "file/write", map[string]any{"file": in.Path, "content": content}, nil); err != nil {
+	err = t.sb.call(ctx, fileTimeout, "file/str_replace_editor", map[string]any{"command": "str_replace", "path": in.Path,
+		"old_str": in.OldStr, "new_str": in.NewStr, "replace_mode": mode}, nil)
+	if statusOf(err) == http.StatusUnprocessableEntity && strings.Contains(err.Error(), "old_str") {
+		// Another client's edit removed it after the check above.
+		return fail("Error: String to replace not found in file: %s", in.Path)
+	}
+	if err != nil {
 		return failed(err, in.Path, "File not found", "Permission denied accessing file", "Unexpected error replacing string")
 	}
 	return text("OK")

@@ -3,12 +3,14 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,6 +333,50 @@ func TestPathMatches(t *testing.T) {
 	for rel, want := range map[string]bool{"node_modules/x.js": true, "a/b.log": true, "src/a.py": false, "pkg.egg-info/x": true} {
 		if shouldIgnorePath(rel) != want {
 			t.Errorf("shouldIgnorePath(%q) != %v", rel, want)
+		}
+	}
+}
+
+// Concurrent str_replace calls on one file never lose an edit: each
+// replaces its own marker, and every one of them is in the file after.
+func TestConcurrentStrReplaceLosesNoEdit(t *testing.T) {
+	t.Parallel()
+	cs, ws := newSession(t)
+	const n = 16
+	var markers []string
+	for i := range n {
+		markers = append(markers, fmt.Sprintf("<m%02d>", i))
+	}
+	if err := os.WriteFile(filepath.Join(ws, "shared.txt"), []byte(strings.Join(markers, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i, m := range markers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "str_replace", Arguments: map[string]any{
+				"path": "/mnt/user-data/workspace/shared.txt", "old_str": m, "new_str": fmt.Sprintf("done%02d", i)}})
+			if err != nil || res.IsError {
+				errs <- fmt.Sprintf("%s: %v %+v", m, err, res)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	data, err := os.ReadFile(filepath.Join(ws, "shared.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if want := fmt.Sprintf("done%02d", i); !strings.Contains(string(data), want) {
+			t.Errorf("edit %s lost; file:\n%s", want, data)
 		}
 	}
 }
