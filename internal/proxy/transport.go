@@ -26,8 +26,11 @@ type TransportConfig struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// DefaultMaxResponseHeaderBytes of TransportConfig.
-const DefaultMaxResponseHeaderBytes = 1 << 20
+// DefaultMaxResponseHeaderBytes of TransportConfig: the bound the gateway
+// puts on a client's request head (max_header_bytes). A sandbox API's heads
+// are a few hundred bytes; what is read before the refusal is garbage the
+// gateway allocated for a hostile sandbox, so the bound is kept small.
+const DefaultMaxResponseHeaderBytes = 64 << 10
 
 // ErrResponseHeadersTooLarge is a sandbox response head over
 // TransportConfig.MaxResponseHeaderBytes.
