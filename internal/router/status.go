@@ -54,13 +54,13 @@ const (
 )
 
 // statusHeaders are set on every status response: no inline script, no
-// framing, nothing cached or sent on as a referrer.
+// framing, nothing cached, no referrer to another site.
 var statusHeaders = map[string]string{
 	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
 		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 	"X-Frame-Options":        "DENY",
 	"X-Content-Type-Options": "nosniff",
-	"Referrer-Policy":        "no-referrer",
+	"Referrer-Policy":        "same-origin", // no-referrer would make a form POST's Origin "null"
 	"Cache-Control":          "no-store",
 }
 
