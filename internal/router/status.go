@@ -190,15 +190,23 @@ func (s *statusPage) stream(c echo.Context) error {
 		return nil
 	}
 	w.Flush()
-	tick := time.NewTicker(statusKeepAlive)
+	// The tick ends the stream soon after a drain begins (the browser
+	// reconnects to a replica that stays), and keeps an idle one alive.
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	ctx := c.Request().Context()
+	ctx, idle := c.Request().Context(), time.Now()
 	for {
 		var msg []byte
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case now := <-tick.C:
+			if s.rt.draining.Load() {
+				return nil
+			}
+			if now.Sub(idle) < statusKeepAlive {
+				continue
+			}
 			msg = []byte(": keep-alive\n\n")
 		case e, ok := <-ch:
 			if !ok {
@@ -214,6 +222,7 @@ func (s *statusPage) stream(c echo.Context) error {
 			return nil // the browser went away
 		}
 		w.Flush()
+		idle = time.Now()
 	}
 }
 
