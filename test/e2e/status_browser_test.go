@@ -196,6 +196,11 @@ func TestStatusPageIsPerUser(t *testing.T) {
 		if !strings.Contains(ops, "bob&#39;s failure") {
 			t.Errorf("%s: the admin does not see bob's failure among the recent errors", path)
 		}
+		// The replica beats at start: alive for both, named to the admin only.
+		if !strings.Contains(ops, "Replicas alive: 1") || !strings.Contains(ops, `id="replicas"`) ||
+			!strings.Contains(alice, "Replicas alive: 1") || strings.Contains(alice, `id="replicas"`) {
+			t.Errorf("%s: replicas alive not shown as 1 to both, or listed to alice", path)
+		}
 	}
 
 	// Alice's stream carries her events only: bob's, published first, never arrives.
