@@ -128,7 +128,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics,
 		Auth: authn, Limits: limits, HostSuffix: hostSuffix, AllowedHosts: cfg.AllowedHosts,
 		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log),
-		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events})
+		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events,
+		Status: router.Status{Source: store, MaxSandboxes: g.pool.Config().MaxSandboxes, HardCap: cfg.Pool.HardCap,
+			MaxSandboxesPerUser: cfg.Pool.MaxSandboxesPerUser, Heartbeat: pool.HeartbeatInterval}})
 	g.server = &http.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -165,6 +167,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
+		pool.NewHeartbeat(g.pool).Run,
 		g.keepEgress,
 		g.events.Run,
 	} {

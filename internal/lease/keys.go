@@ -20,6 +20,7 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}rate:{user} STRING the user's create-rate GCRA arrival time (ms), expiring when its bucket is full
 //	{p}events      PUBSUB channel of lifecycle events (internal/events), JSON
 //	{p}events:recent LIST  the latest lifecycle events, newest first, trimmed
+//	{p}replicas    ZSET  instance -> last heartbeat (ms): the replicas alive
 type Keys struct {
 	prefix   string
 	active   string
@@ -85,6 +86,9 @@ func (k Keys) Events() string { return k.prefix + "events" }
 
 // EventsRecent is the bounded list of the latest lifecycle events.
 func (k Keys) EventsRecent() string { return k.prefix + "events:recent" }
+
+// Replicas holds each replica's last heartbeat.
+func (k Keys) Replicas() string { return k.prefix + "replicas" }
 
 // SandboxIDFromKey returns the sid of a record key, or "" if it is not one.
 func (k Keys) SandboxIDFromKey(key string) string {

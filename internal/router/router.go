@@ -89,6 +89,8 @@ type Deps struct {
 	// Events are the fleet's lifecycle events (status page, provisioning
 	// progress); nil = none published or watched.
 	Events *events.Bus
+	// Status configures the status page at / (status.go); no Source = off.
+	Status Status
 }
 
 // Router serves the gateway's HTTP API.
@@ -169,6 +171,7 @@ func New(d Deps) *Router {
 	e.GET("/api/sandboxes", rt.need(provisioner, rt.provisionerList))
 	e.GET("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerGet))
 	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
+	rt.routeStatus(e, d.Status, d.Events)
 	rt.echo = e
 
 	chain := func(h echo.HandlerFunc) echo.HandlerFunc {

@@ -1,0 +1,120 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Entry is one sandbox of the overview: its record (no record yet while
+// it is being created) and when it was last used.
+type Entry struct {
+	Record
+	// Since is the last activity of an active sandbox, the release of a warm
+	// one, the reservation deadline of one being created.
+	Since time.Time
+}
+
+// Overview is the fleet's sandboxes by state, for the status page.
+type Overview struct {
+	Active, Warm []Entry
+	// Creating carries only SandboxID, User and State (no record yet).
+	Creating []Entry
+}
+
+// Overview reads every active, warm and creating sandbox: O(pool), for the
+// status page, never for a request. A reservation past its deadline (a
+// replica died mid-create) is left out, as the capacity check drops it.
+func (s *Store) Overview(ctx context.Context, now time.Time) (Overview, error) {
+	pipe := s.rdb.Pipeline()
+	a := pipe.ZRangeWithScores(ctx, s.keys.Active(), 0, -1)
+	w := pipe.ZRangeWithScores(ctx, s.keys.Warm(), 0, -1)
+	c := pipe.ZRangeByScoreWithScores(ctx, s.keys.Creating(), &redis.ZRangeBy{Min: strconv.FormatInt(ms(now), 10), Max: "+inf"})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Overview{}, fmt.Errorf("read pool indexes: %w", err)
+	}
+	var ov Overview
+	var err error
+	if ov.Active, err = s.entries(ctx, a.Val()); err != nil {
+		return Overview{}, err
+	}
+	if ov.Warm, err = s.entries(ctx, w.Val()); err != nil {
+		return Overview{}, err
+	}
+	creating := c.Val()
+	if len(creating) > 0 {
+		ids := make([]string, len(creating))
+		for i, z := range creating {
+			ids[i] = z.Member.(string)
+		}
+		users, err := s.rdb.HMGet(ctx, s.keys.Owners(), ids...).Result()
+		if err != nil {
+			return Overview{}, fmt.Errorf("read owners: %w", err)
+		}
+		for i, z := range creating {
+			user, _ := users[i].(string)
+			ov.Creating = append(ov.Creating, Entry{Record: Record{SandboxID: ids[i], User: user, State: "creating"},
+				Since: time.UnixMilli(int64(z.Score))})
+		}
+	}
+	return ov, nil
+}
+
+func (s *Store) entries(ctx context.Context, zs []redis.Z) ([]Entry, error) {
+	ids := make([]string, len(zs))
+	since := make(map[string]time.Time, len(zs))
+	for i, z := range zs {
+		ids[i] = z.Member.(string)
+		since[ids[i]] = time.UnixMilli(int64(z.Score))
+	}
+	recs, err := s.records(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(recs))
+	for i, rec := range recs {
+		out[i] = Entry{Record: rec, Since: since[rec.SandboxID]}
+	}
+	return out, nil
+}
+
+// replicaKeep is how long a replica that stopped beating stays listed
+// (as not alive) before a heartbeat drops it.
+const replicaKeep = time.Hour
+
+// Beat records that replica instance is alive at now, and drops replicas
+// silent for longer than replicaKeep. Both are single commands: a beat
+// never depends on what another replica wrote.
+func (s *Store) Beat(ctx context.Context, instance string, now time.Time) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, s.keys.Replicas(), redis.Z{Score: float64(ms(now)), Member: instance})
+		p.ZRemRangeByScore(ctx, s.keys.Replicas(), "-inf", "("+strconv.FormatInt(ms(now.Add(-replicaKeep)), 10))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Replica is one replica's last heartbeat.
+type Replica struct {
+	Instance string
+	Seen     time.Time
+}
+
+// Replicas returns the replicas that beat in the last hour, newest first.
+func (s *Store) Replicas(ctx context.Context) ([]Replica, error) {
+	zs, err := s.rdb.ZRevRangeWithScores(ctx, s.keys.Replicas(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read replicas: %w", err)
+	}
+	out := make([]Replica, len(zs))
+	for i, z := range zs {
+		out[i] = Replica{Instance: z.Member.(string), Seen: time.UnixMilli(int64(z.Score))}
+	}
+	return out, nil
+}
