@@ -53,6 +53,9 @@ func TestRedisClientLogsThroughSlog(t *testing.T) {
 	}
 
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if line == "" {
+			continue
+		}
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("not a JSON record: %q", line)
