@@ -5,10 +5,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 func main() {
@@ -17,6 +20,11 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
+		var usage *config.UsageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, config.UsageHint)
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }

@@ -9,6 +9,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
@@ -120,13 +122,15 @@ type EgressConfig struct {
 	Listen string
 }
 
-// Default returns the documented defaults.
+// Default returns the documented defaults: each component's own (its
+// Default* constants, which its zero value also means), so `gateway -h`
+// shows them and none is written twice.
 func Default() Config {
 	return Config{
 		Listen:          "127.0.0.1:8080",
 		DataDir:         "./.sandgate",
 		ThreadDataQuota: -1,
-		RedisPrefix:     "sandgate:{default}:",
+		RedisPrefix:     lease.DefaultPrefix,
 		Backend:         "process",
 		ShutdownTimeout: 30 * time.Second,
 		LogFormat:       "auto",
@@ -146,9 +150,18 @@ func Default() Config {
 			MaxUpgraded:   proxy.DefaultMaxUpgraded,
 		},
 		Pool: pool.Config{
-			IdleTimeout:  pool.DefaultIdleTimeout,
-			MaxSandboxes: pool.DefaultMaxSandboxes,
+			IdleTimeout:       pool.DefaultIdleTimeout,
+			MaxSandboxes:      pool.DefaultMaxSandboxes,
+			ProvisionWait:     pool.DefaultProvisionWait,
+			CreateTimeout:     pool.DefaultCreateTimeout,
+			CacheTTL:          pool.DefaultCacheTTL,
+			TouchInterval:     pool.DefaultTouchInterval,
+			ReapInterval:      pool.DefaultReapInterval,
+			LockTTL:           lease.DefaultLockTTL,
+			ReconcileInterval: pool.DefaultReconcileInterval,
+			ReconcileGrace:    pool.DefaultReconcileGrace,
 		},
+		Process: ProcessConfig{Limits: jail.Limits{}.WithDefaults()},
 		Docker: docker.Config{
 			Image:           docker.DefaultImage,
 			ContainerPrefix: docker.DefaultPrefix,
@@ -165,6 +178,9 @@ func Default() Config {
 			CPULimit:      kubernetes.DefaultCPULimit,
 			MemoryRequest: kubernetes.DefaultMemoryRequest,
 			MemoryLimit:   kubernetes.DefaultMemoryLimit,
+			// The Pods' egress proxy port and the gateway Pods' labels.
+			EgressProxyPort:  kubernetes.DefaultEgressProxyPort,
+			GatewayPodLabels: maps.Clone(kubernetes.DefaultGatewayPodLabels),
 		},
 	}
 }

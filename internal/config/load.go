@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,25 +44,25 @@ func (c *Config) settings() []setting {
 		{"redis-url", "Redis URL (redis://, rediss://, sentinel, cluster); empty = embedded, not durable", (*stringValue)(&c.RedisURL)},
 		{"redis-prefix", "key prefix; keep one {hash tag} for Redis Cluster", (*stringValue)(&c.RedisPrefix)},
 		{"backend", "sandbox backend: " + strings.Join(Backends, " | "), (*stringValue)(&c.Backend)},
-		{"public-url", "URL clients use to reach this gateway (default: from each request)", (*stringValue)(&c.PublicURL)},
+		{"public-url", "URL clients use to reach this gateway (empty = from each request)", (*stringValue)(&c.PublicURL)},
 		{"shutdown-timeout", "how long a draining gateway waits for requests", (*durationValue)(&c.ShutdownTimeout)},
 		{"log-format", "json | text | auto (text on a terminal)", (*stringValue)(&c.LogFormat)},
 		{"log-level", "debug | info | warn | error", (*stringValue)(&c.LogLevel)},
-		{"instance", "name of this replica in labels and logs (default: hostname-pid)", (*stringValue)(&p.Instance)},
+		{"instance", "name of this replica in labels and logs (empty = hostname-pid)", (*stringValue)(&p.Instance)},
 		{"idle-timeout", "destroy sandboxes idle this long (0 = never)", (*offDuration)(&p.IdleTimeout)},
 		{"max-sandboxes", "fleet-wide cap on sandboxes (0 = no cap)", (*offInt)(&p.MaxSandboxes)},
 		{"cap-mode", "soft (evict warm, else exceed with a warning) | hard (503)", (*capMode)(&p.HardCap)},
 		{"max-sandboxes-per-user", "fleet-wide cap on one user's sandboxes, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxSandboxesPerUser)},
 		{"max-creates-per-user", "fleet-wide cap on one user's creates in progress, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxCreatesPerUser)},
 		{"acquire-timeout", "hard cap: how long a create waits for room before 503", (*durationValue)(&p.AcquireTimeout)},
-		{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After (0 = 30s)", (*durationValue)(&p.ProvisionWait)},
-		{"create-timeout", "bound on one backend create incl. readiness (0 = 2m)", (*durationValue)(&p.CreateTimeout)},
-		{"cache-ttl", "how long a replica trusts a cached route (0 = 5s)", (*durationValue)(&p.CacheTTL)},
-		{"touch-interval", "how often activity is flushed to Redis (0 = 1s)", (*durationValue)(&p.TouchInterval)},
-		{"reap-interval", "how often expired sandboxes are looked for (0 = 10s)", (*durationValue)(&p.ReapInterval)},
-		{"lock-ttl", "provisioning lock TTL, refreshed while held (0 = 15s)", (*durationValue)(&p.LockTTL)},
+		{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After (0 = the default)", (*durationValue)(&p.ProvisionWait)},
+		{"create-timeout", "bound on one backend create incl. readiness (0 = the default)", (*durationValue)(&p.CreateTimeout)},
+		{"cache-ttl", "how long a replica trusts a cached route (0 = the default)", (*durationValue)(&p.CacheTTL)},
+		{"touch-interval", "how often activity is flushed to Redis (0 = the default)", (*durationValue)(&p.TouchInterval)},
+		{"reap-interval", "how often expired sandboxes are looked for (0 = the default)", (*durationValue)(&p.ReapInterval)},
+		{"lock-ttl", "provisioning lock TTL, refreshed while held (0 = the default)", (*durationValue)(&p.LockTTL)},
 		{"reconcile-interval", "how often backend sandboxes are compared with Redis (0 = never)", (*offDuration)(&p.ReconcileInterval)},
-		{"reconcile-grace", "age before an unrecorded sandbox is adopted (0 = 1m)", (*durationValue)(&p.ReconcileGrace)},
+		{"reconcile-grace", "age before an unrecorded sandbox is adopted (0 = the default)", (*durationValue)(&p.ReconcileGrace)},
 		{"reconcile-dry-run", "log what the reconciler would do, do nothing", (*boolValue)(&p.ReconcileDryRun)},
 		{"pause-warm", "pause warm sandboxes (container backends) and unpause them on reclaim", (*boolValue)(&p.PauseWarm)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
@@ -89,22 +90,22 @@ func (c *Config) settings() []setting {
 		{"ws-idle-timeout", "close an upgraded connection silent this long (0 = never)", (*offDuration)(&c.Proxy.WSIdleTimeout)},
 		{"ws-max-lifetime", "close an upgraded connection this long after it opened (0 = never)", (*offDuration)(&c.Proxy.WSMaxLifetime)},
 		{"max-upgraded", "upgraded (WebSocket) connections open at once per replica (0 = no cap)", (*offInt)(&c.Proxy.MaxUpgraded)},
-		{"process-binary", "sandbox server binary for the process backend (default: this binary)", (*stringValue)(&c.Process.Binary)},
+		{"process-binary", "sandbox server binary for the process backend (empty = this binary)", (*stringValue)(&c.Process.Binary)},
 		{"process-isolation", "namespaces: each process sandbox in its own user, mount, PID, network, IPC and UTS namespaces with Landlock, seccomp and limits; none: a plain child process of the gateway's user (one trusted user only; refused with auth)", (*stringValue)(&c.Process.Isolation)},
-		{"process-memory", "memory limit per isolated process sandbox (cgroup, else RLIMIT_AS), e.g. 512m, 2g (0 = none; default 2g)", (*offBytes)(&c.Process.Limits.Memory)},
-		{"process-pids-limit", "processes and threads per isolated process sandbox (0 = none; default 512)", (*offInt)(&c.Process.Limits.Processes)},
-		{"process-open-files", "open files per process in an isolated process sandbox (0 = none; default 4096)", (*offInt)(&c.Process.Limits.OpenFiles)},
-		{"process-file-size", "largest file a process in an isolated sandbox may write (0 = none; default 8g)", (*offBytes)(&c.Process.Limits.FileSize)},
-		{"process-tmp-size", "size of an isolated process sandbox's private /tmp (default 512m)", (*offBytes)(&c.Process.Limits.TmpSize)},
+		{"process-memory", "memory limit per isolated process sandbox (cgroup, else RLIMIT_AS), e.g. 512m, 2g (0 = none)", (*offBytes)(&c.Process.Limits.Memory)},
+		{"process-pids-limit", "processes and threads per isolated process sandbox (0 = none)", (*offInt)(&c.Process.Limits.Processes)},
+		{"process-open-files", "open files per process in an isolated process sandbox (0 = none)", (*offInt)(&c.Process.Limits.OpenFiles)},
+		{"process-file-size", "largest file a process in an isolated sandbox may write (0 = none)", (*offBytes)(&c.Process.Limits.FileSize)},
+		{"process-tmp-size", "size of an isolated process sandbox's private /tmp", (*offBytes)(&c.Process.Limits.TmpSize)},
 		{"egress", "what sandboxes reach outside: proxy (only allow-listed domains, through the gateway's egress proxy) | none | open (anything but other sandboxes; trusted code only)", (*egressModeValue)(&p.Egress.Mode)},
 		{"egress-allow", "domains the egress proxy lets through, comma separated: example.com, *.example.com (names below it), optionally :port", (*listValue)(&p.Egress.Allow)},
-		{"egress-dns", "DNS server (ip:port) the egress proxy resolves with (default: the host's resolver)", (*stringValue)(&c.Egress.DNS)},
+		{"egress-dns", "DNS server (ip:port) the egress proxy resolves with (empty = the host's resolver)", (*stringValue)(&c.Egress.DNS)},
 		{"egress-allow-addresses", "CIDRs the egress proxy may connect to although private, loopback or link-local (an internal mirror), comma separated", (*listValue)(&c.Egress.AllowAddresses)},
 		{"egress-listen", "TCP address where the egress proxy also serves networked sandboxes (kubernetes), authenticated per sandbox (empty = off)", (*stringValue)(&c.Egress.Listen)},
 		{"image", "sandbox image of the container backends", &setString{&d.Image, &c.imageSet}},
 		{"container-prefix", "container name prefix: {prefix}-{sandbox_id}", (*stringValue)(&d.ContainerPrefix)},
 		{"port", "port the sandbox server listens on inside a container", (*intValue)(&d.Port)},
-		{"docker-host", "Docker engine address (default: DOCKER_HOST, else the local socket)", (*stringValue)(&d.Host)},
+		{"docker-host", "Docker engine address (empty = DOCKER_HOST, else the local socket)", (*stringValue)(&d.Host)},
 		{"docker-network", "attach sandboxes to this Docker network and reach them by name (gateway in a container); nothing is published", (*stringValue)(&d.Network)},
 		{"docker-open-network", "Docker network of sandboxes whose egress is open (a bridge with inter-container traffic off, created when first needed)", (*stringValue)(&d.OpenNetwork)},
 		{"docker-memory", "memory limit per sandbox, e.g. 512m, 2g (0 = none)", (*offBytes)(&d.Memory)},
@@ -116,7 +117,7 @@ func (c *Config) settings() []setting {
 		{"docker-disk-limit", "writable-layer size limit per sandbox, e.g. 10g (0 = none; needs a storage driver that supports it)", (*offBytes)(&d.DiskLimit)},
 		{"docker-pull-policy", "always | if-not-present | never", (*stringValue)(&d.PullPolicy)},
 		{"kubernetes-kubeconfig", "kubeconfig file of the kubernetes backend; empty = in-cluster service account", (*stringValue)(&k.Kubeconfig)},
-		{"kubernetes-namespace", "namespace of sandbox Pods (default: the kubeconfig context's, else the gateway Pod's)", (*stringValue)(&k.Namespace)},
+		{"kubernetes-namespace", "namespace of sandbox Pods (empty = the kubeconfig context's, else the gateway Pod's)", (*stringValue)(&k.Namespace)},
 		{"kubernetes-url-mode", "how the gateway reaches sandbox Pods: service | nodeport | pod-ip", (*stringValue)(&k.URLMode)},
 		{"kubernetes-node-host", "node address for url mode nodeport (gateway outside the cluster)", (*stringValue)(&k.NodeHost)},
 		{"kubernetes-cluster-domain", "cluster DNS domain of Service URLs", (*stringValue)(&k.ClusterDomain)},
@@ -125,12 +126,12 @@ func (c *Config) settings() []setting {
 		{"kubernetes-memory-request", "memory request per sandbox Pod", (*stringValue)(&k.MemoryRequest)},
 		{"kubernetes-memory-limit", "memory limit per sandbox Pod", (*stringValue)(&k.MemoryLimit)},
 		{"kubernetes-runtime-class", "RuntimeClass of sandbox Pods, e.g. gvisor or kata", (*stringValue)(&k.RuntimeClass)},
-		{"kubernetes-egress-proxy-url", "egress proxy URL sandbox Pods use, http://host:port (default: the sandgate-egress Service of the namespace)", (*stringValue)(&k.EgressProxyURL)},
-		{"kubernetes-egress-proxy-port", "gateway Pods' egress proxy port the per-sandbox NetworkPolicy opens (default 3128)", (*intValue)(&k.EgressProxyPort)},
-		{"kubernetes-gateway-pod-labels", "labels of the gateway Pods, key=value,... (default app.kubernetes.io/name=sandgate-gateway)", (*mapValue)(&k.GatewayPodLabels)},
+		{"kubernetes-egress-proxy-url", "egress proxy URL sandbox Pods use, http://host:port (empty = the sandgate-egress Service of the namespace)", (*stringValue)(&k.EgressProxyURL)},
+		{"kubernetes-egress-proxy-port", "gateway Pods' egress proxy port the per-sandbox NetworkPolicy opens", (*intValue)(&k.EgressProxyPort)},
+		{"kubernetes-gateway-pod-labels", "labels of the gateway Pods, key=value,...", (*mapValue)(&k.GatewayPodLabels)},
 		{"kubernetes-node-selector", "node labels sandbox Pods must match: key=value,...", (*mapValue)(&k.NodeSelector)},
 		{"kubernetes-tolerations", "taints sandbox Pods tolerate: key[=value][:Effect],... (* = every taint)", (*tolerationsValue)(&k.Tolerations)},
-		{"kubernetes-image-pull-policy", "Always | IfNotPresent | Never (default: Kubernetes')", (*stringValue)(&k.ImagePullPolicy)},
+		{"kubernetes-image-pull-policy", "Always | IfNotPresent | Never (empty = Kubernetes')", (*stringValue)(&k.ImagePullPolicy)},
 		{"kubernetes-image-pull-secrets", "image pull secrets of sandbox Pods, comma separated", (*listValue)(&k.ImagePullSecrets)},
 		{"kubernetes-active-deadline", "sandbox Pods end after this long whatever happens, a backstop (0 = never)", (*durationValue)(&k.ActiveDeadline)},
 		{"kubernetes-run-as-non-root", "refuse sandbox images that run as root", (*boolValue)(&k.RunAsNonRoot)},
@@ -176,17 +177,24 @@ var deerflowIgnored = map[string]string{
 func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer) (Config, []string, error) {
 	c := Default()
 	fs := flag.NewFlagSet("gateway serve", flag.ContinueOnError)
-	fs.SetOutput(usage)
+	// The flag package would print a bad flag's error and then the whole
+	// usage; the caller prints the error once, with a hint (UsageError).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	settings := c.settings()
 	for _, s := range settings {
 		fs.Var(s.value, s.name, s.usage+" (env "+s.envName()+")")
 	}
 	configPath := fs.String("config", "", "YAML config file (env "+ConfigEnv+")")
 	if err := fs.Parse(args); err != nil {
-		return c, nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(usage, fs)
+			return c, nil, err
+		}
+		return c, nil, &UsageError{err}
 	}
 	if fs.NArg() > 0 {
-		return c, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return c, nil, &UsageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	fromFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { fromFlag[f.Name] = true })
@@ -361,3 +369,53 @@ func resolveEnv(in map[string]string, lookupEnv func(string) (string, bool)) map
 
 // IsHelp reports whether err is a request for usage.
 func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+
+// UsageError is a bad command line (an unknown flag, a bad value): the
+// caller prints it with UsageHint and exits 2, as the flag package would.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// UsageHint follows a UsageError.
+const UsageHint = "run 'gateway -h' for usage"
+
+// printUsage lists every flag with its default, which the flag package
+// leaves out when it is the type's zero value (0 that means 30s, "soft").
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: gateway [serve] [flags]\n\nEvery flag is also an environment variable (SANDGATE_NAME) and a key of the YAML file (name).\n\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, def := kindOf(f.Value), f.DefValue
+		if kind == "string" || def == "" {
+			def = strconv.Quote(def)
+		}
+		name := f.Name
+		if kind != "" {
+			name += " " + kind
+		}
+		fmt.Fprintf(w, "  -%s\n    \t%s (default %s)\n", name, f.Usage, def)
+	})
+}
+
+// kindOf names what a flag takes, for the usage.
+func kindOf(v flag.Value) string {
+	switch v.(type) {
+	case *boolValue:
+		return ""
+	case *durationValue, *offDuration:
+		return "duration"
+	case *intValue, *offInt:
+		return "int"
+	case *offBytes:
+		return "size"
+	case *offCPUs:
+		return "cpus"
+	case *listValue, *apiKeysValue, *tolerationsValue:
+		return "list"
+	case *mapValue:
+		return "key=value,..."
+	case *rateValue:
+		return "N/duration"
+	}
+	return "string"
+}

@@ -211,6 +211,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 func (g *Gateway) connectRedis(ctx context.Context) error {
+	lease.SetLogger(g.log) // go-redis's own lines into the JSON log
 	if g.cfg.RedisURL == "" {
 		m := miniredis.NewMiniRedis()
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {

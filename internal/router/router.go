@@ -150,6 +150,7 @@ func New(d Deps) *Router {
 	e.GET("/healthz", rt.healthz)
 	e.GET("/readyz", rt.readyz)
 	e.GET("/health", rt.provisionerHealth)
+	e.GET("/openapi.json", serveOpenAPI)
 	if d.Metrics != nil {
 		// Any authenticated principal, even one without scopes (a scraper's
 		// key), or the metrics token.
