@@ -30,3 +30,23 @@ func IdentityLabels(spec Spec, instance string, extra map[string]string) map[str
 	}
 	return labels
 }
+
+// LabelFleet names the fleet (the gateways sharing one Redis) a sandbox
+// belongs to. The reconciler and prune touch only their own fleet's
+// sandboxes, so fleets sharing one engine or cluster never adopt or remove
+// each other's.
+const LabelFleet = "sandgate.fleet"
+
+// DefaultFleet is the fleet of a gateway without a fleet setting, and of
+// sandboxes made before the label existed.
+const DefaultFleet = "default"
+
+// InFleet reports whether labels put a sandbox in fleet; a sandbox without
+// the label is in DefaultFleet.
+func InFleet(labels map[string]string, fleet string) bool {
+	v, ok := labels[LabelFleet]
+	if !ok {
+		v = DefaultFleet
+	}
+	return v == fleet
+}

@@ -85,6 +85,9 @@ type Deps struct {
 	// BodyIdleTimeout cuts a proxied request whose body makes no progress
 	// this long (408); 0 or negative = never.
 	BodyIdleTimeout time.Duration
+	// Admin serves the operator API's logs, stats and prune (admin.go);
+	// nil = those answer 501.
+	Admin Admin
 }
 
 // Router serves the gateway's HTTP API.
@@ -108,6 +111,7 @@ type Router struct {
 	mounts          []MountPoint
 	meter           Meter // nil: no thread data here
 	bodyIdle        time.Duration
+	admin           Admin // nil: no logs, stats or prune
 }
 
 // New builds the router.
@@ -117,7 +121,7 @@ func New(d Deps) *Router {
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
-		bodyIdle: d.BodyIdleTimeout}
+		bodyIdle: d.BodyIdleTimeout, admin: d.Admin}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
@@ -164,6 +168,7 @@ func New(d Deps) *Router {
 	e.GET("/api/sandboxes", rt.need(provisioner, rt.provisionerList))
 	e.GET("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerGet))
 	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
+	rt.registerAdmin(e)
 	rt.echo = e
 
 	chain := func(h echo.HandlerFunc) echo.HandlerFunc {
