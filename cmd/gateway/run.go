@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime/debug"
 
+	"golang.org/x/term"
+
 	"github.com/sandgate/sandgate/internal/cli"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/gateway"
@@ -70,8 +72,5 @@ func serve(ctx context.Context, args []string) error {
 	return g.Run(ctx)
 }
 
-// isTerminal: a character device (a TTY), not a pipe or file.
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+// isTerminal: a TTY (not /dev/null, which is a character device too).
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -37,16 +37,12 @@ func IdentityLabels(spec Spec, instance string, extra map[string]string) map[str
 // each other's.
 const LabelFleet = "sandgate.fleet"
 
-// DefaultFleet is the fleet of a gateway without a fleet setting, and of
-// sandboxes made before the label existed.
+// DefaultFleet is the fleet of a gateway without a fleet setting.
 const DefaultFleet = "default"
 
-// InFleet reports whether labels put a sandbox in fleet; a sandbox without
-// the label is in DefaultFleet.
+// InFleet reports whether labels name fleet. Cleanups (prune) act only on
+// what positively carries their fleet: a sandbox without the label (made
+// before it existed, or by another provisioner) is never theirs to remove.
 func InFleet(labels map[string]string, fleet string) bool {
-	v, ok := labels[LabelFleet]
-	if !ok {
-		v = DefaultFleet
-	}
-	return v == fleet
+	return labels[LabelFleet] == fleet
 }

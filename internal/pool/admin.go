@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 )
 
@@ -79,7 +80,7 @@ type PruneReport struct {
 }
 
 // Prune removes this fleet's leftovers: running sandboxes with this fleet's
-// label and no record, older than ReconcileGrace (a create may be about to
+// label, an identity this gateway derives, and no record, older than ReconcileGrace (a create may be about to
 // record a younger one), and what dead sandboxes left behind (backends that
 // implement backend.Pruner). Other fleets' sandboxes are never looked at
 // twice. dryRun only reports.
@@ -101,6 +102,10 @@ func (p *Pool) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 	for _, info := range live {
 		if known[info.SandboxID] || !backend.InFleet(info.Labels, p.cfg.Fleet) || now.Sub(info.CreatedAt) < p.cfg.ReconcileGrace {
 			continue
+		}
+		if identity.ValidUser(info.User) != nil || identity.ValidThread(info.Thread) != nil ||
+			identity.SandboxID(info.User, info.Thread) != info.SandboxID {
+			continue // not a sandbox this gateway makes, whatever its labels say
 		}
 		item := Pruned{Kind: "sandbox", Name: info.SandboxID, SandboxID: info.SandboxID, User: info.User, Thread: info.Thread,
 			CreatedAt: info.CreatedAt.UTC()}
