@@ -6,9 +6,16 @@ all: build
 
 # The gateway and, beside it, the sandbox server alone, which the process
 # backend runs when it finds it there (it starts sandboxes sooner).
+# VERSION and REVISION are stamped into the binary (gateway --version), as
+# the image build does.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+BINDIR ?= bin
+
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/gateway ./cmd/gateway
-	CGO_ENABLED=0 $(GO) build -o bin/sandgate-sandbox ./cmd/sandgate-sandbox
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BINDIR)/gateway ./cmd/gateway
+	CGO_ENABLED=0 $(GO) build -o $(BINDIR)/sandgate-sandbox ./cmd/sandgate-sandbox
 
 deps:
 	./scripts/install-deps.sh

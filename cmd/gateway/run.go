@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime/debug"
 
+	"golang.org/x/term"
+
+	"github.com/sandgate/sandgate/internal/cli"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/gateway"
 	"github.com/sandgate/sandgate/internal/jail"
@@ -12,7 +16,25 @@ import (
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
+// version and revision are stamped by make build and the image build
+// (-ldflags "-X main.version=... -X main.revision=..."); empty: read from
+// the Go build info (cli.BuildVersion).
+var version, revision string
+
+// exitCode ends the process with a CLI command's code (already reported).
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
 func run(ctx context.Context, args []string) error {
+	if len(args) > 0 && cli.IsCommand(args[0]) {
+		code := cli.Main(ctx, cli.Env{Args: args, Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			StdinTTY: isTerminal(os.Stdin), Version: cli.BuildVersion(version, revision)})
+		if code != 0 {
+			return exitCode(code)
+		}
+		return nil
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "sandbox":
@@ -49,3 +71,6 @@ func serve(ctx context.Context, args []string) error {
 	}
 	return g.Run(ctx)
 }
+
+// isTerminal: a TTY (not /dev/null, which is a character device too).
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -30,3 +30,19 @@ func IdentityLabels(spec Spec, instance string, extra map[string]string) map[str
 	}
 	return labels
 }
+
+// LabelFleet names the fleet (the gateways sharing one Redis) a sandbox
+// belongs to. The reconciler and prune touch only their own fleet's
+// sandboxes, so fleets sharing one engine or cluster never adopt or remove
+// each other's.
+const LabelFleet = "sandgate.fleet"
+
+// DefaultFleet is the fleet of a gateway without a fleet setting.
+const DefaultFleet = "default"
+
+// InFleet reports whether labels name fleet. Cleanups (prune) act only on
+// what positively carries their fleet: a sandbox without the label (made
+// before it existed, or by another provisioner) is never theirs to remove.
+func InFleet(labels map[string]string, fleet string) bool {
+	return labels[LabelFleet] == fleet
+}

@@ -160,6 +160,7 @@ func Default() Config {
 			LockTTL:           lease.DefaultLockTTL,
 			ReconcileInterval: pool.DefaultReconcileInterval,
 			ReconcileGrace:    pool.DefaultReconcileGrace,
+			Fleet:             backend.DefaultFleet,
 		},
 		Process: ProcessConfig{Limits: jail.Limits{}.WithDefaults()},
 		Docker: docker.Config{

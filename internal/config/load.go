@@ -49,6 +49,7 @@ func (c *Config) settings() []setting {
 		{"log-format", "json | text | auto (text on a terminal)", (*stringValue)(&c.LogFormat)},
 		{"log-level", "debug | info | warn | error", (*stringValue)(&c.LogLevel)},
 		{"instance", "name of this replica in labels and logs (empty = hostname-pid)", (*stringValue)(&p.Instance)},
+		{"fleet", "this fleet's name, the sandgate.fleet label on every sandbox; reconciler and prune touch only its own", (*stringValue)(&p.Fleet)},
 		{"idle-timeout", "destroy sandboxes idle this long (0 = never)", (*offDuration)(&p.IdleTimeout)},
 		{"max-sandboxes", "fleet-wide cap on sandboxes (0 = no cap)", (*offInt)(&p.MaxSandboxes)},
 		{"cap-mode", "soft (evict warm, else exceed with a warning) | hard (503)", (*capMode)(&p.HardCap)},

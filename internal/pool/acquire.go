@@ -190,6 +190,7 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	}
 	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: egress}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
+	spec.Labels[backend.LabelFleet] = p.cfg.Fleet
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
 	defer cancel()
 	start := time.Now()

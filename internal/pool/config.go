@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -60,6 +61,10 @@ type Config struct {
 
 	// Instance names this replica in labels and logs.
 	Instance string
+	// Fleet is the backend.LabelFleet of every sandbox this pool makes; the
+	// reconciler and Prune leave other fleets' sandboxes alone.
+	// "" = backend.DefaultFleet.
+	Fleet string
 	// Mounts, Env and Labels go into every sandbox spec.
 	Mounts backend.MountConfig
 	Env    map[string]string
@@ -67,6 +72,10 @@ type Config struct {
 	// Egress is every sandbox's egress policy (zero: proxy, nothing allowed).
 	Egress backend.Egress
 }
+
+// validFleet: a value every backend accepts as a label (Kubernetes is the
+// narrowest).
+var validFleet = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 
 // Defaults.
 const (
@@ -106,6 +115,9 @@ func (c Config) Validate() error {
 	if w.LockTTL < 300*time.Millisecond {
 		return errors.New("lock_ttl: must be at least 300ms")
 	}
+	if c.Fleet != "" && !validFleet.MatchString(c.Fleet) {
+		return fmt.Errorf("fleet: %q must be 1-63 characters of [A-Za-z0-9._-], starting and ending with a letter or digit (a label value)", c.Fleet)
+	}
 	if c.Mounts.DataDir == "" {
 		return errors.New("data_dir: must be set")
 	}
@@ -129,6 +141,9 @@ func (c Config) withDefaults() Config {
 	def(&c.LockTTL, lease.DefaultLockTTL)
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes
+	}
+	if c.Fleet == "" {
+		c.Fleet = backend.DefaultFleet
 	}
 	return c
 }

@@ -23,6 +23,7 @@ const (
 	ReasonClient      DestroyReason = "client"          // DELETE /threads/{t}/sandbox?destroy=true
 	ReasonProvisioner DestroyReason = "provisioner_api" // DELETE /api/sandboxes/{id}
 	ReasonInterrupted DestroyReason = "interrupted"     // finishing a destroy a crashed replica left
+	ReasonAdmin       DestroyReason = "admin"           // the operator CLI (/admin/v1)
 )
 
 // Span names: one trace explains a slow first call (acquire, lock wait,

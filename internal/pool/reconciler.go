@@ -69,6 +69,9 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 	running := make(map[string]bool, len(live))
 	now := p.clock.Now()
 	for _, info := range live {
+		if f, ok := info.Labels[backend.LabelFleet]; ok && f != p.cfg.Fleet {
+			continue // another fleet's on the same engine: theirs to reconcile (unlabelled: as before the label)
+		}
 		running[info.SandboxID] = true
 		if _, ok := known[info.SandboxID]; ok {
 			continue

@@ -57,7 +57,8 @@ func statusOf(err error) apiError {
 		}
 		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
-		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress):
+		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress),
+		errors.Is(err, errBadFilter), errors.Is(err, errBadTail):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser),
 		errors.Is(err, errEgressAdmin):
@@ -86,6 +87,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "capacity", "the sandbox pool is full; retry later", 5}
 	case errors.Is(err, pool.ErrState):
 		return apiError{http.StatusServiceUnavailable, "state_unavailable", "the gateway cannot reach its state store (Redis); retry shortly", 2}
+	case errors.Is(err, backend.ErrNotSupported):
+		return apiError{http.StatusNotImplemented, "not_supported", "the sandbox backend cannot tell or do this", 0}
 	case errors.Is(err, backend.ErrUnavailable):
 		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
 	case errors.As(err, &quota):

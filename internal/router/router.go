@@ -91,6 +91,9 @@ type Deps struct {
 	Events *events.Bus
 	// Status configures the status page at / (status.go); no Source = off.
 	Status Status
+	// Admin serves the operator API's logs, stats and prune (admin.go);
+	// nil = those answer 501.
+	Admin Admin
 }
 
 // Router serves the gateway's HTTP API.
@@ -114,6 +117,7 @@ type Router struct {
 	mounts          []MountPoint
 	meter           Meter // nil: no thread data here
 	bodyIdle        time.Duration
+	admin           Admin // nil: no logs, stats or prune
 }
 
 // New builds the router.
@@ -123,7 +127,7 @@ func New(d Deps) *Router {
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
-		bodyIdle: d.BodyIdleTimeout}
+		bodyIdle: d.BodyIdleTimeout, admin: d.Admin}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
@@ -173,6 +177,7 @@ func New(d Deps) *Router {
 	e.GET("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerGet))
 	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
 	rt.routeStatus(e, d.Status, d.Events)
+	rt.registerAdmin(e)
 	rt.echo = e
 
 	chain := func(h echo.HandlerFunc) echo.HandlerFunc {

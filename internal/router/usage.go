@@ -21,6 +21,8 @@ type Meter interface {
 	Cached(user, thread string) (usage.Usage, bool)
 	// Quota is thread_data_quota in bytes; 0 = none.
 	Quota() int64
+	// Remove deletes the thread's data (threads rm); false: there was none.
+	Remove(ctx context.Context, user, thread string) (bool, error)
 }
 
 // dataView is the "data" of GET /threads/{thread}/sandbox.

@@ -22,6 +22,7 @@ type fakeMeter struct {
 func (f *fakeMeter) Measure(context.Context, string, string) (usage.Usage, error) { return f.u, nil }
 func (f *fakeMeter) Cached(string, string) (usage.Usage, bool)                    { f.cached++; return f.u, f.ok }
 func (f *fakeMeter) Quota() int64                                                 { return f.quota }
+func (f *fakeMeter) Remove(context.Context, string, string) (bool, error)         { return false, nil }
 
 func TestCheckQuota(t *testing.T) {
 	t.Parallel()

@@ -239,6 +239,7 @@ type engine interface {
 	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	ContainerStatsOneShot(ctx context.Context, id string) (container.StatsResponseReader, error)
 	ContainerStop(ctx context.Context, id string, opts container.StopOptions) error
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 	NetworkInspect(ctx context.Context, id string, opts network.InspectOptions) (network.Inspect, error)

@@ -1,0 +1,298 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/pool"
+)
+
+// The operator API under /admin/v1 (admin scope), which `gateway sandboxes`,
+// `threads rm` and `prune` call. Handlers stay thin: the pool and the
+// backend's optional capabilities do the work.
+
+// Admin is what the operator API needs of the pool beyond Pool.
+type Admin interface {
+	Fleet() string
+	Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error)
+	Stats(ctx context.Context, sid string) (backend.Stats, error)
+	CanStat() bool
+	Prune(ctx context.Context, dryRun bool) (pool.PruneReport, error)
+}
+
+var (
+	adminOnly    = rule{scope: auth.ScopeAdmin}
+	errBadFilter = errors.New("state must be active or warm")
+	errBadTail   = errors.New("tail must be a non-negative integer")
+)
+
+// statsTimeout bounds one sandbox's stats sample.
+const statsTimeout = 5 * time.Second
+
+func (rt *Router) registerAdmin(e *echo.Echo) {
+	g := e.Group("/admin/v1")
+	g.GET("/sandboxes", rt.need(adminOnly, rt.adminList))
+	g.GET("/sandboxes/:id", rt.need(adminOnly, rt.adminInspect))
+	g.DELETE("/sandboxes/:id", rt.need(adminOnly, rt.adminDestroy))
+	g.GET("/sandboxes/:id/logs", rt.need(adminOnly, rt.adminLogs))
+	g.GET("/stats", rt.need(adminOnly, rt.adminStats))
+	g.DELETE("/users/:user/threads/:thread", rt.need(adminOnly, rt.adminThreadRemove))
+	g.GET("/prune", rt.need(adminOnly, rt.adminPrune))
+	g.POST("/prune", rt.need(adminOnly, rt.adminPrune))
+}
+
+// adminSandbox is one sandbox as the operator sees it. No URL: it may be a
+// host path (a Unix socket), and an operator reaches sandboxes through the
+// gateway.
+type adminSandbox struct {
+	SandboxID string    `json:"sandbox_id"`
+	User      string    `json:"user"`
+	Thread    string    `json:"thread"`
+	Backend   string    `json:"backend"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	// Alive and Data are answered by inspect only.
+	Alive *bool     `json:"alive,omitempty"`
+	Data  *dataView `json:"data,omitempty"`
+}
+
+func viewOf(rec lease.Record) adminSandbox {
+	return adminSandbox{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend,
+		State: string(rec.State), CreatedAt: rec.CreatedAt.UTC()}
+}
+
+// filtered lists the records matching the user, thread, state and backend
+// query parameters (each optional, exact).
+func (rt *Router) filtered(c echo.Context) ([]lease.Record, error) {
+	user, thread, state, be := c.QueryParam("user"), c.QueryParam("thread"), c.QueryParam("state"), c.QueryParam("backend")
+	if user != "" && identity.ValidUser(user) != nil {
+		return nil, identity.ErrBadUser
+	}
+	if thread != "" && identity.ValidThread(thread) != nil {
+		return nil, identity.ErrBadThread
+	}
+	if state != "" && state != string(lease.StateActive) && state != string(lease.StateWarm) {
+		return nil, errBadFilter
+	}
+	recs, err := rt.pool.Records(c.Request().Context())
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if (user == "" || r.User == user) && (thread == "" || r.Thread == thread) &&
+			(state == "" || string(r.State) == state) && (be == "" || r.Backend == be) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// adminList is GET /admin/v1/sandboxes.
+func (rt *Router) adminList(c echo.Context, _ *auth.Principal) error {
+	recs, err := rt.filtered(c)
+	if err != nil {
+		return err
+	}
+	out := make([]adminSandbox, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, viewOf(r))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out, "count": len(out), "fleet": rt.fleet()})
+}
+
+func (rt *Router) fleet() string {
+	if rt.admin == nil {
+		return ""
+	}
+	return rt.admin.Fleet()
+}
+
+// sandboxParam is the {id} of an admin route with its record.
+func (rt *Router) sandboxParam(c echo.Context) (lease.Record, error) {
+	sid := c.Param("id")
+	if !identity.ValidSandboxID(sid) {
+		return lease.Record{}, errBadSandboxID
+	}
+	rec, ok, err := rt.pool.Record(c.Request().Context(), sid)
+	if err != nil {
+		return lease.Record{}, err
+	}
+	if !ok || rec.State == lease.StateDestroying {
+		return lease.Record{}, pool.ErrNotFound
+	}
+	return rec, nil
+}
+
+// adminInspect is GET /admin/v1/sandboxes/{id}.
+func (rt *Router) adminInspect(c echo.Context, _ *auth.Principal) error {
+	rec, err := rt.sandboxParam(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	alive, err := rt.pool.Alive(ctx, rec)
+	if err != nil {
+		return err
+	}
+	v := viewOf(rec)
+	v.Alive, v.Data = &alive, rt.threadData(ctx, rec.User, rec.Thread)
+	return c.JSON(http.StatusOK, v)
+}
+
+// adminDestroy is DELETE /admin/v1/sandboxes/{id}: the thread's data stays.
+func (rt *Router) adminDestroy(c echo.Context, p *auth.Principal) error {
+	rec, err := rt.sandboxParam(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if err := rt.pool.Destroy(ctx, rec.SandboxID, pool.ReasonAdmin); err != nil {
+		return err
+	}
+	rt.log.InfoContext(ctx, "sandbox destroyed by an admin", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "admin", p.User)
+	return c.JSON(http.StatusOK, map[string]any{"destroyed": true, "sandbox_id": rec.SandboxID})
+}
+
+// adminLogs is GET /admin/v1/sandboxes/{id}/logs[?follow=true&tail=N]:
+// the sandbox server's output as text, flushed as it comes.
+func (rt *Router) adminLogs(c echo.Context, _ *auth.Principal) error {
+	if rt.admin == nil {
+		return backend.ErrNotSupported
+	}
+	sid := c.Param("id")
+	if !identity.ValidSandboxID(sid) {
+		return errBadSandboxID
+	}
+	opts := backend.LogOptions{Follow: c.QueryParam("follow") == "true" || c.QueryParam("follow") == "1"}
+	if t := c.QueryParam("tail"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 {
+			return errBadTail
+		}
+		opts.Tail = n
+	}
+	rc, err := rt.admin.Logs(c.Request().Context(), sid, opts)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := rc.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return nil // the client left
+			}
+			w.Flush()
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				rt.log.WarnContext(c.Request().Context(), "sandbox log stream ended", "sandbox_id", sid, "err", err)
+			}
+			return nil
+		}
+	}
+}
+
+// statsRow is one line of top.
+type statsRow struct {
+	adminSandbox
+	*backend.Stats
+	// Error says why this sandbox has no figures (gone meanwhile, engine
+	// busy); the other rows are still served.
+	Error string `json:"error,omitempty"`
+}
+
+// adminStats is GET /admin/v1/stats (the filters of the list): one sample
+// of every matching sandbox's resource use; supported false when the
+// backend cannot tell.
+func (rt *Router) adminStats(c echo.Context, _ *auth.Principal) error {
+	recs, err := rt.filtered(c)
+	if err != nil {
+		return err
+	}
+	supported := rt.admin != nil && rt.admin.CanStat()
+	rows := make([]statsRow, 0, len(recs))
+	for _, r := range recs {
+		row := statsRow{adminSandbox: viewOf(r)}
+		if supported {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), statsTimeout)
+			st, err := rt.admin.Stats(ctx, r.SandboxID)
+			cancel()
+			if err != nil {
+				rt.log.DebugContext(ctx, "sandbox stats", "sandbox_id", r.SandboxID, "err", err)
+				row.Error = statusOf(err).message
+				if statusOf(err).code == "internal" {
+					row.Error = "no figures (see the gateway log)"
+				}
+			} else {
+				row.Stats = &st
+			}
+		}
+		rows = append(rows, row)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"supported": supported, "sandboxes": rows, "count": len(rows)})
+}
+
+// adminThreadRemove is DELETE /admin/v1/users/{user}/threads/{thread}:
+// destroy the thread's sandbox, then delete its data on the gateway host.
+func (rt *Router) adminThreadRemove(c echo.Context, p *auth.Principal) error {
+	user, thread := c.Param("user"), c.Param("thread")
+	if err := identity.ValidUser(user); err != nil {
+		return err
+	}
+	if err := identity.ValidThread(thread); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	destroyed := true
+	if err := rt.pool.DestroyThread(ctx, user, thread, pool.ReasonAdmin); errors.Is(err, pool.ErrNotFound) {
+		destroyed = false
+	} else if err != nil {
+		return err
+	}
+	out := map[string]any{"user": user, "thread": thread, "sandbox_destroyed": destroyed, "data": "elsewhere"}
+	if rt.meter != nil {
+		removed, err := rt.meter.Remove(ctx, user, thread)
+		if err != nil {
+			return errors.Join(pool.ErrStorage, err)
+		}
+		out["data"] = map[bool]string{true: "removed", false: "none"}[removed]
+	}
+	rt.log.InfoContext(ctx, "thread removed by an admin", "user", user, "thread", thread, "admin", p.User,
+		"sandbox_destroyed", destroyed, "data", out["data"])
+	return c.JSON(http.StatusOK, out)
+}
+
+// adminPrune is GET (what would go) and POST (remove it) /admin/v1/prune.
+func (rt *Router) adminPrune(c echo.Context, p *auth.Principal) error {
+	if rt.admin == nil {
+		return backend.ErrNotSupported
+	}
+	dryRun := c.Request().Method == http.MethodGet
+	rep, err := rt.admin.Prune(c.Request().Context(), dryRun)
+	if err != nil {
+		return err
+	}
+	if !dryRun {
+		rt.log.InfoContext(c.Request().Context(), "prune by an admin", "admin", p.User, "fleet", rep.Fleet, "items", len(rep.Items))
+	}
+	return c.JSON(http.StatusOK, rep)
+}
