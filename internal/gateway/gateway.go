@@ -108,6 +108,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
 		Creates:      limits,
+		Events:       g.events,
+		FailReason:   router.ClientReason,
 	})
 	if err != nil {
 		g.close()
