@@ -115,6 +115,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
 		Creates:      creates,
+		Events:       g.events,
+		FailReason:   router.ClientReason,
 	})
 	if err != nil {
 		g.close()

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/lease"
 )
 
@@ -55,6 +56,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 			if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
 				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 			}
+			p.gone(ctx, rec, ReasonVanished)
 			return nil, "", nil
 		}
 	}
@@ -81,6 +83,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 	}
 	if rec.State == lease.StateWarm {
 		p.log.InfoContext(ctx, "sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
+		p.ready(ctx, r)
 		return r, OutcomeWarm, nil
 	}
 	return r, OutcomeHit, nil
@@ -123,6 +126,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 			}
 			p.metrics.Destroyed(string(ReasonInterrupted))
+			p.gone(ctx, rec, string(ReasonInterrupted))
 		} else if r, outcome, err := p.reuse(ctx, rec, true); r != nil || err != nil {
 			return r, outcome, err
 		}
@@ -143,6 +147,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 		p.metrics.Adopted("acquire")
 		p.log.InfoContext(ctx, "adopted running sandbox", "sandbox_id", sid, "thread", thread)
+		p.ready(ctx, r)
 		return r, OutcomeAdopted, nil
 	}
 
@@ -167,6 +172,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 		return nil, "", err
 	}
+	p.ready(ctx, r)
 	return r, OutcomeCold, nil
 }
 
@@ -191,7 +197,8 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: egress}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
 	spec.Labels[backend.LabelFleet] = p.cfg.Fleet
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
+	p.publish(ctx, events.Starting, sid, user, thread, "")
+	cctx, cancel := context.WithTimeout(p.withProgress(ctx, user, thread, sid), p.cfg.CreateTimeout)
 	defer cancel()
 	start := time.Now()
 	cctx, span := p.span(cctx, spanCreate, sid, thread)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -52,6 +53,7 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string) (err error
 	ctx, span := p.span(ctx, spanReserve, sid, thread)
 	defer func() { end(span, err) }()
 	deadline := time.Now().Add(p.cfg.AcquireTimeout)
+	queued := false
 	for evictions := 0; ; {
 		req.Now = p.clock.Now()
 		req.Deadline = req.Now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)
@@ -83,6 +85,10 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string) (err error
 		case "full":
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%w: %d sandboxes, none warm", ErrCapacity, p.cfg.MaxSandboxes)
+			}
+			if !queued { // once per create: the wait is one step
+				queued = true
+				p.publish(ctx, events.Queued, sid, user, thread, "")
 			}
 			select {
 			case <-ctx.Done():

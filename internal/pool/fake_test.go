@@ -31,6 +31,8 @@ type fakeBackend struct {
 	createErr error
 	clock     Clock
 	paused    map[string]bool
+	// progress is reported by every Create, as a backend pulling an image would.
+	progress []backend.Progress
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
@@ -41,6 +43,11 @@ func newFakeBackend(t testing.TB) *fakeBackend {
 }
 
 func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
+	if report := backend.ProgressOf(ctx); report != nil {
+		for _, p := range f.progress {
+			report(p)
+		}
+	}
 	if f.delay > 0 {
 		select {
 		case <-time.After(f.delay):
@@ -177,11 +184,16 @@ func newEnv(t testing.TB, cfg Config) *env {
 	return e
 }
 
-func (e *env) replica() *Pool {
+func (e *env) replica() *Pool { return e.replicaWith(func(*Deps) {}) }
+
+// replicaWith is a replica whose Deps mut completes.
+func (e *env) replicaWith(mut func(*Deps)) *Pool {
 	e.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
 	e.t.Cleanup(func() { rdb.Close() })
-	p, err := New(e.cfg, Deps{Store: lease.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock})
+	d := Deps{Store: lease.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock}
+	mut(&d)
+	p, err := New(e.cfg, d)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/telemetry"
@@ -62,6 +63,13 @@ type Deps struct {
 	// limit. Only real creates count: cache hits, warm reclaims and
 	// adoptions do not.
 	Creates CreateLimiter
+	// Events receives lifecycle events (queued, starting, pulling, ready,
+	// failed, released, destroyed); nil = none.
+	Events Publisher
+	// FailReason is what a Failed event says of err: what a client may be
+	// told (the router's error table), never a host path or a secret.
+	// nil = "failed".
+	FailReason func(error) string
 }
 
 // CreateLimiter decides whether user may have one more sandbox created now,
@@ -85,6 +93,9 @@ type Pool struct {
 	tracer  trace.Tracer
 	metrics *telemetry.Metrics
 	creates CreateLimiter
+	events  Publisher
+	// failReason: see Deps.FailReason.
+	failReason func(error) string
 }
 
 // New returns a Pool; cfg must be valid.
@@ -124,6 +135,9 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		tracer:  d.Tracer,
 		metrics: d.Metrics,
 		creates: d.Creates,
+		events:  d.Events,
+
+		failReason: d.FailReason,
 	}, nil
 }
 
@@ -186,6 +200,9 @@ func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CreateTimeout+p.cfg.LockTTL)
 		defer cancel()
 		r, o, err := p.acquireSlow(actx, user, thread, sid, verify)
+		if err != nil {
+			p.failed(actx, user, thread, sid, err)
+		}
 		return acquired{r, o}, err
 	})
 	wait := time.NewTimer(p.cfg.ProvisionWait)
@@ -283,6 +300,7 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 		}
 	}
 	p.log.InfoContext(ctx, "sandbox released to warm pool", "sandbox_id", sid, "thread", thread)
+	p.publish(ctx, events.Released, sid, user, thread, "")
 	return nil
 }
 
@@ -365,6 +383,7 @@ func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason Dest
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	p.metrics.Destroyed(string(reason))
+	p.gone(ctx, rec, string(reason))
 	p.log.InfoContext(ctx, "sandbox destroyed", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "reason", string(reason))
 	return nil
 }

@@ -191,6 +191,7 @@ func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	p.cache.drop(rec.SandboxID, nil)
+	p.gone(ctx, rec, ReasonVanished)
 	p.log.InfoContext(ctx, "reconciler: dropped the record of a vanished sandbox", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
 	return nil
 }

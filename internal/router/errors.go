@@ -58,7 +58,7 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
 		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress),
-		errors.Is(err, errBadFilter), errors.Is(err, errBadTail):
+		errors.Is(err, errBadFilter), errors.Is(err, errBadTail), errors.Is(err, errBadUntil):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser),
 		errors.Is(err, errEgressAdmin):
@@ -124,6 +124,13 @@ func statusOf(err error) apiError {
 	default:
 		return apiError{http.StatusInternalServerError, "internal", "internal error", 0}
 	}
+}
+
+// ClientReason is what a client is told of err, "code: message" from the
+// table above: a failed create's lifecycle event says it.
+func ClientReason(err error) string {
+	e := statusOf(err)
+	return e.code + ": " + e.message
 }
 
 // userQuotaMessage names the limit a create hit.

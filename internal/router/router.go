@@ -117,7 +117,8 @@ type Router struct {
 	mounts          []MountPoint
 	meter           Meter // nil: no thread data here
 	bodyIdle        time.Duration
-	admin           Admin // nil: no logs, stats or prune
+	admin           Admin            // nil: no logs, stats or prune
+	progress        *progressStreams // GET /threads/{thread}/sandbox/events
 }
 
 // New builds the router.
@@ -127,7 +128,7 @@ func New(d Deps) *Router {
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
-		bodyIdle: d.BodyIdleTimeout, admin: d.Admin}
+		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, progress: newProgressStreams(d.Events)}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
@@ -170,6 +171,7 @@ func New(d Deps) *Router {
 	e.PUT("/threads/:thread/sandbox", rt.need(threads, rt.acquireThread))
 	e.GET("/threads/:thread/sandbox", rt.need(threads, rt.getThread))
 	e.DELETE("/threads/:thread/sandbox", rt.need(threads, rt.releaseThread))
+	e.GET("/threads/:thread/sandbox/events", rt.need(threads, rt.threadEvents))
 
 	e.GET("/api/capabilities", rt.need(provisioner, rt.provisionerCapabilities))
 	e.POST("/api/sandboxes", rt.need(provisioner, rt.provisionerCreate))
@@ -212,8 +214,12 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.echo.ServeHTTP(w, r)
 }
 
-// Drain makes /readyz fail so load balancers stop sending new requests.
-func (rt *Router) Drain() { rt.draining.Store(true) }
+// Drain makes /readyz fail so load balancers stop sending new requests,
+// and ends the open progress streams (their clients reconnect elsewhere).
+func (rt *Router) Drain() {
+	rt.draining.Store(true)
+	rt.progress.drain()
+}
 
 // CloseUpgraded closes every proxied WebSocket (on shutdown).
 func (rt *Router) CloseUpgraded() int { return rt.proxy.CloseUpgraded() }

@@ -255,6 +255,8 @@ type Docker struct {
 	api   engine
 	log   *slog.Logger
 	pulls singleflight.Group // one pull per image at a time
+	// pullWatch reports a pull's progress to every create waiting for it.
+	pullWatch pullWatchers
 	// egressWarning says once that an image without our server cannot be
 	// held to an egress policy.
 	egressWarning sync.Once

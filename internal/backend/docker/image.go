@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -93,15 +94,20 @@ func (d *Docker) imagePresent(ctx context.Context) error {
 }
 
 // pull pulls the image once at a time however many creates ask for it.
+// Every create waiting for the pull, not only the one that started it,
+// gets its progress (backend.WithProgress) from the moment it asks.
 func (d *Docker) pull(ctx context.Context) error {
 	ref := d.cfg.Image
+	if report := backend.ProgressOf(ctx); report != nil {
+		defer d.pullWatch.add(report)()
+	}
 	_, err, _ := d.pulls.Do(ref, func() (any, error) {
 		log := d.log.With("image", ref)
 		log.Info("pulling image", "policy", d.cfg.PullPolicy)
 		began := time.Now()
 		rc, err := d.api.ImagePull(ctx, ref, image.PullOptions{})
 		if err == nil {
-			err = followPull(rc, log, pullLogEvery, time.Now)
+			err = followPull(rc, log, pullLogEvery, time.Now, d.pullWatch.report)
 			_ = rc.Close()
 		}
 		if err != nil {
@@ -133,16 +139,26 @@ type pullMessage struct {
 
 // followPull reads a pull's progress stream to its end, logging image-level
 // lines as they come and the layers' download progress at most once per
-// every; an error line in the stream is the pull's error.
-func followPull(r io.Reader, log *slog.Logger, every time.Duration, now func() time.Time) error {
+// every; an error line in the stream is the pull's error. report gets the
+// bytes downloaded of the layers' known total after every layer line, and
+// a last report (Done) when the stream ends well.
+func followPull(r io.Reader, log *slog.Logger, every time.Duration, now func() time.Time, report func(backend.Progress)) error {
 	type layer struct{ current, total int64 }
 	layers := map[string]*layer{}
 	done := map[string]bool{}
+	sum := func() (cur, total int64) {
+		for _, l := range layers {
+			cur, total = cur+l.current, total+l.total
+		}
+		return cur, total
+	}
 	next := now().Add(every)
 	dec := json.NewDecoder(r)
 	for {
 		var m pullMessage
 		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			cur, total := sum()
+			report(backend.Progress{Step: backend.StepPulling, Bytes: cur, Total: total, Done: true})
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("read pull progress: %w", err)
@@ -167,14 +183,47 @@ func followPull(r io.Reader, log *slog.Logger, every time.Duration, now func() t
 			l.current = l.total
 			done[m.ID] = true
 		}
+		cur, total := sum()
+		report(backend.Progress{Step: backend.StepPulling, Bytes: cur, Total: total})
 		if t := now(); !t.Before(next) {
 			next = t.Add(every)
-			var cur, total int64
-			for _, l := range layers {
-				cur, total = cur+l.current, total+l.total
-			}
 			log.Info("pull progress", "layers_done", len(done), "layers", len(layers),
 				"downloaded_mb", cur>>20, "known_total_mb", total>>20)
 		}
+	}
+}
+
+// pullWatchers are the progress reports of the creates waiting for a pull.
+type pullWatchers struct {
+	mu   sync.Mutex
+	next int
+	fns  map[int]func(backend.Progress)
+}
+
+// add registers report until the returned func is called.
+func (w *pullWatchers) add(report func(backend.Progress)) (remove func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fns == nil {
+		w.fns = map[int]func(backend.Progress){}
+	}
+	id := w.next
+	w.next++
+	w.fns[id] = report
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.fns, id)
+	}
+}
+
+// report hands p to every waiting create. The lock is held throughout: the
+// reports are quick (a rate check, now and then an event), and a create
+// that stops waiting must not be reported to afterwards.
+func (w *pullWatchers) report(p backend.Progress) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, fn := range w.fns {
+		fn(p)
 	}
 }

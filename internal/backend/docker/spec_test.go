@@ -281,8 +281,16 @@ func TestFollowPull(t *testing.T) {
 	var logs bytes.Buffer
 	clock := time.Unix(0, 0)
 	now := func() time.Time { clock = clock.Add(time.Second); return clock }
-	if err := followPull(strings.NewReader(stream), slog.New(slog.NewTextHandler(&logs, nil)), 2*time.Second, now); err != nil {
+	var reports []backend.Progress
+	report := func(p backend.Progress) { reports = append(reports, p) }
+	if err := followPull(strings.NewReader(stream), slog.New(slog.NewTextHandler(&logs, nil)), 2*time.Second, now, report); err != nil {
 		t.Fatal(err)
+	}
+	// One report per layer line (the caller paces them), then the last:
+	// every layer done, 4 MiB of the known 4 MiB.
+	if len(reports) != 7 || reports[2] != (backend.Progress{Step: backend.StepPulling, Bytes: 1 << 20, Total: 4 << 20}) ||
+		reports[6] != (backend.Progress{Step: backend.StepPulling, Bytes: 4 << 20, Total: 4 << 20, Done: true}) {
+		t.Errorf("progress reports = %+v", reports)
 	}
 	out := logs.String()
 	for _, want := range []string{"Pulling from library/debian", "Status: Downloaded newer image", "pull progress", "layers=2", "downloaded_mb=2"} {
@@ -297,11 +305,15 @@ func TestFollowPull(t *testing.T) {
 	failing := `{"status":"Pulling from x/y","id":"1"}
 {"errorDetail":{"message":"manifest unknown"},"error":"manifest unknown"}
 `
-	err := followPull(strings.NewReader(failing), slog.New(slog.DiscardHandler), time.Second, time.Now)
+	reports = nil
+	err := followPull(strings.NewReader(failing), slog.New(slog.DiscardHandler), time.Second, time.Now, report)
 	if err == nil || err.Error() != "manifest unknown" {
 		t.Fatalf("error line: %v", err)
 	}
-	if err := followPull(strings.NewReader(`{"status":`), slog.New(slog.DiscardHandler), time.Second, time.Now); err == nil {
+	if len(reports) != 0 {
+		t.Errorf("a failed pull reported %+v", reports)
+	}
+	if err := followPull(strings.NewReader(`{"status":`), slog.New(slog.DiscardHandler), time.Second, time.Now, report); err == nil {
 		t.Fatal("truncated stream accepted")
 	}
 }

@@ -1,0 +1,83 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/events"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// Publisher receives the lifecycle events of this replica's creates and
+// destroys (events.Bus). Publish must not fail the step it reports.
+type Publisher interface {
+	Publish(ctx context.Context, e events.Event)
+}
+
+// ReasonVanished is the reason of a Destroyed event for a sandbox that died
+// behind the gateway's back (its record was dropped). It is no
+// DestroyReason: the gateway destroyed nothing.
+const ReasonVanished = "vanished"
+
+// pullEventEvery paces one create's Pulling events: a browser or a CLI
+// wants a moving number, not every line of the engine's stream.
+const pullEventEvery = 250 * time.Millisecond
+
+// publish sends one event about sid; a no-op without a Publisher. Events
+// are published only off the cached path: a create, a reclaim, a release,
+// a destroy, each already several Redis round trips long.
+func (p *Pool) publish(ctx context.Context, t events.Type, sid, user, thread, reason string) {
+	if p.events == nil {
+		return
+	}
+	p.events.Publish(ctx, events.Event{Type: t, SandboxID: sid, User: user, Thread: thread, Backend: p.name, Reason: reason})
+}
+
+// ready reports a sandbox handed out after a create, a warm reclaim or an
+// adoption (a hit on an active record is no step).
+func (p *Pool) ready(ctx context.Context, r *Route) {
+	p.publish(ctx, events.Ready, r.SandboxID, r.User, r.Thread, "")
+}
+
+// gone reports a sandbox that no longer exists.
+func (p *Pool) gone(ctx context.Context, rec lease.Record, reason string) {
+	p.publish(ctx, events.Destroyed, rec.SandboxID, rec.User, rec.Thread, reason)
+}
+
+// failed reports an acquire that could not hand out a sandbox. A lock held
+// elsewhere is no failure: that replica creates the sandbox and reports it.
+func (p *Pool) failed(ctx context.Context, user, thread, sid string, err error) {
+	if p.events == nil || errors.Is(err, ErrProvisioning) {
+		return
+	}
+	reason := "failed"
+	if p.failReason != nil {
+		reason = p.failReason(err)
+	}
+	p.publish(ctx, events.Failed, sid, user, thread, reason)
+}
+
+// withProgress makes the backend's progress reports of one create events,
+// at most one per pullEventEvery plus each step's last. Publishing happens
+// on the backend's goroutine: Redis is on a create's path anyway.
+func (p *Pool) withProgress(ctx context.Context, user, thread, sid string) context.Context {
+	if p.events == nil {
+		return ctx
+	}
+	var mu sync.Mutex
+	var last time.Time
+	return backend.WithProgress(ctx, func(pr backend.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		if !pr.Done && !last.IsZero() && now.Sub(last) < pullEventEvery {
+			return
+		}
+		last = now
+		p.events.Publish(ctx, events.Event{Type: events.Type(pr.Step), SandboxID: sid, User: user, Thread: thread,
+			Backend: p.name, Bytes: pr.Bytes, Total: pr.Total})
+	})
+}
