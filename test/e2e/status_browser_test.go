@@ -22,7 +22,7 @@ import (
 // lifecycleFromPool: the pool publishes its lifecycle events (queued ...
 // destroyed). Until that emission is merged the browser test drives the
 // live list with a probe event of its own and leaves the pool's out.
-const lifecycleFromPool = false
+const lifecycleFromPool = true
 
 // statusKeys are the fleets' events keys (default prefix).
 var statusKeys = lease.NewKeys("")
