@@ -84,6 +84,38 @@ var rows = []row{
 		tests:     []testRef{{"./internal/proxy", "TestBrokenExchangesAreClassified"}},
 	},
 	{
+		failure:   "A sandbox answers 10 MB of response headers",
+		happens:   "502 `sandbox_headers_too_large` after 64 KiB; the gateway's RSS grows under 1 MB for five such answers (it grew 37 MB for one before the bound) and it serves on",
+		mechanism: "the sandbox transport counts the response head as it reads it (`proxy.DefaultMaxResponseHeaderBytes`) and drops the connection past the bound",
+		tests:     []testRef{{e2e, "TestHugeSandboxHeadersCostTheGatewayNoMemory"}},
+	},
+	{
+		failure:   "The disk fills during a file write or replace",
+		happens:   "507; the old content is byte-identical and no temp file is left",
+		mechanism: "writes and replaces go to a temp file in the same directory, fsync, then rename over the target (mode kept); any error removes the temp file",
+		tests:     []testRef{{"./internal/sandbox", "TestFullDiskKeepsOldContent"}, {"./internal/sandbox", "TestAbortedUploadLeavesNoTempFile"}},
+	},
+	{
+		failure:   "Two clients replace in one file at once",
+		happens:   "each answer is applied or 409 `conflict`; the file holds exactly the applied edits",
+		mechanism: "read-modify-write edits hold a per-path edit lock and check the file did not change between read and rename; the MCP `str_replace` goes through the same edit",
+		tests:     []testRef{{"./internal/sandbox", "TestConcurrentReplacesNeverLoseAnEdit"}, {"./internal/mcp", "TestConcurrentStrReplaceLosesNoEdit"}},
+		note:      "(20 rounds of two concurrent replaces; before: 15 of 20 lost an edit)",
+	},
+	{
+		failure:   "One user creates sandboxes until the fleet is full",
+		happens:   "429 `user_quota` + `Retry-After` past `max_sandboxes_per_user` / `max_creates_per_user`, or past its fair share of a full hard cap; other users still get theirs; admins exempt",
+		mechanism: "the reserve script (Lua) counts each user's active + warm + creating sandboxes from `{p}owners` in the same step as the fleet count; the create rate is a per-user GCRA in Redis",
+		tests:     []testRef{{e2e, "TestPerUserQuotaUnderHardCap"}, {poolPkg, "TestUserQuota"}, {poolPkg, "TestFairShareRefusesOverShareUser"}, {e2e, "TestPerUserLimits"}, {leasePkg, "TestCreateRateIsFleetWideGCRA"}},
+		note:      "(3 replicas, hard cap 10, 5 per user)",
+	},
+	{
+		failure:   "200 clients send request bodies slowly, then stall",
+		happens:   "cut with 408 `body_timeout` after `body_idle_timeout`; goroutines and file descriptors back to baseline; the sandboxes are reaped on time",
+		mechanism: "a read deadline on the client connection, pushed forward on every body read; the in-flight mark is released when the request ends",
+		tests:     []testRef{{e2e, "TestStalledBodiesAreCutAndTheSandboxReaped"}},
+	},
+	{
 		failure:   "A bug panics in a handler or a background pass (reaper, reconciler, touch flush, egress keeper)",
 		happens:   "a handler: JSON 500 `internal`, no stack to the client; a pass: the loop goes on. Either is logged once with its stack (and the trace id when tracing is on)",
 		mechanism: "the router's recover middleware and the loops' recover log `runtime/debug.Stack()`; `http.ErrAbortHandler` (a stream aborted on purpose) is re-raised",
