@@ -151,7 +151,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		return r, OutcomeAdopted, nil
 	}
 
-	if p.creates != nil {
+	if p.creates != nil && !quotaExempt(ctx) {
 		wait, ok, err := p.creates.AllowCreate(ctx, user)
 		if err != nil {
 			return nil, "", err

@@ -24,8 +24,9 @@ const (
 
 type quotaExemptKey struct{}
 
-// WithoutUserQuota exempts the creates of ctx from the per-user limits and
-// the fair share (admin principals). Only creates read it.
+// WithoutUserQuota exempts the creates of ctx from the per-user limits,
+// the fair share and the create rate (admin principals, and the local
+// principal of a gateway without authentication). Only creates read it.
 func WithoutUserQuota(ctx context.Context) context.Context {
 	return context.WithValue(ctx, quotaExemptKey{}, true)
 }

@@ -75,4 +75,12 @@ func TestCreateLimiterCountsOnlyRealCreates(t *testing.T) {
 	if _, o, err := p.Acquire(ctx, "bob", "t2"); err != nil || o != OutcomeCold {
 		t.Fatalf("bob: %v %v", o, err)
 	}
+	// An admin's create (exempt from the per-user limits) is not counted.
+	asked := len(lim.asked)
+	if _, o, err := p.Acquire(WithoutUserQuota(ctx), "alice", "t3"); err != nil || o != OutcomeCold {
+		t.Fatalf("admin create over alice's rate: %v %v", o, err)
+	}
+	if len(lim.asked) != asked {
+		t.Fatal("the limiter was asked for an exempt create")
+	}
 }

@@ -65,8 +65,8 @@ type LimitsConfig struct {
 	MaxRequests int
 	// CreateRate bounds how many sandboxes are created for one user across
 	// the fleet: bursts of CreateRate.N, refilled over CreateRate.Per. Only
-	// real creates count. Zero = 60/1m; negative N = no limit. Enforced by
-	// the pool (lease.CreateRate), not by Limits.
+	// real creates count; admins are exempt. Zero = 60/1m; negative N = no
+	// limit. Enforced by the pool (lease.CreateRate), not by Limits.
 	CreateRate Rate
 }
 
