@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -74,7 +75,8 @@ func openAPIPath(echoPath string) string {
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
-	rt := New(Deps{Pool: stubPool{}, Aliases: stubPool{}, Metrics: telemetry.NewMetrics()})
+	// A status source registers the status page's routes, which are absent without one.
+	rt := New(Deps{Pool: stubPool{}, Aliases: stubPool{}, Metrics: telemetry.NewMetrics(), Status: Status{Source: statusStub{}}})
 
 	served := map[string]map[string]bool{} // OpenAPI path → method ("*" = any) → served
 	add := func(method, path string) {
@@ -247,6 +249,42 @@ func (p okPool) AliasesBySandbox(context.Context, string) (map[string]string, er
 	return map[string]string{p.okRecord().SandboxID: "t1"}, nil
 }
 
+// The text bodies the document gives as strings (HTML pages, the page's
+// stylesheet and script, event streams) are checked as such: kin-openapi decodes only
+// text/plain by default.
+func init() {
+	for _, ct := range []string{"text/html", "text/css", "text/javascript", "text/event-stream"} {
+		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+	}
+}
+
+// statusStub is an empty fleet with one replica, for the status page.
+type statusStub struct{}
+
+func (statusStub) Overview(context.Context, time.Time) (lease.Overview, error) {
+	return lease.Overview{}, nil
+}
+func (statusStub) Replicas(context.Context) ([]lease.Replica, error) {
+	return []lease.Replica{{Instance: "gw-1", Seen: time.Now()}}, nil
+}
+
+// okAdmin is a backend that keeps logs, measures sandboxes and has one
+// leftover to prune.
+type okAdmin struct{}
+
+func (okAdmin) Fleet() string { return "f1" }
+func (okAdmin) Logs(context.Context, string, backend.LogOptions) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader("listening on :8080\n")), nil
+}
+func (okAdmin) Stats(context.Context, string) (backend.Stats, error) {
+	return backend.Stats{CPUSeconds: 1.5, MemoryBytes: 1 << 20, PIDs: 3, At: okCreated}, nil
+}
+func (okAdmin) CanStat() bool { return true }
+func (okAdmin) Prune(_ context.Context, dryRun bool) (pool.PruneReport, error) {
+	return pool.PruneReport{Fleet: "f1", DryRun: dryRun, Items: []pool.Pruned{{Kind: "log", Name: "x.log",
+		SandboxID: identity.SandboxID("default", "gone")}}}, nil
+}
+
 // TestOpenAPIResponsesMatchTheHandlers sends real requests and validates
 // each request and its real response against the document (status, headers,
 // body schema), so the handlers' shapes cannot drift from it.
@@ -257,7 +295,8 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 	ok := okPool{}
 	down := stubPool{err: pool.ErrState}
 	quiet := slog.New(slog.DiscardHandler)
-	okSrv := httptest.NewServer(New(Deps{Pool: ok, Aliases: ok, Meter: meter, Metrics: telemetry.NewMetrics(), Log: quiet}))
+	okSrv := httptest.NewServer(New(Deps{Pool: ok, Aliases: ok, Meter: meter, Metrics: telemetry.NewMetrics(), Log: quiet,
+		Admin: okAdmin{}, Status: Status{Source: statusStub{}}}))
 	defer okSrv.Close()
 	downSrv := httptest.NewServer(New(Deps{Pool: down, Aliases: down, Log: quiet}))
 	defer downSrv.Close()
@@ -266,6 +305,8 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sid := ok.okRecord().SandboxID
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
 
 	cases := []struct {
@@ -298,6 +339,35 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 		{downSrv, "POST", "/threads/t1/v1/file", "", 503, false},
 		{downSrv, "GET", "/threads/t1/sandbox", "", 503, false},
 		{downSrv, "GET", "/api/sandboxes", "", 503, false},
+		{okSrv, "GET", "/threads/t1/sandbox/events", "", 404, false}, // no events bus
+		{okSrv, "GET", "/threads/t1/sandbox/events?until=now", "", 400, true},
+		{okSrv, "POST", "/threads/t1/mcp", mcpInitialize, 200, false},
+		{okSrv, "GET", "/threads/t1/mcp", "", 405, false},
+		{okSrv, "DELETE", "/threads/t1/mcp", "", 405, false},
+		{okSrv, "GET", "/admin/v1/sandboxes", "", 200, false},
+		{okSrv, "GET", "/admin/v1/sandboxes?user=default&state=active&backend=process", "", 200, false},
+		{okSrv, "GET", "/admin/v1/sandboxes?state=creating", "", 400, true},
+		{okSrv, "GET", "/admin/v1/sandboxes/" + sid, "", 200, false},
+		{okSrv, "GET", "/admin/v1/sandboxes/0000000000000000", "", 404, false},
+		{okSrv, "GET", "/admin/v1/sandboxes/NOTHEX", "", 400, true},
+		{okSrv, "DELETE", "/admin/v1/sandboxes/" + sid, "", 200, false},
+		{okSrv, "GET", "/admin/v1/sandboxes/" + sid + "/logs?tail=10", "", 200, false},
+		{okSrv, "GET", "/admin/v1/sandboxes/" + sid + "/logs?tail=-1", "", 400, true},
+		{okSrv, "GET", "/admin/v1/stats", "", 200, false},
+		{okSrv, "DELETE", "/admin/v1/users/default/threads/t1", "", 200, false},
+		{okSrv, "GET", "/admin/v1/prune", "", 200, false},
+		{okSrv, "POST", "/admin/v1/prune", "", 200, false},
+		{downSrv, "GET", "/admin/v1/stats", "", 503, false},
+		{downSrv, "GET", "/admin/v1/sandboxes", "", 503, false},
+		{downSrv, "GET", "/admin/v1/prune", "", 501, false},
+		{downSrv, "GET", "/admin/v1/sandboxes/" + sid + "/logs", "", 501, false},
+		{okSrv, "GET", "/", "", 200, false},
+		{okSrv, "GET", "/status/sandboxes", "", 200, false},
+		{okSrv, "GET", "/status/login", "", 303, false}, // authentication is off
+		{okSrv, "POST", "/status/logout", "", 303, false},
+		{okSrv, "GET", "/status/static/status.css", "", 200, false},
+		{okSrv, "GET", "/status/static/status.js", "", 200, false},
+		{okSrv, "GET", "/status/static/nothing.txt", "", 404, false},
 	}
 	for _, c := range cases {
 		name := c.method + " " + c.path
@@ -311,6 +381,9 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 		}
 		if c.body != "" {
 			req.Header.Set("Content-Type", "application/json")
+		}
+		if strings.HasSuffix(c.path, "/mcp") {
+			req.Header.Set("Accept", "application/json, text/event-stream")
 		}
 		route, params, err := router.FindRoute(req)
 		if err != nil {
@@ -327,7 +400,7 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 		if c.body != "" {
 			req.Body = io.NopCloser(strings.NewReader(c.body)) // validation read it
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,6 +417,10 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 		}
 	}
 }
+
+// mcpInitialize is an MCP client's first request.
+const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",` +
+	`"capabilities":{},"clientInfo":{"name":"openapi-test","version":"1"}}}`
 
 func TestOpenAPIIsCacheable(t *testing.T) {
 	t.Parallel()
