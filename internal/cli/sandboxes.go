@@ -163,22 +163,28 @@ func runDestroy(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var done []map[string]any
-	err = eachID(env, ids, func(id string) error {
+	return deleteEach(ctx, env, cl, c.output, ids,
+		func(id string) string { return "/admin/v1/sandboxes/" + url.PathEscape(id) },
+		func(id string, _ map[string]any) string { return id }) // docker rm prints what it removed
+}
+
+// deleteEach DELETEs path(id) for every id, going on past failures: a
+// line per success in a table, or the answers as one JSON array.
+func deleteEach(ctx context.Context, env Env, cl *client, output string, ids []string,
+	path func(id string) string, line func(id string, out map[string]any) string) error {
+	done := []map[string]any{}
+	err := eachID(env, ids, func(id string) error {
 		var out map[string]any
-		if err := cl.call(ctx, "DELETE", "/admin/v1/sandboxes/"+url.PathEscape(id), nil, &out); err != nil {
+		if err := cl.call(ctx, "DELETE", path(id), nil, &out); err != nil {
 			return err
 		}
 		done = append(done, out)
-		if c.output == "table" {
-			fmt.Fprintln(env.Stdout, id) // docker rm prints what it removed
+		if output == "table" {
+			fmt.Fprintln(env.Stdout, line(id, out))
 		}
 		return nil
 	})
-	if c.output == "json" {
-		if done == nil {
-			done = []map[string]any{}
-		}
+	if output == "json" {
 		return errors.Join(writeJSON(env.Stdout, done), err)
 	}
 	return err

@@ -42,23 +42,11 @@ func runThreadsRm(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var done []map[string]any
-	err = eachID(env, threads, func(thread string) error {
-		var out map[string]any
-		if err := cl.call(ctx, "DELETE", "/admin/v1/users/"+url.PathEscape(user)+"/threads/"+url.PathEscape(thread), nil, &out); err != nil {
-			return err
-		}
-		done = append(done, out)
-		if c.output == "table" {
-			fmt.Fprintf(env.Stdout, "%s: sandbox destroyed: %v, data: %v\n", thread, out["sandbox_destroyed"], out["data"])
-		}
-		return nil
-	})
-	if c.output == "json" {
-		if done == nil {
-			done = []map[string]any{}
-		}
-		return errors.Join(writeJSON(env.Stdout, done), err)
-	}
-	return err
+	return deleteEach(ctx, env, cl, c.output, threads,
+		func(thread string) string {
+			return "/admin/v1/users/" + url.PathEscape(user) + "/threads/" + url.PathEscape(thread)
+		},
+		func(thread string, out map[string]any) string {
+			return fmt.Sprintf("%s: sandbox destroyed: %v, data: %v", thread, out["sandbox_destroyed"], out["data"])
+		})
 }

@@ -86,37 +86,37 @@ func truncateLine(line string, limit int) string {
 }
 
 func formatGlob(root string, matches []string, truncated bool) string {
-	if len(matches) == 0 {
-		return "No files matched under " + root
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "Found %d paths under %s", len(matches), root)
-	if truncated {
-		fmt.Fprintf(&b, " (showing first %d)", len(matches))
-	}
-	for i, m := range matches {
-		b.WriteString("\n" + strconv.Itoa(i+1) + ". " + m)
-	}
-	if truncated {
-		b.WriteString("\nResults truncated. Narrow the path or pattern to see fewer matches.")
-	}
-	return b.String()
+	return formatFound(len(matches), truncated, "No files matched under "+root, "paths under "+root,
+		"Narrow the path or pattern to see fewer matches.", func(b *strings.Builder) {
+			for i, m := range matches {
+				b.WriteString("\n" + strconv.Itoa(i+1) + ". " + m)
+			}
+		})
 }
 
 func formatGrep(root string, matches []grepMatch, truncated bool) string {
-	if len(matches) == 0 {
-		return "No matches found under " + root
+	return formatFound(len(matches), truncated, "No matches found under "+root, "matches under "+root,
+		"Narrow the path or add a glob filter.", func(b *strings.Builder) {
+			for _, m := range matches {
+				fmt.Fprintf(b, "\n%s:%d: %s", m.path, m.line, m.text)
+			}
+		})
+}
+
+// formatFound is DeerFlow's shape of a search result: a count line, the
+// entries, and a hint when they were truncated.
+func formatFound(n int, truncated bool, none, what, narrow string, entries func(*strings.Builder)) string {
+	if n == 0 {
+		return none
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Found %d matches under %s", len(matches), root)
+	fmt.Fprintf(&b, "Found %d %s", n, what)
 	if truncated {
-		fmt.Fprintf(&b, " (showing first %d)", len(matches))
+		fmt.Fprintf(&b, " (showing first %d)", n)
 	}
-	for _, m := range matches {
-		fmt.Fprintf(&b, "\n%s:%d: %s", m.path, m.line, m.text)
-	}
+	entries(&b)
 	if truncated {
-		b.WriteString("\nResults truncated. Narrow the path or add a glob filter.")
+		b.WriteString("\nResults truncated. " + narrow)
 	}
 	return b.String()
 }

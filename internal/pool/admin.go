@@ -86,13 +86,9 @@ type PruneReport struct {
 // twice. dryRun only reports.
 func (p *Pool) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 	rep := PruneReport{Fleet: p.cfg.Fleet, DryRun: dryRun, Items: []Pruned{}}
-	live, err := p.backend.List(ctx)
+	live, records, err := p.bothSides(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
-	}
-	records, err := p.store.All(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("%w: %w", ErrState, err)
+		return rep, err
 	}
 	known := make(map[string]bool, len(records))
 	for _, rec := range records {

@@ -54,13 +54,9 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		}
 		end(span, err)
 	}()
-	live, err := p.backend.List(ctx)
+	live, records, err := p.bothSides(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
-	}
-	records, err := p.store.All(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("%w: %w", ErrState, err)
+		return rep, err
 	}
 	known := make(map[string]lease.Record, len(records))
 	for _, rec := range records {
@@ -194,4 +190,18 @@ func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 	p.gone(ctx, rec, ReasonVanished)
 	p.log.InfoContext(ctx, "reconciler: dropped the record of a vanished sandbox", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
 	return nil
+}
+
+// bothSides lists what the backend runs and what Redis records, the two
+// sides the reconciler and prune compare.
+func (p *Pool) bothSides(ctx context.Context) ([]backend.Info, []lease.Record, error) {
+	live, err := p.backend.List(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
+	}
+	records, err := p.store.All(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return live, records, nil
 }

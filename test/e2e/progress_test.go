@@ -87,38 +87,37 @@ func watchProgress(t *testing.T, base, thread, query string) *progressStream {
 // until reads events up to and including the first of type typ.
 func (s *progressStream) until(t *testing.T, typ string, within time.Duration) []progressEvent {
 	t.Helper()
-	var got []progressEvent
-	deadline := time.After(within)
-	for {
-		select {
-		case e, ok := <-s.events:
-			if !ok {
-				t.Fatalf("stream ended before %s; got %s", typ, typesOfProgress(got))
-			}
-			got = append(got, e)
-			if e.Type == typ {
-				return got
-			}
-		case <-deadline:
-			t.Fatalf("no %s event within %s; got %s", typ, within, typesOfProgress(got))
-		}
+	got, ended := s.read(t, func(e progressEvent) bool { return e.Type == typ }, within)
+	if ended {
+		t.Fatalf("stream ended before %s; got %s", typ, typesOfProgress(got))
 	}
+	return got
 }
 
 // rest reads the stream to its end.
 func (s *progressStream) rest(t *testing.T, within time.Duration) []progressEvent {
 	t.Helper()
-	var got []progressEvent
+	got, _ := s.read(t, func(progressEvent) bool { return false }, within)
+	return got
+}
+
+// read reads events until stop says so (ended false) or the stream ends
+// (ended true); past within the test fails.
+func (s *progressStream) read(t *testing.T, stop func(progressEvent) bool, within time.Duration) (got []progressEvent, ended bool) {
+	t.Helper()
 	deadline := time.After(within)
 	for {
 		select {
 		case e, ok := <-s.events:
 			if !ok {
-				return got
+				return got, true
 			}
 			got = append(got, e)
+			if stop(e) {
+				return got, false
+			}
 		case <-deadline:
-			t.Fatalf("stream still open after %s; got %s", within, typesOfProgress(got))
+			t.Fatalf("no end within %s; got %s", within, typesOfProgress(got))
 		}
 	}
 }
