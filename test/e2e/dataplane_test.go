@@ -406,3 +406,32 @@ func cmdline(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
+
+// TestStaleRouteOnAnotherReplicaReResolves: replica B still caches the
+// route of a sandbox that died and that replica A has since recreated.
+// B's next request must reach the new incarnation with its new secret,
+// never the new sandbox with the old secret (which its server refuses:
+// 401), because each incarnation listens on a socket of its own name.
+func TestStaleRouteOnAnotherReplicaReResolves(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--cache-ttl", "1h")
+	a, b := f.start(), f.start()
+	shell(t, a.URL, "stale", "echo kept > /mnt/user-data/workspace/k.txt")
+	shell(t, b.URL, "stale", "true") // B caches the route
+	before := f.sandboxes()
+	if len(before) != 1 {
+		t.Fatalf("%d sandboxes", len(before))
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(before[0].Incarnation, "-", 2)[0])
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill sandbox: %v", err)
+	}
+	waitFor(t, func() bool { return len(f.sandboxes()) == 0 })
+	shell(t, a.URL, "stale", "true") // A recreates it
+	if after := f.sandboxes(); len(after) != 1 || after[0].Incarnation == before[0].Incarnation {
+		t.Fatalf("want one new incarnation, got %+v", after)
+	}
+	if d := shell(t, b.URL, "stale", "cat /mnt/user-data/workspace/k.txt"); strings.TrimSpace(d.Output) != "kept" {
+		t.Fatalf("through the replica with the stale route: %+v", d)
+	}
+}

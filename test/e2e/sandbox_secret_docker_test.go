@@ -56,7 +56,7 @@ func TestSandboxSecretDockerBackend(t *testing.T) {
 		b := &box{thread: th, c: c, secret: c.Config.Labels[secretLabel]}
 		for _, m := range c.Mounts {
 			if m.Destination == "/run/sandgate" {
-				b.url = backend.UnixURL(filepath.Join(m.Source, "api.sock"))
+				b.url = backend.UnixURL(filepath.Join(m.Source, c.Config.Labels["io.sandgate.api-socket"]))
 			}
 		}
 		if len(b.secret) < 32 || b.url == "" || c.HostConfig.NetworkMode != "none" {
@@ -90,7 +90,7 @@ func TestSandboxSecretDockerBackend(t *testing.T) {
 	// From bob's container there is nothing to reach alice's by: no
 	// interface but lo, and only its own socket dir.
 	inside := shell(t, g.URL, "bob-d", "cat /proc/net/dev; ls -A /run/sandgate").Output
-	if strings.Contains(inside, "eth0") || strings.Count(inside, "api.sock") != 1 {
+	if strings.Contains(inside, "eth0") || strings.Count(inside, ".sock") != 1 {
 		t.Fatalf("bob's container: %q", inside)
 	}
 	if out := shell(t, g.URL, "alice-d", "ls -A /mnt/user-data/workspace").Output; strings.Contains(out, "pwned") || strings.Contains(out, "planted") {

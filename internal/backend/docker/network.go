@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +38,11 @@ const (
 	// socketMount is where the socket dir is bound in the container.
 	socketMount = "/run/sandgate"
 	apiSocket   = "api.sock"
+	// labelAPISocket names the server's socket of this incarnation
+	// (api-{random}.sock): a replica still holding a dead incarnation's
+	// route then fails to dial and re-resolves, instead of reaching the new
+	// server with the old secret (401).
+	labelAPISocket = "io.sandgate.api-socket"
 	// labelAPI = apiUnix marks a container whose server answers on the
 	// socket; others are reached over TCP.
 	labelAPI = "io.sandgate.api"
@@ -165,3 +172,10 @@ func (d *Docker) EgressSockets(ctx context.Context) ([]backend.EgressSocket, err
 }
 
 var _ backend.EgressSockets = (*Docker)(nil)
+
+// newAPISocketName is a fresh name for an incarnation's server socket.
+func newAPISocketName() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "api-" + hex.EncodeToString(b) + ".sock"
+}

@@ -46,7 +46,10 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 	}
 	if serverPath != "" {
 		cfg.Entrypoint = []string{serverPath}
-		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + socketMount + "/" + apiSocket, "--home", backend.VirtualWorkspace}
+		// Each incarnation's socket has a name of its own (see labelAPISocket).
+		sock := newAPISocketName()
+		cfg.Labels[labelAPISocket] = sock
+		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + socketMount + "/" + sock, "--home", backend.VirtualWorkspace}
 		cfg.WorkingDir = backend.VirtualWorkspace
 		if user.umask != "" {
 			cfg.Cmd = append(cfg.Cmd, "--umask", user.umask)
@@ -161,7 +164,11 @@ func (d *Docker) sandboxURL(name string, labels map[string]string, mounts []cont
 		// it may have another socket_dir.
 		for _, m := range mounts {
 			if m.Destination == socketMount {
-				return backend.UnixURL(filepath.Join(m.Source, apiSocket)), nil
+				sock := labels[labelAPISocket]
+				if sock == "" || sock != filepath.Base(sock) {
+					sock = apiSocket // a container made before sockets were named per incarnation
+				}
+				return backend.UnixURL(filepath.Join(m.Source, sock)), nil
 			}
 		}
 		return "", fmt.Errorf("container %s has no socket dir mounted at %s", name, socketMount)

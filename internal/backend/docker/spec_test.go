@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,7 +60,11 @@ func TestContainerSpec(t *testing.T) {
 			if cs.Name != "sbx-0123456789abcdef" || c.Image != "img:1" || c.User != me {
 				t.Errorf("name %q image %q user %q (want user %s)", cs.Name, c.Image, c.User, me)
 			}
-			wantCmd := []string{"sandbox", "--listen", "unix:/run/sandgate/api.sock", "--home", backend.VirtualWorkspace}
+			sock := c.Labels[labelAPISocket]
+			if !regexp.MustCompile(`^api-[0-9a-f]{8}\.sock$`).MatchString(sock) {
+				t.Errorf("incarnation socket %q, want api-{8 hex}.sock", sock)
+			}
+			wantCmd := []string{"sandbox", "--listen", "unix:/run/sandgate/" + sock, "--home", backend.VirtualWorkspace}
 			if os.Geteuid() != 0 {
 				wantCmd = append(wantCmd, "--umask", "007")
 			}
@@ -227,7 +232,15 @@ func TestSandboxURL(t *testing.T) {
 	unix := map[string]string{labelAPI: apiUnix, backend.LabelSandboxID: "0123456789abcdef"}
 	mounts := []container.MountPoint{{Destination: backend.VirtualWorkspace, Source: "/w"}, {Destination: "/run/sandgate", Source: "/elsewhere/0123456789abcdef"}}
 	if got, err := d.sandboxURL("p-x", unix, mounts, nil); got != "unix:///elsewhere/0123456789abcdef/api.sock" || err != nil {
+		t.Errorf("socket URL of a container without its socket's name %q %v", got, err)
+	}
+	unix[labelAPISocket] = "api-0a1b2c3d.sock"
+	if got, err := d.sandboxURL("p-x", unix, mounts, nil); got != "unix:///elsewhere/0123456789abcdef/api-0a1b2c3d.sock" || err != nil {
 		t.Errorf("socket URL %q %v", got, err)
+	}
+	unix[labelAPISocket] = "../../elsewhere.sock"
+	if got, _ := d.sandboxURL("p-x", unix, mounts, nil); got != "unix:///elsewhere/0123456789abcdef/api.sock" {
+		t.Errorf("a socket name with a path escaped the socket dir: %q", got)
 	}
 	if got, err := d.sandboxURL("p-x", unix, mounts[:1], nil); err == nil {
 		t.Errorf("socket URL without its mount: %q", got)

@@ -2,9 +2,10 @@ package process
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -179,8 +180,12 @@ func (p *Process) startPlain(spec backend.Spec, files []*os.File, logf *os.File)
 
 // listen binds the sandbox's socket and returns it as a file for the
 // child, with the sandbox's URL: a Unix socket in the state dir for an
-// isolated sandbox (replacing a dead incarnation's: the caller holds the
-// id's lock and found no live sandbox), a loopback port for a plain one.
+// isolated sandbox, a loopback port for a plain one. Each incarnation's
+// socket has a name of its own, never a dead one's: a replica still
+// holding the old route then fails to dial (and re-resolves) instead of
+// reaching the new sandbox with the old secret (401). Dead incarnations'
+// sockets are removed first: the caller holds the id's lock and found no
+// live sandbox.
 func (p *Process) listen(ctx context.Context, sid string) (*os.File, string, error) {
 	if p.cgroups == nil {
 		var lc net.ListenConfig
@@ -195,10 +200,12 @@ func (p *Process) listen(ctx context.Context, sid string) (*os.File, string, err
 		}
 		return f, "http://" + ln.Addr().String(), nil
 	}
-	path := p.socketPath(sid)
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, "", fmt.Errorf("remove old sandbox socket: %w", err)
+	if err := p.removeSockets(sid); err != nil {
+		return nil, "", err
 	}
+	nonce := make([]byte, 4)
+	_, _ = rand.Read(nonce)
+	path := p.socketPath(sid, hex.EncodeToString(nonce))
 	bind, done, err := backend.ShortSocketPath(path)
 	if err != nil {
 		return nil, "", err

@@ -54,8 +54,19 @@ func (s *state) info() backend.Info {
 
 func (p *Process) statePath(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".json") }
 func (p *Process) logPath(sid string) string   { return filepath.Join(p.cfg.StateDir, sid+".log") }
-func (p *Process) socketPath(sid string) string {
-	return filepath.Join(p.cfg.StateDir, sid+".sock")
+func (p *Process) socketPath(sid, nonce string) string {
+	return filepath.Join(p.cfg.StateDir, sid+"."+nonce+".sock")
+}
+
+// removeSockets removes every socket an incarnation of sid left.
+func (p *Process) removeSockets(sid string) error {
+	old, _ := filepath.Glob(filepath.Join(p.cfg.StateDir, sid+".*.sock")) // sid is hex: no pattern characters
+	for _, path := range old {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove old sandbox socket: %w", err)
+		}
+	}
+	return nil
 }
 func (p *Process) egressDir(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".egress") }
 
@@ -104,7 +115,7 @@ func (p *Process) writeState(st *state) error {
 // removeState drops what a gone sandbox leaves: its state file, its
 // socket and its cgroups.
 func (p *Process) removeState(sid string) error {
-	_ = os.Remove(p.socketPath(sid))
+	_ = p.removeSockets(sid)
 	if p.cfg.Egress != nil {
 		p.cfg.Egress.Close(sid)
 	}
