@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -18,32 +17,11 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 )
 
-// Defaults of the provisioning-progress stream.
-const (
-	// streamHeartbeat keeps a quiet stream open through proxies that cut
-	// idle connections (nginx: 60 s), and tells the client it is alive.
-	streamHeartbeat = 15 * time.Second
-	// recentTimeout bounds the read of the recent events at the start.
-	recentTimeout = 2 * time.Second
-)
+// recentTimeout bounds the read of the recent events at the start of a
+// provisioning-progress stream.
+const recentTimeout = 2 * time.Second
 
 var errBadUntil = errors.New(`until must be "ready" or absent`)
-
-// progressStreams serves the provisioning-progress streams and ends every
-// open one when the gateway drains: http.Server.Shutdown waits for active
-// requests, and a stream is active until its client leaves.
-type progressStreams struct {
-	bus       *events.Bus // nil: no events, the route answers 404
-	heartbeat time.Duration
-	drained   chan struct{}
-	once      sync.Once
-}
-
-func newProgressStreams(bus *events.Bus) *progressStreams {
-	return &progressStreams{bus: bus, heartbeat: streamHeartbeat, drained: make(chan struct{})}
-}
-
-func (s *progressStreams) drain() { s.once.Do(func() { close(s.drained) }) }
 
 // threadEvents is GET /threads/{thread}/sandbox/events: the lifecycle
 // events of the caller's thread as Server-Sent Events. The thread's events
@@ -65,30 +43,26 @@ func (rt *Router) threadEvents(c echo.Context, p *auth.Principal) error {
 	default:
 		return errBadUntil
 	}
-	s := rt.progress
-	if s.bus == nil {
+	bus := rt.events
+	if bus == nil {
 		return echo.ErrNotFound
 	}
 	user := p.User
 	mine := func(e events.Event) bool { return e.User == user && e.Thread == thread }
 	// Watch before reading the recent list: an event published in between
 	// is in both, and is sent once (seen).
-	live, stop := s.bus.Watch(mine)
+	live, stop := bus.Watch(mine)
 	defer stop()
 	ctx := c.Request().Context()
 	rctx, cancel := context.WithTimeout(ctx, recentTimeout)
-	recent, err := s.bus.Recent(rctx, 0)
+	recent, err := bus.Recent(rctx, 0)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("%w: %w", pool.ErrState, err)
 	}
 
 	w := c.Response()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no") // nginx must pass each event on, not buffer them
-	w.WriteHeader(http.StatusOK)
+	openSSE(w)
 	since := lastEventID(c.Request())
 	seen := map[eventKey]bool{}
 	var last events.Type
@@ -107,35 +81,13 @@ func (rt *Router) threadEvents(c echo.Context, p *auth.Principal) error {
 	if untilReady && settled(last) {
 		return nil
 	}
-	beat := time.NewTicker(s.heartbeat)
-	defer beat.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	rt.streams.follow(ctx, w, live, func(w io.Writer, e events.Event) error {
+		if seen[keyOf(e)] {
 			return nil
-		case <-s.drained:
-			return nil
-		case <-beat.C:
-			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
-				return nil
-			}
-			w.Flush()
-		case e, ok := <-live:
-			if !ok {
-				return nil
-			}
-			if seen[keyOf(e)] {
-				continue
-			}
-			if writeEvent(w, e) != nil {
-				return nil
-			}
-			w.Flush()
-			if untilReady && settled(e.Type) {
-				return nil
-			}
 		}
-	}
+		return writeEvent(w, e)
+	}, func(e events.Event) bool { return untilReady && settled(e.Type) })
+	return nil
 }
 
 // settled: a create that got this far has nothing more to report.

@@ -169,7 +169,7 @@ func TestThreadEventsStream(t *testing.T) {
 func TestThreadEventsEndOnDrainAndBeat(t *testing.T) {
 	t.Parallel()
 	rt, _, srv := newEventsRouter(t)
-	rt.progress.heartbeat = 20 * time.Millisecond
+	rt.streams.heartbeat = 20 * time.Millisecond
 	s := openStream(t, srv.URL+"/threads/t/sandbox/events", "alice-key")
 	time.Sleep(100 * time.Millisecond)
 	ended := make(chan []sseEvent, 1)

@@ -117,8 +117,9 @@ type Router struct {
 	mounts          []MountPoint
 	meter           Meter // nil: no thread data here
 	bodyIdle        time.Duration
-	admin           Admin            // nil: no logs, stats or prune
-	progress        *progressStreams // GET /threads/{thread}/sandbox/events
+	admin           Admin       // nil: no logs, stats or prune
+	events          *events.Bus // nil: no lifecycle events here
+	streams         *sseStreams // the open event streams, ended on drain
 }
 
 // New builds the router.
@@ -128,7 +129,7 @@ func New(d Deps) *Router {
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
-		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, progress: newProgressStreams(d.Events)}
+		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, events: d.Events, streams: newSSEStreams()}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
@@ -215,10 +216,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Drain makes /readyz fail so load balancers stop sending new requests,
-// and ends the open progress streams (their clients reconnect elsewhere).
+// and ends the open event streams (their clients reconnect elsewhere).
 func (rt *Router) Drain() {
 	rt.draining.Store(true)
-	rt.progress.drain()
+	rt.streams.drain()
 }
 
 // CloseUpgraded closes every proxied WebSocket (on shutdown).

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -47,8 +49,6 @@ const (
 	statusCookieAge = 8 * time.Hour
 	// maxStatusStreams bounds the open event streams of one replica.
 	maxStatusStreams = 256
-	// statusKeepAlive is sent on an idle stream so proxies keep it open.
-	statusKeepAlive = 20 * time.Second
 	// statusTimeout bounds the Redis reads of one page.
 	statusTimeout = 5 * time.Second
 )
@@ -183,47 +183,24 @@ func (s *statusPage) stream(c echo.Context) error {
 	defer stop()
 
 	w := c.Response()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	openSSE(w)
 	if _, err := w.Write([]byte(": live\n\n")); err != nil {
 		return nil
 	}
 	w.Flush()
-	// The tick ends the stream soon after a drain begins (the browser
-	// reconnects to a replica that stays), and keeps an idle one alive.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	ctx, idle := c.Request().Context(), time.Now()
-	for {
-		var msg []byte
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-tick.C:
-			if s.rt.draining.Load() {
-				return nil
-			}
-			if now.Sub(idle) < statusKeepAlive {
-				continue
-			}
-			msg = []byte(": keep-alive\n\n")
-		case e, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			data, err := json.Marshal(e)
-			if err != nil {
-				continue
-			}
-			msg = append(append([]byte("event: lifecycle\ndata: "), data...), "\n\n"...)
-		}
-		if _, err := w.Write(msg); err != nil {
-			return nil // the browser went away
-		}
-		w.Flush()
-		idle = time.Now()
+	// A drain ends the stream; the browser reconnects to a replica that stays.
+	s.rt.streams.follow(c.Request().Context(), w, ch, writeLifecycle, func(events.Event) bool { return false })
+	return nil
+}
+
+// writeLifecycle writes e as the page's "lifecycle" event.
+func writeLifecycle(w io.Writer, e events.Event) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil // skipped, not fatal to the stream
 	}
+	_, err = fmt.Fprintf(w, "event: lifecycle\ndata: %s\n\n", data)
+	return err
 }
 
 // loginForm is GET /status/login.
