@@ -234,7 +234,11 @@ func serve(ctx context.Context, srv *Server, h http.Handler, ln net.Listener, lo
 	if srv.pm.Enabled() {
 		mode = "host"
 	}
-	log.Info("sandbox server listening", "addr", ln.Addr().String(), "mode", mode)
+	addr := ln.Addr().String()
+	if ln.Addr().Network() == "unix" {
+		addr = "unix socket" // its path is the host's: not for a log the admin API serves
+	}
+	log.Info("sandbox server listening", "addr", addr, "mode", mode)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -142,8 +142,9 @@ func TestCLIOperator(t *testing.T) {
 	}
 
 	// logs: the sandbox server's own startup line.
-	if r := runCLI(t, bin, base, admin, "sandboxes", "logs", a1).must(t, 0, "logs"); !strings.Contains(r.stdout, "sandbox server listening") {
-		t.Fatalf("logs: no line of the sandbox server:\n%s", r.stdout)
+	if r := runCLI(t, bin, base, admin, "sandboxes", "logs", a1).must(t, 0, "logs"); !strings.Contains(r.stdout, "sandbox server listening") ||
+		strings.Contains(r.stdout, f.dataDir) {
+		t.Fatalf("logs: no line of the sandbox server, or a host path in them:\n%s", r.stdout)
 	}
 	if r := runCLI(t, bin, base, admin, "sandboxes", "logs", "--tail", "1", a1).must(t, 0, "logs --tail 1"); strings.Count(strings.TrimSpace(r.stdout), "\n") != 0 {
 		t.Fatalf("logs --tail 1: %q", r.stdout)
