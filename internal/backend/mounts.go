@@ -42,7 +42,12 @@ var ErrHostDirs = errors.New("mount host directory unavailable")
 // (EnsureHostDirs), so kubernetes and remote never touch the gateway's disk.
 // user and thread must already be validated path-safe identifiers.
 func ThreadMounts(cfg MountConfig, user, thread string) ([]Mount, error) {
-	base, err := filepath.Abs(ThreadDir(cfg.DataDir, user, thread))
+	return mountsUnder(ThreadDir(cfg.DataDir, user, thread), cfg)
+}
+
+// mountsUnder returns the standard mounts with the user data under dir.
+func mountsUnder(dir string, cfg MountConfig) ([]Mount, error) {
+	base, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("resolve data dir: %w", err)
 	}

@@ -65,6 +65,7 @@ func (c *Config) settings() []setting {
 		{"reconcile-interval", "how often backend sandboxes are compared with Redis (0 = never)", (*offDuration)(&p.ReconcileInterval)},
 		{"reconcile-grace", "age before an unrecorded sandbox is adopted (0 = the default)", (*durationValue)(&p.ReconcileGrace)},
 		{"reconcile-dry-run", "log what the reconciler would do, do nothing", (*boolValue)(&p.ReconcileDryRun)},
+		{"prewarm", "pre-started sandboxes kept ready fleet-wide for new threads' first requests (process and docker backends; 0 = none)", (*intValue)(&p.Prewarm)},
 		{"pause-warm", "pause warm sandboxes (container backends) and unpause them on reclaim", (*boolValue)(&p.PauseWarm)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},

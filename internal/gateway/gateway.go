@@ -169,6 +169,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
+		pool.NewPrewarmer(g.pool).Run,
 		pool.NewHeartbeat(g.pool).Run,
 		g.keepEgress,
 		g.events.Run,

@@ -12,6 +12,7 @@ const DefaultPrefix = "sandgate:{default}:"
 //	{p}active      ZSET  sid -> last activity (ms): the idle-expiry index
 //	{p}warm        ZSET  sid -> released at (ms): LRU order of the warm pool
 //	{p}creating    ZSET  sid -> reservation deadline (ms): capacity held by creates in progress
+//	{p}prewarm     ZSET  sid -> created at (ms): pre-started sandboxes no thread has claimed yet
 //	{p}lock:{sid}  STRING bsm/redislock token, held while creating or destroying
 //	{p}aliases     HASH  "{user}:{client-chosen sandbox id}" -> sid (DeerFlow's provisioner API)
 //	{p}caps        HASH  sha256hex(capability) -> sid: the capability URL index
@@ -26,6 +27,7 @@ type Keys struct {
 	active   string
 	warm     string
 	creating string
+	prewarm  string
 	aliases  string
 	caps     string
 	owners   string
@@ -42,6 +44,7 @@ func NewKeys(prefix string) Keys {
 		active:   prefix + "active",
 		warm:     prefix + "warm",
 		creating: prefix + "creating",
+		prewarm:  prefix + "prewarm",
 		aliases:  prefix + "aliases",
 		caps:     prefix + "caps",
 		owners:   prefix + "owners",
@@ -62,6 +65,9 @@ func (k Keys) Warm() string { return k.warm }
 
 // Creating holds capacity reservations of creates in progress.
 func (k Keys) Creating() string { return k.creating }
+
+// Prewarm indexes the pre-started sandboxes no thread has claimed, oldest first.
+func (k Keys) Prewarm() string { return k.prewarm }
 
 // Aliases maps ids chosen by provisioner-API clients to sandbox ids.
 func (k Keys) Aliases() string { return k.aliases }

@@ -14,6 +14,9 @@ const (
 	StateActive     State = "active"
 	StateWarm       State = "warm"
 	StateDestroying State = "destroying"
+	// StatePrewarm: started before any thread asked, waiting in the prewarm
+	// index to be claimed by a new thread (no user or thread yet).
+	StatePrewarm State = "prewarm"
 )
 
 // Record is the Redis hash of one sandbox.
@@ -30,6 +33,9 @@ type Record struct {
 	// kept here so every replica that reaches the sandbox can send it; ""
 	// = the shared sandbox_api_key. Never logged or returned to a client.
 	Secret string
+	// Prewarm is the fingerprint of the spec a pre-started sandbox was
+	// made from (backend.LabelPrewarm); "" for a thread's own sandbox.
+	Prewarm string
 	// Capability opens this incarnation through a capability URL; "" until
 	// one is first handed out (Store.Capability). Never log it.
 	Capability string
@@ -47,7 +53,17 @@ func RecordFromInfo(info backend.Info, state State) Record {
 		State:       state,
 		CreatedAt:   info.CreatedAt,
 		Secret:      info.Secret,
+		Prewarm:     prewarmOf(info),
 	}
+}
+
+// prewarmOf is the spec fingerprint of a sandbox no thread has claimed
+// (a claimed container keeps the label: its user says it was claimed).
+func prewarmOf(info backend.Info) string {
+	if info.User != "" {
+		return ""
+	}
+	return info.Labels[backend.LabelPrewarm]
 }
 
 // Info is the backend view of the record.
@@ -70,7 +86,7 @@ func (r Record) fields() []any {
 		"user", r.User, "thread", r.Thread, "backend", r.Backend,
 		"incarnation", r.Incarnation, "url", r.URL,
 		"created_ms", strconv.FormatInt(r.CreatedAt.UnixMilli(), 10),
-		"secret", r.Secret,
+		"secret", r.Secret, "prewarm", r.Prewarm,
 	}
 }
 
@@ -90,6 +106,7 @@ func recordFromHash(sid string, h map[string]string) (Record, bool) {
 		State:       State(h["state"]),
 		CreatedAt:   time.UnixMilli(ms),
 		Secret:      h["secret"],
+		Prewarm:     h["prewarm"],
 		Capability:  h["cap"],
 	}, true
 }

@@ -10,11 +10,14 @@ import (
 )
 
 // scriptReserve takes one unit of fleet-wide capacity for a create. Capacity
-// counts active + warm + creating; expired reservations (a replica that died
-// mid-create) are dropped first. Outcomes:
+// counts active + warm + creating + prewarm; expired reservations (a replica
+// that died mid-create) are dropped first. Outcomes:
 //
 //	{'ok'}                 reserved (also when max <= 0: no cap)
-//	{'evict', sid}         destroy warm sandbox sid, then reserve again
+//	{'prewarm', sid}       mode 'claim' only: nothing reserved; take the
+//	                       pre-started sandbox sid instead (Store.TakePrewarm)
+//	{'evict', sid}         destroy warm or pre-started sandbox sid, then
+//	                       reserve again
 //	{'over'}               full, nothing warm, soft mode: reserved beyond the cap
 //	{'full'}               full, nothing warm, hard mode: not reserved
 //	{'user_max', n}        the user holds n >= user_max sandboxes, none warm
@@ -31,11 +34,21 @@ import (
 // set or a hard cap is full; without them the script is the plain cap check.
 //
 // Eviction prefers, in order: the user's own oldest warm sandbox when it is
-// at a per-user limit or its fair share; the oldest warm sandbox of a user at
-// or over its fair share (hard mode); the oldest warm sandbox.
+// at a per-user limit or its fair share; at a full cap, the oldest
+// pre-started sandbox (it holds nobody's work), then the oldest warm
+// sandbox of a user at or over its fair share (hard mode), then the oldest
+// warm sandbox.
 //
-// KEYS: active, warm, creating, owners.
-// ARGV: sid, max, now, deadline, mode(soft|hard), user, user_max, user_creates.
+// Two kinds of call besides a plain create (ARGV[9]):
+//   - 'claim', a new thread that may take a pre-started sandbox: once the
+//     per-user checks pass, the oldest one is offered whatever the fleet's
+//     fullness (taking it moves its unit to the thread: the count is
+//     unchanged), and only without one is capacity reserved as usual;
+//   - 'prewarm', the refill of the pre-started pool (user ''): it reserves
+//     free capacity only, never evicts, never goes over, owns nothing.
+//
+// KEYS: active, warm, creating, owners, prewarm.
+// ARGV: sid, max, now, deadline, mode(soft|hard), user, user_max, user_creates, kind(''|claim|prewarm).
 var scriptReserve = redis.NewScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
@@ -43,12 +56,22 @@ if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   return {'ok'}
 end
 local sid, max, hard, user = ARGV[1], tonumber(ARGV[2]), ARGV[5] == 'hard', ARGV[6]
-local umax, ucreates = tonumber(ARGV[7]), tonumber(ARGV[8])
-local n = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
+local umax, ucreates, kind = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+local n = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5])
 local full = max > 0 and n >= max
 local function take()
   redis.call('ZADD', KEYS[3], ARGV[4], sid)
-  redis.call('HSET', KEYS[4], sid, user)
+  if user ~= '' then redis.call('HSET', KEYS[4], sid, user) end
+end
+if kind == 'prewarm' then
+  if full then return {'full'} end
+  take()
+  return {'ok'}
+end
+local pre = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+local function offer()
+  if kind == 'claim' and pre then return {'prewarm', pre} end
+  if full and pre then return {'evict', pre} end
 end
 local function oldest(warm)
   local best
@@ -97,6 +120,8 @@ if umax > 0 or ucreates > 0 or (full and hard) then
       if v then return {'evict', v} end
       return {'share', tostring(share)}
     end
+    local o = offer()
+    if o then return o end
     local over = {}
     for _, w in ipairs(warm) do
       if per[w[2]] >= share then over[#over + 1] = w end
@@ -106,6 +131,8 @@ if umax > 0 or ucreates > 0 or (full and hard) then
     return {'full'}
   end
 end
+local o = offer()
+if o then return o end
 if not full then
   take()
   return {'ok'}
@@ -133,12 +160,20 @@ type ReserveRequest struct {
 	MaxCreatesPerUser int
 	// Now drops expired reservations; Deadline is when this one expires.
 	Now, Deadline time.Time
+	// Kind is "" (a create), KindClaim or KindPrewarm (see scriptReserve).
+	Kind string
 }
+
+// Kinds of ReserveRequest.
+const (
+	KindClaim   = "claim"
+	KindPrewarm = "prewarm"
+)
 
 // ReserveResult is the outcome of Reserve.
 type ReserveResult struct {
-	Outcome string // "ok", "evict", "over", "full", "user_max", "user_creates", "share"
-	Victim  string // with "evict": the warm sandbox to destroy
+	Outcome string // "ok", "prewarm", "evict", "over", "full", "user_max", "user_creates", "share"
+	Victim  string // with "evict": the sandbox to destroy; with "prewarm": the one to take
 	// Held is the user's count with "user_max" and "user_creates", its fair
 	// share with "share".
 	Held int
@@ -150,15 +185,15 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (ReserveResult,
 	if req.Hard {
 		mode = "hard"
 	}
-	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Owners()}
+	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Owners(), s.keys.Prewarm()}
 	res, err := scriptReserve.Run(ctx, s.rdb, keys, req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode,
-		req.User, req.MaxPerUser, req.MaxCreatesPerUser).StringSlice()
+		req.User, req.MaxPerUser, req.MaxCreatesPerUser, req.Kind).StringSlice()
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
 	}
 	out := ReserveResult{Outcome: res[0]}
 	if len(res) > 1 {
-		if out.Outcome == "evict" {
+		if out.Outcome == "evict" || out.Outcome == "prewarm" {
 			out.Victim = res[1]
 		} else if out.Held, err = strconv.Atoi(res[1]); err != nil {
 			return ReserveResult{}, fmt.Errorf("reserve capacity: bad count %q: %w", res[1], err)

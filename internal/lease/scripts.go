@@ -91,7 +91,7 @@ return 1
 // and the sandbox must sit in index KEYS[4] with a score <= ARGV[3] (expiry).
 // A claimed sandbox's capability opens nothing any more (ByCapability
 // refuses a record being destroyed); Forget removes its index entry.
-// KEYS: sbx, active, warm, index-or-sbx. ARGV: sid, incarnation, cutoff (” = none).
+// KEYS: sbx, active, warm, index-or-sbx, prewarm. ARGV: sid, incarnation, cutoff (” = none).
 var scriptClaim = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation')
 if not st[1] then return nil end
@@ -103,13 +103,14 @@ end
 redis.call('HSET', KEYS[1], 'state', 'destroying')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 return redis.call('HGETALL', KEYS[1])
 `)
 
 // scriptForget deletes a record (after its sandbox was destroyed or found
 // dead), only if it still names the given incarnation (” = any), with its
 // capability's index entry and its owners entry.
-// KEYS: sbx, active, warm, caps, owners. ARGV: sid, incarnation. Returns 1 or 0.
+// KEYS: sbx, active, warm, caps, owners, prewarm. ARGV: sid, incarnation. Returns 1 or 0.
 var scriptForget = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'incarnation', 'cap_sum')
 if not st[1] then return 0 end
@@ -119,6 +120,7 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
 return 1
 `)
 

@@ -104,14 +104,14 @@ func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.
 // Claim marks sid as being destroyed and returns its record, or ok=false
 // when another replica claimed it first or the incarnation ("" = any) differs.
 func (s *Store) Claim(ctx context.Context, sid, incarnation string) (Record, bool, error) {
-	keys := append(s.recordKeys(sid), s.keys.Sandbox(sid))
+	keys := append(s.recordKeys(sid), s.keys.Sandbox(sid), s.keys.Prewarm())
 	return s.claim(ctx, sid, keys, incarnation, "")
 }
 
-// ClaimExpired claims sid only if its score in index (Active or Warm) is at
-// or below cutoff: the reaper's exactly-once gate.
+// ClaimExpired claims sid only if its score in index (Active, Warm or
+// Prewarm) is at or below cutoff: the reaper's exactly-once gate.
 func (s *Store) ClaimExpired(ctx context.Context, sid, index string, cutoff time.Time) (Record, bool, error) {
-	keys := append(s.recordKeys(sid), index)
+	keys := append(s.recordKeys(sid), index, s.keys.Prewarm())
 	return s.claim(ctx, sid, keys, "", strconv.FormatInt(ms(cutoff), 10))
 }
 
@@ -129,7 +129,7 @@ func (s *Store) claim(ctx context.Context, sid string, keys []string, incarnatio
 
 // Forget deletes sid's record if it still names incarnation ("" = any).
 func (s *Store) Forget(ctx context.Context, sid, incarnation string) (bool, error) {
-	keys := append(s.recordKeys(sid), s.keys.Caps(), s.keys.Owners())
+	keys := append(s.recordKeys(sid), s.keys.Caps(), s.keys.Owners(), s.keys.Prewarm())
 	n, err := scriptForget.Run(ctx, s.rdb, keys, sid, incarnation).Int()
 	if err != nil {
 		return false, fmt.Errorf("forget sandbox: %w", err)
@@ -181,7 +181,7 @@ func (s *Store) Expired(ctx context.Context, index string, cutoff time.Time, lim
 }
 
 // Counts are the fleet-wide pool sizes.
-type Counts struct{ Active, Warm, Creating int64 }
+type Counts struct{ Active, Warm, Creating, Prewarm int64 }
 
 // Count returns the pool sizes in one round trip.
 func (s *Store) Count(ctx context.Context) (Counts, error) {
@@ -189,10 +189,11 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	a := pipe.ZCard(ctx, s.keys.Active())
 	w := pipe.ZCard(ctx, s.keys.Warm())
 	c := pipe.ZCard(ctx, s.keys.Creating())
+	pw := pipe.ZCard(ctx, s.keys.Prewarm())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Counts{}, fmt.Errorf("count pool: %w", err)
 	}
-	return Counts{Active: a.Val(), Warm: w.Val(), Creating: c.Val()}, nil
+	return Counts{Active: a.Val(), Warm: w.Val(), Creating: c.Val(), Prewarm: pw.Val()}, nil
 }
 
 // All returns every record, whatever its state, by scanning the record keys:
@@ -226,7 +227,8 @@ func (s *Store) All(ctx context.Context) ([]Record, error) {
 	return s.records(ctx, ids)
 }
 
-// List returns every record in the active and warm indexes.
+// List returns every record in the active and warm indexes (threads'
+// sandboxes: the prewarm pool's are PrewarmRecords).
 func (s *Store) List(ctx context.Context) ([]Record, error) {
 	var ids []string
 	for _, idx := range []string{s.keys.Active(), s.keys.Warm()} {

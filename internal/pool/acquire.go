@@ -160,8 +160,15 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	if err := p.reserve(ctx, user, thread, sid); err != nil {
+	taken, takenLock, err := p.reserve(ctx, user, thread, sid, p.claimable(ctx, user, thread, sid))
+	if err != nil {
 		return nil, "", err
+	}
+	if takenLock != nil {
+		if r, err := p.claim(ctx, taken, takenLock, user, thread, sid); err == nil {
+			p.ready(ctx, r)
+			return r, OutcomePrewarm, nil
+		}
 	}
 	r, err := p.create(ctx, user, thread, sid)
 	if err != nil {

@@ -42,14 +42,21 @@ func quotaExempt(ctx context.Context) bool {
 // nothing is warm; hard mode waits up to AcquireTimeout, then answers
 // ErrCapacity. A user over a per-user limit or, at a full hard cap, over its
 // fair share gets a *QuotaError at once.
-func (p *Pool) reserve(ctx context.Context, user, thread, sid string) (err error) {
+//
+// With claim, a pre-started sandbox is offered before any capacity is
+// reserved: it is returned taken (its capacity unit now sid's reservation)
+// with its lock held, which the caller releases.
+func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken lease.Record, held *lease.Held, err error) {
 	req := lease.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
+	if claim {
+		req.Kind = lease.KindClaim
+	}
 	exempt := quotaExempt(ctx)
 	if !exempt {
 		req.MaxPerUser, req.MaxCreatesPerUser = p.cfg.MaxSandboxesPerUser, p.cfg.MaxCreatesPerUser
 	}
-	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 {
-		return nil
+	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 && !claim {
+		return lease.Record{}, nil, nil
 	}
 	ctx, span := p.span(ctx, spanReserve, sid, thread)
 	defer func() { end(span, err) }()
@@ -60,32 +67,42 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string) (err error
 		req.Deadline = req.Now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)
 		res, err := p.store.Reserve(ctx, req)
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrState, err)
+			return lease.Record{}, nil, fmt.Errorf("%w: %w", ErrState, err)
 		}
 		switch res.Outcome {
 		case "ok":
-			return nil
+			return lease.Record{}, nil, nil
+		case "prewarm":
+			rec, held, ok, err := p.takePrewarm(ctx, res.Victim, sid, user)
+			if err != nil || ok {
+				return rec, held, err
+			}
+			// Another replica took it (or holds its lock): offered the next
+			// one, or capacity; after a few, a plain reservation.
+			if evictions++; evictions > maxEvictions {
+				req.Kind = ""
+			}
 		case "over":
 			p.log.WarnContext(ctx, "soft cap exceeded: creating beyond max_sandboxes, nothing warm to evict",
 				"sandbox_id", sid, "thread", thread, "max_sandboxes", p.cfg.MaxSandboxes)
-			return nil
+			return lease.Record{}, nil, nil
 		case "evict":
 			if evictions++; evictions > maxEvictions {
-				return fmt.Errorf("%w: could not evict a warm sandbox", ErrCapacity)
+				return lease.Record{}, nil, fmt.Errorf("%w: could not evict a warm sandbox", ErrCapacity)
 			}
 			p.evict(ctx, res.Victim)
 		case "user_max":
-			return &QuotaError{User: user, Limit: LimitSandboxesPerUser, Max: p.cfg.MaxSandboxesPerUser, RetryAfter: retryUserHeld}
+			return lease.Record{}, nil, &QuotaError{User: user, Limit: LimitSandboxesPerUser, Max: p.cfg.MaxSandboxesPerUser, RetryAfter: retryUserHeld}
 		case "user_creates":
-			return &QuotaError{User: user, Limit: LimitCreatesPerUser, Max: p.cfg.MaxCreatesPerUser, RetryAfter: retryUserCreates}
+			return lease.Record{}, nil, &QuotaError{User: user, Limit: LimitCreatesPerUser, Max: p.cfg.MaxCreatesPerUser, RetryAfter: retryUserCreates}
 		case "share":
 			if !exempt {
-				return &QuotaError{User: user, Limit: LimitFairShare, Max: res.Held, RetryAfter: retryUserHeld}
+				return lease.Record{}, nil, &QuotaError{User: user, Limit: LimitFairShare, Max: res.Held, RetryAfter: retryUserHeld}
 			}
 			fallthrough // an admin is held to no share: it waits for room as at a full cap
 		case "full":
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: %d sandboxes, none warm", ErrCapacity, p.cfg.MaxSandboxes)
+				return lease.Record{}, nil, fmt.Errorf("%w: %d sandboxes, none warm", ErrCapacity, p.cfg.MaxSandboxes)
 			}
 			if !queued { // once per create: the wait is one step
 				queued = true
@@ -93,11 +110,11 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string) (err error
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return lease.Record{}, nil, ctx.Err()
 			case <-time.After(250 * time.Millisecond):
 			}
 		default:
-			return fmt.Errorf("%w: unexpected reserve outcome %q", ErrState, res.Outcome)
+			return lease.Record{}, nil, fmt.Errorf("%w: unexpected reserve outcome %q", ErrState, res.Outcome)
 		}
 	}
 }
@@ -115,8 +132,12 @@ func (p *Pool) evict(ctx context.Context, sid string) {
 		return
 	}
 	defer p.unlock(held)
-	// Claim only if still in the warm index (any score): a reclaimed one is spared.
+	// Claim only if still in the warm or prewarm index (any score): a
+	// reclaimed or claimed one is spared.
 	rec, ok, err := p.store.ClaimExpired(ctx, sid, p.store.Keys().Warm(), farFuture)
+	if err == nil && !ok {
+		rec, ok, err = p.store.ClaimExpired(ctx, sid, p.store.Keys().Prewarm(), farFuture)
+	}
 	if err != nil || !ok {
 		return
 	}

@@ -55,6 +55,10 @@ type Config struct {
 	ReconcileGrace time.Duration
 	// ReconcileDryRun logs what the reconciler would do and does nothing.
 	ReconcileDryRun bool
+	// Prewarm is how many pre-started sandboxes the fleet keeps for new
+	// threads (backends that implement backend.Claimer: process, docker).
+	// 0 = none.
+	Prewarm int
 	// PauseWarm freezes warm sandboxes (backends that implement
 	// backend.Pauser) and thaws them on reclaim.
 	PauseWarm bool
@@ -107,6 +111,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSandboxesPerUser < 0 || c.MaxCreatesPerUser < 0 {
 		return errors.New("max_sandboxes_per_user, max_creates_per_user: must not be negative")
+	}
+	if c.Prewarm < 0 {
+		return errors.New("prewarm: must not be negative")
 	}
 	w := c.withDefaults()
 	if w.IdleTimeout > 0 && w.IdleTimeout < 2*w.TouchInterval {

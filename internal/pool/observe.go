@@ -24,6 +24,7 @@ const (
 	ReasonProvisioner DestroyReason = "provisioner_api" // DELETE /api/sandboxes/{id}
 	ReasonInterrupted DestroyReason = "interrupted"     // finishing a destroy a crashed replica left
 	ReasonAdmin       DestroyReason = "admin"           // the operator CLI (/admin/v1)
+	ReasonPrewarmTrim DestroyReason = "prewarm_trim"    // a pre-started sandbox over Config.Prewarm, stale or failing its claim
 )
 
 // Span names: one trace explains a slow first call (acquire, lock wait,
@@ -34,6 +35,7 @@ const (
 	spanReserve   = "sandgate.capacity.reserve"
 	spanEvict     = "sandgate.capacity.evict"
 	spanCreate    = "sandgate.backend.create"
+	spanClaim     = "sandgate.backend.claim"
 	spanDestroy   = "sandgate.backend.destroy"
 	spanDiscover  = "sandgate.backend.discover"
 	spanAlive     = "sandgate.backend.alive"

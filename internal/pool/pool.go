@@ -40,6 +40,7 @@ const (
 	OutcomeWarm    Outcome = "warm"    // reclaimed from the warm pool
 	OutcomeCold    Outcome = "cold"    // created
 	OutcomeAdopted Outcome = "adopted" // found running without a record
+	OutcomePrewarm Outcome = "prewarm" // a pre-started sandbox, claimed
 )
 
 // Deps are the pool's collaborators.
@@ -96,6 +97,10 @@ type Pool struct {
 	events  Publisher
 	// failReason: see Deps.FailReason.
 	failReason func(error) string
+	// prewarmFP fingerprints the spec of pre-started sandboxes; refill
+	// wakes the Prewarmer after a claim.
+	prewarmFP string
+	refill    chan struct{}
 }
 
 // New returns a Pool; cfg must be valid.
@@ -138,6 +143,8 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		events:  d.Events,
 
 		failReason: d.FailReason,
+		prewarmFP:  prewarmFingerprint(cfg, d.BackendName),
+		refill:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -381,6 +388,11 @@ func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason Dest
 	}
 	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if rec.Prewarm != "" && rec.User == "" { // never claimed: its user data is nobody's
+		if err := backend.RemovePrewarmDirs(p.cfg.Mounts.DataDir, rec.SandboxID); err != nil {
+			p.log.WarnContext(ctx, "remove prewarm dirs", "sandbox_id", rec.SandboxID, "err", err)
+		}
 	}
 	p.metrics.Destroyed(string(reason))
 	p.gone(ctx, rec, string(reason))

@@ -110,10 +110,14 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 // errSkip: left for the next pass (locked, or not ours to judge).
 var errSkip = errors.New("skipped")
 
-// adopt records a running sandbox without a record as warm.
+// adopt records a running sandbox without a record as warm, or an unclaimed
+// pre-started one back into the prewarm index (the refill trims a surplus).
 func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	p := r.p
 	user, thread := info.User, info.Thread
+	if user == "" && info.Labels[backend.LabelPrewarm] != "" {
+		return r.adoptPrewarm(ctx, info)
+	}
 	if user == "" {
 		user, thread = info.Labels[backend.LabelUser], info.Labels[backend.LabelThread]
 	}
@@ -149,6 +153,36 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	p.metrics.Adopted("reconciler")
 	p.log.InfoContext(ctx, "reconciler: adopted a sandbox without a record into the warm pool",
 		"sandbox_id", info.SandboxID, "thread", thread)
+	return nil
+}
+
+// adoptPrewarm records an unclaimed pre-started sandbox in the prewarm index.
+func (r *Reconciler) adoptPrewarm(ctx context.Context, info backend.Info) error {
+	p := r.p
+	if p.cfg.ReconcileDryRun {
+		p.log.InfoContext(ctx, "reconciler (dry run): would adopt into the prewarm pool", "sandbox_id", info.SandboxID)
+		return nil
+	}
+	held, err := p.lock(ctx, info.SandboxID, 0)
+	if errors.Is(err, lease.ErrLocked) {
+		return errSkip // being claimed or destroyed
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	defer p.unlock(held)
+	if info.Backend == "" {
+		info.Backend = p.name
+	}
+	wrote, err := p.store.PutPrewarm(ctx, lease.RecordFromInfo(info, lease.StatePrewarm), p.clock.Now())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !wrote {
+		return errSkip
+	}
+	p.metrics.Adopted("reconciler")
+	p.log.InfoContext(ctx, "reconciler: adopted a pre-started sandbox without a record into the prewarm pool", "sandbox_id", info.SandboxID)
 	return nil
 }
 

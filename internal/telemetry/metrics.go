@@ -38,11 +38,11 @@ type Metrics struct {
 // Label values. Every series exists from the start (at 0), so rate() and
 // absent-series alerts work before the first event.
 var (
-	outcomes       = [...]string{"hit", "warm", "cold", "adopted", "error"}
+	outcomes       = [...]string{"hit", "warm", "cold", "adopted", "prewarm", "error"}
 	routeKinds     = [...]string{"thread", "sandbox", "capability"}
 	statusClasses  = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 	createResults  = []string{"ok", "error"}
-	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted"}
+	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted", "admin", "prewarm_trim"}
 	adoptSources   = []string{"acquire", "reconciler"}
 	claimReasons   = []string{"idle_active", "idle_warm"}
 	reconcileActs  = []string{"adopted", "dropped", "finished", "skipped"}
@@ -77,7 +77,7 @@ func NewMetrics() *Metrics {
 
 	acquire := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "sandgate_acquire_duration_seconds", Buckets: acquireBuckets,
-		Help: "Time to get a thread's sandbox for a request, by outcome: hit (cached or active), warm (reclaimed), cold (created), adopted (found running), error.",
+		Help: "Time to get a thread's sandbox for a request, by outcome: hit (cached or active), warm (reclaimed), cold (created), adopted (found running), prewarm (a pre-started sandbox claimed), error.",
 	}, []string{"outcome"})
 	f(acquire)
 	for i, o := range outcomes {
@@ -167,6 +167,8 @@ func (m *Metrics) Acquired(outcome string, took time.Duration) {
 		i = 2
 	case "adopted":
 		i = 3
+	case "prewarm":
+		i = 4
 	}
 	m.acquire[i].Observe(took.Seconds())
 }
@@ -267,14 +269,14 @@ func (m *Metrics) EgressDecision(allowed bool, reason string) {
 }
 
 // PoolCounts are the fleet-wide pool sizes.
-type PoolCounts struct{ Active, Warm, Creating int64 }
+type PoolCounts struct{ Active, Warm, Creating, Prewarm int64 }
 
 // WatchPool exports sandgate_sandboxes{state}, read with count at scrape
 // time (one Redis round trip per scrape, none per request). Every replica
 // reports the same fleet-wide figure: aggregate with max(), not sum().
 func (m *Metrics) WatchPool(count func(context.Context) (PoolCounts, error)) {
 	m.reg.MustRegister(&poolCollector{count: count, desc: prometheus.NewDesc("sandgate_sandboxes",
-		"Sandboxes in the fleet-wide pool by state (active, warm, creating), read from Redis at scrape time; the same on every replica: use max() across replicas.",
+		"Sandboxes in the fleet-wide pool by state (active, warm, creating, prewarm), read from Redis at scrape time; the same on every replica: use max() across replicas.",
 		[]string{"state"}, nil)})
 }
 
@@ -296,7 +298,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []struct {
 		state string
 		n     int64
-	}{{"active", n.Active}, {"warm", n.Warm}, {"creating", n.Creating}} {
+	}{{"active", n.Active}, {"warm", n.Warm}, {"creating", n.Creating}, {"prewarm", n.Prewarm}} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.n), s.state)
 	}
 }

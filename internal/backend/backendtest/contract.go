@@ -45,6 +45,11 @@ type Harness struct {
 	// DestroyIgnoresIncarnation: Destroy of an old incarnation takes the
 	// current one too (the runtime names sandboxes by id alone).
 	DestroyIgnoresIncarnation bool
+
+	// Prewarmed runs the contract on sandboxes made the prewarm pool's way
+	// (see Prewarmed): the backend must be a backend.Claimer whose specs
+	// mount backend.ThreadMounts.
+	Prewarmed bool
 }
 
 // Run checks the contract of backend.Backend as parallel subtests, each on
@@ -57,6 +62,9 @@ func Run(t *testing.T, h Harness) {
 		c.Spec = func(t *testing.T, user, thread string) backend.Spec {
 			return Spec(t, backend.MountConfig{DataDir: dataDir}, user, thread)
 		}
+	}
+	if h.Prewarmed {
+		c.New = func(t *testing.T) backend.Backend { return Prewarmed(h.New(t)) }
 	}
 	type subtest struct {
 		name string

@@ -29,3 +29,12 @@ func harness(cfg Config) backendtest.Harness {
 		New:           func(t *testing.T) backend.Backend { return newProcessWith(t, cfg) },
 	}
 }
+
+// The same contract on sandboxes started without a thread and claimed (the
+// prewarm pool): a claimed sandbox must be indistinguishable.
+func TestContractPrewarmed(t *testing.T) {
+	t.Parallel()
+	h := harness(Config{Binary: testutil.GatewayBinary(t), StateDir: t.TempDir(), Instance: "test"})
+	h.Prewarmed = true
+	backendtest.Run(t, h)
+}

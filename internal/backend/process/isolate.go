@@ -135,7 +135,7 @@ func (p *Process) EgressSockets(ctx context.Context) ([]backend.EgressSocket, er
 		}
 		out = append(out, backend.EgressSocket{
 			Identity: backend.EgressIdentity{SandboxID: st.SandboxID, User: st.User, Thread: st.Thread, Egress: *st.Egress},
-			Path:     filepath.Join(p.egressDir(st.SandboxID), backend.EgressSocketName),
+			Path:     filepath.Join(p.egressDir(st.rid()), backend.EgressSocketName),
 		})
 	}
 	return out, nil

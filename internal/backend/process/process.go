@@ -242,7 +242,7 @@ func (p *Process) adoptExisting(ctx context.Context, sid string, log *slog.Logge
 			return backend.Info{}, false, fmt.Errorf("stop unresponsive sandbox %s: %w", sid, err)
 		}
 	}
-	return backend.Info{}, false, p.removeState(sid)
+	return backend.Info{}, false, p.removeState(sid, st.rid())
 }
 
 // record writes the state file of a just-started child.
@@ -312,7 +312,7 @@ func (p *Process) abandon(c *child, st *state, sid string) {
 	case <-c.done:
 	case <-ctx.Done():
 	}
-	_ = p.removeState(sid)
+	_ = p.removeState(sid, sid) // never claimed: its files are under its own id
 }
 
 // Destroy stops the sandbox incarnation in info (or, with no incarnation,
@@ -342,7 +342,7 @@ func (p *Process) Destroy(ctx context.Context, info backend.Info) error {
 		return fmt.Errorf("destroy sandbox %s: %w", sid, err)
 	}
 	if current {
-		err = p.removeState(sid)
+		err = p.removeState(sid, st.rid())
 		p.removeLogs(sid)
 	}
 	l.unlock(st == nil || current)
@@ -460,7 +460,7 @@ func (p *Process) liveState(ctx context.Context, sid string) (*state, error) {
 	// Re-read under the lock: a new incarnation may have replaced the dead one.
 	now, err := p.readState(sid)
 	if err == nil && now != nil && now.Incarnation == st.Incarnation {
-		err = p.removeState(sid)
+		err = p.removeState(sid, now.rid())
 		p.log.Info("removed state of dead sandbox", "sandbox_id", sid, "thread", st.Thread, "pid", st.PID)
 	}
 	replaced := now != nil && now.Incarnation != st.Incarnation

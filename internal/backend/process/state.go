@@ -1,6 +1,7 @@
 package process
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +37,15 @@ type state struct {
 	// Egress is the isolated sandbox's egress policy, for serving its proxy
 	// socket again after a gateway restart.
 	Egress *backend.Egress `json:"egress,omitempty"`
+	// RuntimeID is the id the sandbox's socket, egress dir and cgroup were
+	// made under, when it differs from SandboxID: a pre-started sandbox
+	// keeps them when a thread claims it (its log is renamed: logs are
+	// looked up by sandbox id).
+	RuntimeID string `json:"runtime_id,omitempty"`
 }
+
+// rid is the id of the sandbox's runtime files.
+func (s *state) rid() string { return cmp.Or(s.RuntimeID, s.SandboxID) }
 
 func (s *state) info() backend.Info {
 	return backend.Info{
@@ -113,15 +122,15 @@ func (p *Process) writeState(st *state) error {
 }
 
 // removeState drops what a gone sandbox leaves: its state file, its
-// socket and its cgroups.
-func (p *Process) removeState(sid string) error {
-	_ = p.removeSockets(sid)
+// socket and its cgroups (rid: their id, see state.rid).
+func (p *Process) removeState(sid, rid string) error {
+	_ = p.removeSockets(rid)
 	if p.cfg.Egress != nil {
 		p.cfg.Egress.Close(sid)
 	}
-	_ = os.RemoveAll(p.egressDir(sid))
+	_ = os.RemoveAll(p.egressDir(rid))
 	if p.cgroups != nil {
-		if err := p.cgroups.Remove(sid); err != nil {
+		if err := p.cgroups.Remove(rid); err != nil {
 			p.log.Warn("remove sandbox cgroup", "sandbox_id", sid, "err", err)
 		}
 	}
