@@ -44,11 +44,11 @@ import (
 //     per-user checks pass, the oldest one is offered whatever the fleet's
 //     fullness (taking it moves its unit to the thread: the count is
 //     unchanged), and only without one is capacity reserved as usual;
-//   - 'prewarm', the refill of the pre-started pool (user ''): it reserves
+//   - 'prewarm', the refill of the pre-started pool (no user): it reserves
 //     free capacity only, never evicts, never goes over, owns nothing.
 //
 // KEYS: active, warm, creating, owners, prewarm.
-// ARGV: sid, max, now, deadline, mode(soft|hard), user, user_max, user_creates, kind(''|claim|prewarm).
+// ARGV: sid, max, now, deadline, mode(soft|hard), user, user_max, user_creates, kind(empty|claim|prewarm).
 var scriptReserve = redis.NewScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
