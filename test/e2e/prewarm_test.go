@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 )
@@ -180,5 +182,51 @@ func TestConcurrentNewThreadsNeverShareAPrewarmedSandbox(t *testing.T) {
 	}
 	if claimed == 0 || claimed > 2 {
 		t.Fatalf("outcomes %v: want 1 or 2 claims of the 2 pre-started sandboxes", outcomes)
+	}
+}
+
+// Redis losing the pool's records loses no pre-started sandbox and makes no
+// extra one: the reconciler adopts them back into the prewarm index, and a
+// new thread still claims one.
+func TestReconcilerAdoptsPrewarmedSandboxesBack(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--prewarm", "2", "--max-sandboxes", "0", "--reconcile-interval", "200ms", "--reconcile-grace", "1ms")
+	g := f.start()
+	before := waitPrewarmed(t, f, 2)
+	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	index := "sandgate:{default}:prewarm"
+	for {
+		n, err := rdb.ZCard(ctx, index).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("prewarm index has %d after the flush, want the 2 adopted back", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	after := prewarmed(f)
+	if len(after) != 2 {
+		t.Fatalf("%d pre-started sandboxes after the flush, want the same 2", len(after))
+	}
+	for inc := range before {
+		if _, ok := after[inc]; !ok {
+			t.Fatalf("pre-started sandbox %s was replaced instead of adopted", inc)
+		}
+	}
+	code, body, _ := call(t, "PUT", g.URL+"/threads/after-flush/sandbox", nil)
+	var v sandboxView
+	_ = json.Unmarshal(body, &v)
+	if code != 200 || v.Outcome != "prewarm" {
+		t.Fatalf("PUT after the flush: %d %s, want a claim", code, body)
 	}
 }
