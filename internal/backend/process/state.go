@@ -98,8 +98,11 @@ func (p *Process) readState(sid string) (*state, error) {
 	return &st, nil
 }
 
-// writeState replaces the state file atomically (temp file, fsync, rename),
-// so a reader never sees half a record.
+// writeState replaces the state file atomically (temp file, rename), so a
+// reader never sees half a record. No fsync: the file only has to outlive
+// the gateway process, not the machine (a machine that goes down takes its
+// sandbox processes with it), and an fsync costs milliseconds on every
+// create and claim.
 func (p *Process) writeState(st *state) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -110,7 +113,7 @@ func (p *Process) writeState(st *state) error {
 		return fmt.Errorf("write sandbox state: %w", err)
 	}
 	_, err = tmp.Write(append(data, '\n'))
-	err = errors.Join(err, tmp.Sync(), tmp.Close())
+	err = errors.Join(err, tmp.Close())
 	if err == nil {
 		err = os.Rename(tmp.Name(), p.statePath(st.SandboxID))
 	}
