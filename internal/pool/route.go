@@ -74,6 +74,23 @@ func (r *Route) retire() {
 	})
 }
 
+// Identity is whose sandbox incarnation a route reaches: what the router
+// logs, checks quotas against and shows on the control plane.
+type Identity struct {
+	SandboxID   string
+	User        string
+	Thread      string
+	Incarnation string
+	Backend     string
+	CreatedAt   time.Time
+}
+
+// Identity returns the route's identity by value (no allocation).
+func (r *Route) Identity() Identity {
+	return Identity{SandboxID: r.SandboxID, User: r.User, Thread: r.Thread, Incarnation: r.Incarnation,
+		Backend: r.Backend, CreatedAt: r.CreatedAt}
+}
+
 // SpanAttributes describes the route on the proxy's spans.
 func (r *Route) SpanAttributes() []attribute.KeyValue {
 	return telemetry.SandboxAttrs(r.SandboxID, r.Thread, r.Backend)

@@ -64,7 +64,8 @@ func (rt *Router) accessLog(ctx context.Context, c echo.Context, kind telemetry.
 	r, resp := c.Request(), c.Response()
 	sid, thread, backend := c.Param("id"), c.Param("thread"), ""
 	if res.route != nil {
-		sid, thread, backend = res.route.SandboxID, res.route.Thread, res.route.Backend
+		id := res.route.Identity()
+		sid, thread, backend = id.SandboxID, id.Thread, id.Backend
 	}
 	rt.log.LogAttrs(ctx, slog.LevelInfo, "proxied",
 		slog.String("method", r.Method),

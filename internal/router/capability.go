@@ -102,11 +102,12 @@ func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
 	if err != nil {
 		return proxied{}, err
 	}
-	res := proxied{route: route.Route, outcome: outcome, user: route.User}
-	if err := rt.checkQuota(route.Route, path); err != nil {
+	user := route.Identity().User
+	res := proxied{route: route, outcome: outcome, user: user}
+	if err := rt.checkQuota(route, path); err != nil {
 		return res, err
 	}
-	slot, err := rt.limits.beginUser(route.User)
+	slot, err := rt.limits.beginUser(user)
 	if err != nil {
 		return res, err
 	}

@@ -51,14 +51,15 @@ func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
+	id := route.Identity()
+	capURL, err := rt.capabilityURL(ctx, c, id.SandboxID, "")
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, sandboxView{
-		SandboxID: route.SandboxID, Thread: route.Thread, User: route.User, Backend: route.Backend,
+		SandboxID: id.SandboxID, Thread: id.Thread, User: id.User, Backend: id.Backend,
 		State: string(lease.StateActive), Outcome: string(outcome),
-		URL: rt.sandboxURL(c, route.SandboxID), SandboxURL: capURL, CreatedAt: route.CreatedAt.UTC(),
+		URL: rt.sandboxURL(c, id.SandboxID), SandboxURL: capURL, CreatedAt: id.CreatedAt.UTC(),
 	})
 }
 
@@ -128,7 +129,7 @@ func (rt *Router) sandboxURL(c echo.Context, sid string) string {
 
 // acquire is the pool's Acquire on behalf of p: an admin is not held to the
 // per-user quotas (only its context says so: nothing for anyone else).
-func (rt *Router) acquire(ctx context.Context, p *auth.Principal, user, thread string) (*pool.Route, pool.Outcome, error) {
+func (rt *Router) acquire(ctx context.Context, p *auth.Principal, user, thread string) (Sandbox, pool.Outcome, error) {
 	if p.Has(auth.ScopeAdmin) {
 		ctx = pool.WithoutUserQuota(ctx)
 	}

@@ -16,7 +16,7 @@ var errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters
 // proxied is what a data-plane handler reports for the access log and
 // metrics; route is nil when the request failed before reaching a sandbox.
 type proxied struct {
-	route   *pool.Route
+	route   Sandbox
 	outcome pool.Outcome
 	bytesIn int64
 	user    string // the principal; "" when it was refused

@@ -147,7 +147,7 @@ type blockingPool struct {
 	release chan struct{}
 }
 
-func (b blockingPool) Acquire(ctx context.Context, user, _ string) (*pool.Route, pool.Outcome, error) {
+func (b blockingPool) Acquire(ctx context.Context, user, _ string) (Sandbox, pool.Outcome, error) {
 	b.entered <- user
 	<-b.release
 	return nil, "", fmt.Errorf("%w: x", pool.ErrState)

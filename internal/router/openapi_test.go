@@ -224,7 +224,7 @@ func (okPool) okRecord() lease.Record {
 	return lease.Record{SandboxID: identity.SandboxID("default", "t1"), User: "default", Thread: "t1",
 		Backend: "process", State: lease.StateActive, CreatedAt: okCreated, Capability: "cap"}
 }
-func (p okPool) Acquire(_ context.Context, user, thread string) (*pool.Route, pool.Outcome, error) {
+func (p okPool) Acquire(_ context.Context, user, thread string) (Sandbox, pool.Outcome, error) {
 	return &pool.Route{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Backend: "process",
 		CreatedAt: okCreated}, pool.OutcomeCold, nil
 }

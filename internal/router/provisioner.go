@@ -148,19 +148,20 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
+	created := route.Identity().SandboxID
 	// Always recorded, even when the client id is the sandbox id: the
 	// alias table is what marks a sandbox as the provisioner API's.
-	if err := rt.aliases.SetAlias(ctx, p.User, req.SandboxID, route.SandboxID); err != nil {
+	if err := rt.aliases.SetAlias(ctx, p.User, req.SandboxID, created); err != nil {
 		return errors.Join(pool.ErrState, err)
 	}
-	capURL, err := rt.capabilityURL(ctx, c, route.SandboxID, "")
+	capURL, err := rt.capabilityURL(ctx, c, created, "")
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, provisionerSandbox{
 		SandboxID: req.SandboxID, SandboxURL: capURL, Status: phaseRunning,
 		UserID: user, ThreadID: thread, MountContractVersion: mountContractVersion,
-		ExtraMounts: rt.resolveExtraMounts(ctx, route.SandboxID, req.ExtraMounts),
+		ExtraMounts: rt.resolveExtraMounts(ctx, created, req.ExtraMounts),
 	})
 }
 

@@ -26,18 +26,14 @@ import (
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
-// Pool is what the router needs of the sandbox pool.
+// Pool is what the router needs of the sandbox pool (PoolOf(*pool.Pool)).
 type Pool interface {
-	Acquire(ctx context.Context, user, thread string) (*pool.Route, pool.Outcome, error)
-	Reacquire(ctx context.Context, failed *pool.Route) (*pool.Route, pool.Outcome, error)
-	Route(ctx context.Context, sid string, who pool.Owner) (*pool.Route, pool.Outcome, error)
+	Routes
 	Record(ctx context.Context, sid string) (lease.Record, bool, error)
 	Release(ctx context.Context, user, thread string) error
 	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
 	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
 	Capability(ctx context.Context, sid string) (string, error)
-	CapabilityRoute(ctx context.Context, capability string) (*pool.CapRoute, pool.Outcome, error)
-	RecheckCapability(ctx context.Context, failed *pool.CapRoute) (*pool.CapRoute, error)
 	Records(ctx context.Context) ([]lease.Record, error)
 	Alive(ctx context.Context, rec lease.Record) (bool, error)
 }
@@ -242,29 +238,21 @@ func untraced(c echo.Context) bool {
 // resolver adapts the pool to the proxy's Resolver; every Retry is one
 // upstream dial retry.
 type resolver struct {
-	pool    Pool
+	routes  Routes
 	metrics *telemetry.Metrics
 }
 
 func (r resolver) Retry(ctx context.Context, failed proxy.Upstream) (proxy.Upstream, error) {
-	switch route := failed.(type) {
-	case *pool.Route:
-		r.metrics.DialRetried()
-		next, _, err := r.pool.Reacquire(ctx, route)
-		if err != nil {
-			return nil, err
-		}
-		return next, nil
-	case *pool.CapRoute:
-		// A capability never provisions: the same incarnation or 404.
-		r.metrics.DialRetried()
-		next, err := r.pool.RecheckCapability(ctx, route)
-		if err != nil {
-			return nil, err
-		}
-		return next, nil
+	sb, ok := failed.(Sandbox) // the router hands the proxy nothing else
+	if !ok {
+		return nil, fmt.Errorf("unexpected upstream %T", failed)
 	}
-	return nil, fmt.Errorf("unexpected upstream %T", failed)
+	r.metrics.DialRetried()
+	next, err := r.routes.Reacquire(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }

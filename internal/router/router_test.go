@@ -71,13 +71,11 @@ func TestStatusTable(t *testing.T) {
 // before any pool call, and errors map through the table.
 type stubPool struct{ err error }
 
-func (s stubPool) Acquire(context.Context, string, string) (*pool.Route, pool.Outcome, error) {
+func (s stubPool) Acquire(context.Context, string, string) (Sandbox, pool.Outcome, error) {
 	return nil, "", s.err
 }
-func (s stubPool) Reacquire(context.Context, *pool.Route) (*pool.Route, pool.Outcome, error) {
-	return nil, "", s.err
-}
-func (s stubPool) Route(context.Context, string, pool.Owner) (*pool.Route, pool.Outcome, error) {
+func (s stubPool) Reacquire(context.Context, Sandbox) (Sandbox, error) { return nil, s.err }
+func (s stubPool) Route(context.Context, string, pool.Owner) (Sandbox, pool.Outcome, error) {
 	return nil, "", s.err
 }
 func (s stubPool) Record(context.Context, string) (lease.Record, bool, error) {
@@ -89,11 +87,8 @@ func (s stubPool) DestroyThread(context.Context, string, string, pool.DestroyRea
 	return s.err
 }
 func (s stubPool) Capability(context.Context, string) (string, error) { return "", s.err }
-func (s stubPool) CapabilityRoute(context.Context, string) (*pool.CapRoute, pool.Outcome, error) {
+func (s stubPool) CapabilityRoute(context.Context, string) (Sandbox, pool.Outcome, error) {
 	return nil, "", s.err
-}
-func (s stubPool) RecheckCapability(context.Context, *pool.CapRoute) (*pool.CapRoute, error) {
-	return nil, s.err
 }
 func (s stubPool) Records(context.Context) ([]lease.Record, error)        { return nil, s.err }
 func (s stubPool) Alive(context.Context, lease.Record) (bool, error)      { return false, s.err }

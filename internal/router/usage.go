@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/usage"
 )
 
@@ -67,7 +66,7 @@ func (e *quotaError) Error() string {
 // unmeasured thread gets through and is measured in the background. Other
 // routes (a shell command writing a file included) are not looked at, so
 // the quota is a soft limit.
-func (rt *Router) checkQuota(route *pool.Route, path string) error {
+func (rt *Router) checkQuota(route Sandbox, path string) error {
 	if rt.meter == nil || !writesFile(path) {
 		return nil
 	}
@@ -75,7 +74,8 @@ func (rt *Router) checkQuota(route *pool.Route, path string) error {
 	if q == 0 {
 		return nil
 	}
-	if u, ok := rt.meter.Cached(route.User, route.Thread); ok && u.Over(q) {
+	id := route.Identity()
+	if u, ok := rt.meter.Cached(id.User, id.Thread); ok && u.Over(q) {
 		return &quotaError{usage: u, quota: q}
 	}
 	return nil
