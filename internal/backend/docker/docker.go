@@ -246,10 +246,12 @@ type engine interface {
 	NetworkCreate(ctx context.Context, name string, opts network.CreateOptions) (network.CreateResponse, error)
 	ContainerPause(ctx context.Context, id string) error
 	ContainerUnpause(ctx context.Context, id string) error
+	ContainerRename(ctx context.Context, id, name string) error
 	Close() error
 }
 
-// Docker implements backend.Backend and backend.Pauser with containers.
+// Docker implements backend.Backend, backend.Pauser and backend.Claimer
+// (claim.go) with containers.
 type Docker struct {
 	cfg   Config
 	api   engine
