@@ -176,9 +176,14 @@ func readClaim(path string) (claimRecord, time.Time, error) {
 	return rec, mtime, nil
 }
 
-// writeClaim writes rec at path atomically and durably: a reader sees the
-// whole record or none, and a crash after the rename that follows it
-// cannot lose it.
+// errClaimed: the container already has a claim record, written by a
+// claim racing this one (or left by one cut short).
+var errClaimed = errors.New("already claimed")
+
+// writeClaim writes rec at path atomically, durably and exclusively: a
+// reader sees the whole record or none, a crash after the rename that
+// follows cannot lose it, and of two claims of one container only one
+// writes it (the temp file is linked, which fails if path exists).
 func writeClaim(path string, rec claimRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -198,13 +203,16 @@ func writeClaim(path string, rec claimRecord) error {
 	}
 	err = errors.Join(err, f.Close())
 	if err == nil {
-		err = os.Rename(f.Name(), path)
+		err = os.Link(f.Name(), path)
+	}
+	_ = os.Remove(f.Name())
+	if errors.Is(err, fs.ErrExist) {
+		return errClaimed
 	}
 	if err == nil {
 		err = syncDir(dir)
 	}
 	if err != nil {
-		_ = os.Remove(f.Name())
 		return fmt.Errorf("%w: claim record: %w", backend.ErrHostDirs, err)
 	}
 	return nil

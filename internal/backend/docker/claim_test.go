@@ -285,7 +285,7 @@ func TestClaimThenDestroy(t *testing.T) {
 
 // TestConcurrentClaimsIntoOneID: two pre-started containers claimed into
 // one sandbox id at once: the engine's name makes one win; the loser is
-// left unclaimed, without a record, for its caller to destroy.
+// left unclaimed, without a record, for its caller to destroy (or claim).
 func TestConcurrentClaimsIntoOneID(t *testing.T) {
 	t.Parallel()
 	h := newClaimHarness(t)
@@ -315,11 +315,36 @@ func TestConcurrentClaimsIntoOneID(t *testing.T) {
 	if _, err := os.Stat(h.d.claimPath(loser.ID, loser.Mounts)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the loser's claim record is left: %v", err)
 	}
-	if err := h.d.Destroy(ctx, warms[lose]); err != nil {
-		t.Fatalf("Destroy of the loser: %v", err)
+	first := infos[win]
+	// One container claimed into two ids at once (the pool's Redis take
+	// forbids it; the record's exclusive write makes sure): one thread
+	// gets it, never both.
+	others := []backend.Spec{h.thread(t, "raced-a", warms[lose]), h.thread(t, "raced-b", warms[lose])}
+	for i := range others {
+		wg.Go(func() { infos[i], errs[i] = h.d.Claim(ctx, warms[lose], others[i]) })
 	}
-	if ok, err := h.d.Alive(ctx, infos[win]); !ok || err != nil {
-		t.Errorf("the winner after the loser's destroy: Alive = %v, %v", ok, err)
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("claims of one container = %v, %v; want exactly one", errs[0], errs[1])
+	}
+	w := 0
+	if errs[0] != nil {
+		w = 1
+	}
+	for i, o := range others {
+		got, ok, err := h.d.Discover(ctx, o.SandboxID)
+		if i == w && (!ok || err != nil || got.Thread != o.Thread || got.Incarnation != warms[lose].Incarnation) {
+			t.Errorf("the winning thread's Discover = %+v, %v, %v", got, ok, err)
+		}
+		if i != w && (ok || err != nil) {
+			t.Errorf("the losing thread found a sandbox: %+v, %v, %v", got, ok, err)
+		}
+	}
+	if err := h.d.Destroy(ctx, infos[w]); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if ok, err := h.d.Alive(ctx, first); !ok || err != nil {
+		t.Errorf("the first winner after the other's destroy: Alive = %v, %v", ok, err)
 	}
 }
 
