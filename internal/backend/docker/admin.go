@@ -75,16 +75,27 @@ func (d *Docker) Leftovers(ctx context.Context, fleet string) ([]backend.Leftove
 	}
 	var out []backend.Leftover
 	for _, c := range cs {
-		sid := c.Labels[backend.LabelSandboxID]
-		if backend.ValidSandboxID(sid) != nil || !hasName(c.Names, d.name(sid)) || !backend.InFleet(c.Labels, fleet) {
+		nameSID := d.nameSID(c.Names)
+		it, ok := d.identify(c.ID, nameSID, c.Labels, c.Mounts)
+		if !ok || nameSID == "" || backend.ValidSandboxID(it.sid) != nil || !backend.InFleet(it.labels, fleet) ||
+			(it.state == unclaimed && nameSID != it.sid) {
 			continue
 		}
-		if c.State == container.StateRunning || c.State == container.StatePaused || c.State == container.StateRestarting {
+		if !d.leftover(it, c.State) {
 			continue
 		}
-		out = append(out, backend.Leftover{Kind: "container", Name: c.ID, SandboxID: sid})
+		out = append(out, backend.Leftover{Kind: "container", Name: c.ID, SandboxID: it.sid})
 	}
 	return out, nil
+}
+
+// leftover: a container in state nothing else removes. A running orphan is
+// one once a claim that might still be renaming it is long over.
+func (d *Docker) leftover(it ident, state container.ContainerState) bool {
+	if it.state == orphaned {
+		return it.recordTime.IsZero() || time.Since(it.recordTime) > createdGrace
+	}
+	return state != container.StateRunning && state != container.StatePaused && state != container.StateRestarting
 }
 
 // RemoveLeftover removes one stopped container found by Leftovers, checked
@@ -100,8 +111,17 @@ func (d *Docker) RemoveLeftover(ctx context.Context, l backend.Leftover) error {
 	if err != nil {
 		return engineErr("inspect container", err)
 	}
-	if !ours(c.Config, l.SandboxID) || c.State == nil || c.State.Running {
+	it, ok := d.identifyInspect(c)
+	if !ok || !it.is(l.SandboxID) || c.State == nil || !d.leftover(it, c.State.Status) {
 		return fmt.Errorf("container %s is running or not this sandbox's; left alone", shortID(c.ID))
 	}
-	return d.remove(ctx, c.ID)
+	if err := d.stopAndRemove(ctx, c); err != nil {
+		return err
+	}
+	if it.state == unclaimed {
+		dropClaim(it)
+	} else {
+		d.dropRuntime(it)
+	}
+	return nil
 }

@@ -19,3 +19,18 @@ func TestContract(t *testing.T) {
 		New:           func(*testing.T) backend.Backend { return h.backend() },
 	})
 }
+
+// The same contract on containers started without a thread and claimed
+// (the prewarm pool): renamed, with a claim record, a claimed container
+// must be indistinguishable from a created one, from any instance.
+func TestContractPrewarmed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	backendtest.Run(t, backendtest.Harness{
+		Name:          Name,
+		BindsHostDirs: true,
+		Instance:      "test",
+		New:           func(*testing.T) backend.Backend { return h.backend() },
+		Prewarmed:     true,
+	})
+}

@@ -129,11 +129,22 @@ func (d *Docker) adoptExisting(ctx context.Context, name, sid string, log *slog.
 		if err != nil {
 			return backend.Info{}, false, engineErr("inspect container "+name, err)
 		}
-		if !ours(c.Config, sid) {
+		it, ok := d.identifyInspect(c)
+		if !ok || !it.is(sid) {
 			return backend.Info{}, false, fmt.Errorf("create sandbox %s: the name %s is taken by a container Sandgate did not make; remove or rename it", sid, name)
 		}
 		st := c.State
 		switch {
+		case it.state == orphaned:
+			// A claimed sandbox whose record is lost: it can no longer be
+			// told to be this thread's, so it makes way (the files are on
+			// the host).
+			log.Warn("removing a claimed pre-started container without its claim record", "container", shortID(c.ID), "prewarm_id", it.rid)
+			if err := d.stopAndRemove(ctx, c); err != nil {
+				return backend.Info{}, false, err
+			}
+			d.dropRuntime(it)
+			return backend.Info{}, false, nil
 		case st.Running:
 			return d.adoptRunning(ctx, c, sid, log)
 		case st.Status == container.StateRemoving,
@@ -144,6 +155,7 @@ func (d *Docker) adoptExisting(ctx context.Context, name, sid string, log *slog.
 			if err := d.remove(ctx, c.ID); err != nil {
 				return backend.Info{}, false, err
 			}
+			d.dropRuntime(it)
 			return backend.Info{}, false, nil
 		}
 		if err := sleep(ctx, wait); err != nil {

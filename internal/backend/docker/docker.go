@@ -5,7 +5,9 @@
 // A sandbox is the container {container_prefix}-{sandbox_id}, labelled with
 // its identity (backend.IdentityLabels), so any gateway process finds it by
 // name (Discover) or by label (List) and the container id is its
-// incarnation. The thread's user-data dirs are bind-mounted at the virtual
+// incarnation. A pre-started one (the prewarm pool) gets its thread's name
+// when claimed, and the identity its labels cannot take in a claim record
+// (claim.go). The thread's user-data dirs are bind-mounted at the virtual
 // paths, the skills and ACP dirs read-only; the sandbox server therefore runs
 // in container mode, without path mapping.
 //
@@ -246,10 +248,12 @@ type engine interface {
 	NetworkCreate(ctx context.Context, name string, opts network.CreateOptions) (network.CreateResponse, error)
 	ContainerPause(ctx context.Context, id string) error
 	ContainerUnpause(ctx context.Context, id string) error
+	ContainerRename(ctx context.Context, id, name string) error
 	Close() error
 }
 
-// Docker implements backend.Backend and backend.Pauser with containers.
+// Docker implements backend.Backend, backend.Pauser and backend.Claimer
+// (claim.go) with containers.
 type Docker struct {
 	cfg   Config
 	api   engine

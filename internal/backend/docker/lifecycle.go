@@ -33,14 +33,18 @@ func (d *Docker) Destroy(ctx context.Context, info backend.Info) error {
 	if err != nil {
 		return engineErr("destroy sandbox "+sid, err)
 	}
-	if !ours(c.Config, sid) {
+	it, ok := d.identifyInspect(c)
+	if ok && it.state == claimed && sid == it.rid {
+		return nil // a claimed pre-started sandbox: its old id names nothing
+	}
+	if !ok || !it.is(sid) {
 		return fmt.Errorf("destroy sandbox %s: container %s is not Sandgate's container of this sandbox; left alone", sid, shortID(c.ID))
 	}
 	if err := d.stopAndRemove(ctx, c); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", sid, err)
 	}
-	d.dropSockets(sid)
-	d.log.Info("sandbox destroyed", "sandbox_id", sid, "thread", c.Config.Labels[backend.LabelThread], "container", shortID(c.ID))
+	d.dropSockets(it)
+	d.log.Info("sandbox destroyed", "sandbox_id", sid, "thread", it.thread, "container", shortID(c.ID))
 	return nil
 }
 
@@ -99,8 +103,10 @@ func (d *Docker) Alive(ctx context.Context, info backend.Info) (bool, error) {
 	if err != nil {
 		return false, engineErr("inspect sandbox container", err)
 	}
-	if info.SandboxID != "" && !ours(c.Config, info.SandboxID) {
-		return false, nil
+	if info.SandboxID != "" {
+		if it, ok := d.identifyInspect(c); !ok || it.state == orphaned || !it.is(info.SandboxID) {
+			return false, nil
+		}
 	}
 	return c.State.Running && !c.State.Restarting, nil
 }
@@ -121,8 +127,8 @@ func (d *Docker) Discover(ctx context.Context, sid string) (backend.Info, bool, 
 		return backend.Info{}, false, engineErr("discover sandbox "+sid, err)
 	}
 	log := d.log.With("sandbox_id", sid, "container", shortID(c.ID))
-	if !ours(c.Config, sid) {
-		log.Warn("a container Sandgate did not make holds the sandbox's name")
+	if it, ok := d.identifyInspect(c); !ok || it.state == orphaned || !it.is(sid) {
+		log.Warn("a container that is not this sandbox's holds its name", "managed", ok, "orphaned", it.state == orphaned)
 		return backend.Info{}, false, nil
 	}
 	if !c.State.Running || c.State.Restarting {
@@ -163,21 +169,23 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 	}
 	out := make([]backend.Info, 0, len(cs))
 	for _, c := range cs {
-		sid := c.Labels[backend.LabelSandboxID]
-		if backend.ValidSandboxID(sid) != nil || !hasName(c.Names, d.name(sid)) {
+		nameSID := d.nameSID(c.Names)
+		it, ok := d.identify(c.ID, nameSID, c.Labels, c.Mounts)
+		// An orphan is listed under its labels' id, with no identity to adopt.
+		if !ok || nameSID == "" || backend.ValidSandboxID(it.sid) != nil || (it.state == unclaimed && nameSID != it.sid) {
 			continue
 		}
 		if c.State != container.StateRunning && c.State != container.StatePaused {
 			continue
 		}
-		url, err := d.sandboxURL(d.name(sid), c.Labels, c.Mounts, summaryPorts(c.Ports))
+		url, err := d.sandboxURL(d.name(nameSID), c.Labels, c.Mounts, summaryPorts(c.Ports))
 		if err != nil {
-			d.log.Warn("skip unreachable sandbox container", "sandbox_id", sid, "err", err)
+			d.log.Warn("skip unreachable sandbox container", "sandbox_id", it.sid, "err", err)
 			continue
 		}
 		out = append(out, withSecret(backend.Info{
-			SandboxID: sid, User: c.Labels[backend.LabelUser], Thread: c.Labels[backend.LabelThread],
-			URL: url, Incarnation: c.ID, Backend: Name, Labels: c.Labels, CreatedAt: time.Unix(c.Created, 0),
+			SandboxID: it.sid, User: it.user, Thread: it.thread,
+			URL: url, Incarnation: c.ID, Backend: Name, Labels: it.labels, CreatedAt: time.Unix(c.Created, 0),
 		}))
 	}
 	return out, nil
@@ -247,25 +255,15 @@ func (d *Docker) infoFromInspect(c container.InspectResponse) (backend.Info, err
 	if err != nil {
 		return backend.Info{}, err
 	}
-	labels := c.Config.Labels
-	return withSecret(backend.Info{
-		SandboxID: labels[backend.LabelSandboxID], User: labels[backend.LabelUser], Thread: labels[backend.LabelThread],
-		URL: url, Incarnation: c.ID, Backend: Name, Labels: labels, CreatedAt: parseTime(c.Created),
-	}), nil
-}
-
-// ours reports whether a container carries Sandgate's labels for sid.
-func ours(cfg *container.Config, sid string) bool {
-	return cfg != nil && cfg.Labels[backend.LabelManagedBy] == backend.ManagedByValue && cfg.Labels[backend.LabelSandboxID] == sid
-}
-
-func hasName(names []string, want string) bool {
-	for _, n := range names {
-		if strings.TrimPrefix(n, "/") == want {
-			return true
-		}
+	it, ok := d.identifyInspect(c)
+	if !ok { // not labelled as ours: describe it by its labels, as ever
+		labels := c.Config.Labels
+		it = ident{sid: labels[backend.LabelSandboxID], user: labels[backend.LabelUser], thread: labels[backend.LabelThread], labels: labels}
 	}
-	return false
+	return withSecret(backend.Info{
+		SandboxID: it.sid, User: it.user, Thread: it.thread,
+		URL: url, Incarnation: c.ID, Backend: Name, Labels: it.labels, CreatedAt: parseTime(c.Created),
+	}), nil
 }
 
 // summaryPorts turns a list entry's ports into the inspect form.

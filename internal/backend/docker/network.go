@@ -112,15 +112,34 @@ func (d *Docker) prepareSockets(ctx context.Context, spec backend.Spec) error {
 	return nil
 }
 
-// dropSockets stops serving a removed sandbox's proxy and removes its
-// socket dir.
-func (d *Docker) dropSockets(sid string) {
+// dropSockets stops serving a removed container's proxy (under the ids it
+// may be known by) and removes its socket dir and claim record.
+func (d *Docker) dropSockets(it ident) {
 	if d.cfg.Egress != nil {
-		d.cfg.Egress.Close(sid)
+		d.cfg.Egress.Close(it.sid)
+		if it.state == orphaned {
+			d.cfg.Egress.Close(it.nameSID)
+		}
 	}
-	if d.cfg.SocketDir != "" {
-		_ = os.RemoveAll(d.socketDir(sid))
+	if d.cfg.SocketDir != "" && backend.ValidSandboxID(it.rid) == nil {
+		_ = os.RemoveAll(d.socketDir(it.rid))
 	}
+	dropClaim(it)
+}
+
+// egressSocket is the proxy socket of the container whose runtime id is rid.
+func (d *Docker) egressSocket(rid string) string {
+	return filepath.Join(d.socketDir(rid), filepath.Base(backend.EgressDir), backend.EgressSocketName)
+}
+
+// proxyPolicy is a container's egress policy when it goes through the proxy.
+func proxyPolicy(labels map[string]string) (backend.Egress, bool) {
+	var policy backend.Egress
+	if labels[labelAPI] != apiUnix || json.Unmarshal([]byte(labels[labelEgress]), &policy) != nil ||
+		policy.EffectiveMode() != backend.EgressProxy {
+		return backend.Egress{}, false
+	}
+	return policy, true
 }
 
 // ensureOpenNetwork creates OpenNetwork unless it exists: a bridge with
@@ -157,15 +176,15 @@ func (d *Docker) EgressSockets(ctx context.Context) ([]backend.EgressSocket, err
 	}
 	var out []backend.EgressSocket
 	for _, c := range cs {
-		sid := c.Labels[backend.LabelSandboxID]
-		var policy backend.Egress
-		if backend.ValidSandboxID(sid) != nil || !hasName(c.Names, d.name(sid)) ||
-			json.Unmarshal([]byte(c.Labels[labelEgress]), &policy) != nil || policy.EffectiveMode() != backend.EgressProxy {
+		it, ok := d.identify(c.ID, d.nameSID(c.Names), c.Labels, c.Mounts)
+		policy, proxied := proxyPolicy(c.Labels)
+		// An orphan gets no proxy: nothing may speak for a thread it cannot name.
+		if !ok || !proxied || it.state == orphaned || it.nameSID != it.sid || backend.ValidSandboxID(it.rid) != nil {
 			continue
 		}
 		out = append(out, backend.EgressSocket{
-			Identity: backend.EgressIdentity{SandboxID: sid, User: c.Labels[backend.LabelUser], Thread: c.Labels[backend.LabelThread], Egress: policy},
-			Path:     filepath.Join(d.socketDir(sid), filepath.Base(backend.EgressDir), backend.EgressSocketName),
+			Identity: backend.EgressIdentity{SandboxID: it.sid, User: it.user, Thread: it.thread, Egress: policy},
+			Path:     d.egressSocket(it.rid),
 		})
 	}
 	return out, nil
