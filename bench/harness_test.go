@@ -32,6 +32,8 @@ func proxyFigures(gwRPS, ngxRPS, gwP99, directP99 float64) Result {
 	}
 	f[proxyKey(goalConns, "gateway", "rps")], f[proxyKey(goalConns, "nginx", "rps")] = gwRPS, ngxRPS
 	f[proxyKey(goalConns, "gateway", "p99_ms")], f[proxyKey(goalConns, "direct", "p99_ms")] = gwP99, directP99
+	f[proxyKey(goalConns, "gateway", "cpu_us")], f[proxyKey(goalConns, "nginx", "cpu_us")] = 90, 50
+	f[ratioKey("post_4k", goalConns)], f[ratioKey("download_1m", goalConns)], f[ratioKey("sse_exec", goalConns)] = 0.95, 0.8, 0.95
 	return Result{Name: "proxy-throughput", Figures: f, Machine: Machine{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), Load: "1.00 2.00 3.00"}}
 }
 
@@ -60,14 +62,20 @@ func TestGoalVerdicts(t *testing.T) {
 		{"docker too slow", []Result{{Name: "docker-cold-create", Figures: map[string]float64{figCreateP50: 1400, figDockerRefP50: 1150}}}, 6, "missed by 150 ms"},
 		{"suite missing", nil, 6, "not measured"},
 		{"suite without figures", []Result{{Name: "lifecycle"}}, 4, "not measured"},
+		{"cpu per request missed", []Result{proxyFigures(1, 1, 1, 1)}, 7, "missed by 40.0 µs (1.80× nginx's)"},
+		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 8, "met"},
+		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 9, "missed by 10%"},
+		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 10, "below nginx by 5%"},
+		{"memory per thread met", []Result{{Name: "threads-10k", Figures: map[string]float64{figRSSPerThread: 9600}}}, 11, "met"},
+		{"memory per thread missed", []Result{{Name: "threads-10k", Figures: map[string]float64{figRSSPerThread: 31074}}}, 11, "missed by 15.1 KB"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 7 {
-			t.Fatalf("%d goal rows, want 7", len(rows))
+		if len(rows) != 12 {
+			t.Fatalf("%d goal rows, want 12", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])
