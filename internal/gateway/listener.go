@@ -3,7 +3,9 @@ package gateway
 import (
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // waitingListener hands net/http connections whose one-byte reads wait for
@@ -17,13 +19,14 @@ import (
 // spends per proxied request (strace -c, bench proxy-throughput). Waiting
 // first makes it free when the client neither sends nor closes.
 //
-// The one-byte read is net/http's background read only: its other reads
-// fill a 4 KiB buffer. Waiting first can miss readiness that arrived just
-// before the wait began (the poller's edge is cleared when a read starts);
-// for the background read that means a hang-up in the microseconds between
-// the request head and the handler is seen when the response ends, not at
-// once, and a pipelined request is read when the response ends, as it is
-// anyway.
+// Only a one-byte read right after the read deadline was cleared waits
+// first: that is net/http's background read (its other reads fill a 4 KiB
+// buffer, and a request head is read under read_header_timeout, which is
+// always set). Waiting first can miss readiness that arrived just before
+// the wait began (the poller's edge is cleared when a read starts); for the
+// background read that means a hang-up in the microseconds between the
+// request head and the handler is seen when the response ends, not at once,
+// and a pipelined request is read when the response ends, as it is anyway.
 type waitingListener struct{ net.Listener }
 
 func (l waitingListener) Accept() (net.Conn, error) {
@@ -45,11 +48,22 @@ func (l waitingListener) Accept() (net.Conn, error) {
 // waitingConn is a client connection of waitingListener.
 type waitingConn struct {
 	*net.TCPConn
-	raw syscall.RawConn
+	raw     syscall.RawConn
+	cleared atomic.Bool // the read deadline was last set to none
+}
+
+func (c *waitingConn) SetReadDeadline(t time.Time) error {
+	c.cleared.Store(t.IsZero())
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+func (c *waitingConn) SetDeadline(t time.Time) error {
+	c.cleared.Store(t.IsZero())
+	return c.TCPConn.SetDeadline(t)
 }
 
 func (c *waitingConn) Read(p []byte) (int, error) {
-	if len(p) != 1 {
+	if len(p) != 1 || !c.cleared.Load() {
 		return c.TCPConn.Read(p)
 	}
 	var n int

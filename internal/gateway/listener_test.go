@@ -96,3 +96,39 @@ func TestWaitingListenerServesKeepAliveAndPipelined(t *testing.T) {
 		read(want)
 	}
 }
+
+// A one-byte read under a deadline (not net/http's background read) reads
+// at once: data that arrived before it is not left waiting for readiness.
+func TestWaitingConnReadsAtOnceUnderADeadline(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	wl := waitingListener{l}
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := wl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*waitingConn); !ok {
+		t.Fatalf("accepted %T, want *waitingConn", c)
+	}
+	if _, err := io.WriteString(client, "abc"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the bytes, and the poller's event, are in
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	for _, want := range "abc" {
+		if n, err := c.Read(b[:]); n != 1 || err != nil || rune(b[0]) != want {
+			t.Fatalf("read %d %q %v, want %q", n, b[:n], err, want)
+		}
+	}
+}
