@@ -58,12 +58,13 @@ var goalColumns = []string{"goal", "measured", "verdict", "why / context", "run"
 // goalRows evaluates every goal against the results by suite name; a goal
 // whose suite has not run (or ran before it reported figures) says so.
 func goalRows(rs map[string]Result) [][]string {
-	return [][]string{
+	rows := [][]string{
 		goalRPS(rs), goalP99(rs),
 		goalZeroAlloc(rs, "zero allocations per request: route parse", benchRouteParse),
 		goalZeroAlloc(rs, "zero allocations per request: cache lookup (cached acquire)", benchCacheHit),
 		goalWarm(rs), goalProcess(rs), goalDocker(rs), goalPrewarm(rs),
 	}
+	return append(rows, proxyGoalRows(rs)...)
 }
 
 // figs reads figures of one suite; ok is false if any is missing.

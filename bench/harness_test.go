@@ -32,6 +32,8 @@ func proxyFigures(gwRPS, ngxRPS, gwP99, directP99 float64) Result {
 	}
 	f[proxyKey(goalConns, "gateway", "rps")], f[proxyKey(goalConns, "nginx", "rps")] = gwRPS, ngxRPS
 	f[proxyKey(goalConns, "gateway", "p99_ms")], f[proxyKey(goalConns, "direct", "p99_ms")] = gwP99, directP99
+	f[proxyKey(goalConns, "gateway", "cpu_us")], f[proxyKey(goalConns, "nginx", "cpu_us")] = 90, 50
+	f[ratioKey("post_4k", goalConns)], f[ratioKey("download_1m", goalConns)], f[ratioKey("sse_exec", goalConns)] = 0.95, 0.8, 0.95
 	return Result{Name: "proxy-throughput", Figures: f, Machine: Machine{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), Load: "1.00 2.00 3.00"}}
 }
 
@@ -63,14 +65,20 @@ func TestGoalVerdicts(t *testing.T) {
 		{"prewarmed first request met", []Result{{Name: "lifecycle", Figures: map[string]float64{figFirstPrewarmP50: 3.2, figFirstPrewarmP99: 7, figFirstColdP50: 45}}}, 7, "met"},
 		{"prewarmed first request missed", []Result{{Name: "lifecycle", Figures: map[string]float64{figFirstPrewarmP50: 6.25, figFirstPrewarmP99: 9, figFirstColdP50: 45}}}, 7, "missed by 1.25 ms"},
 		{"prewarm row before its figures", []Result{{Name: "lifecycle", Figures: map[string]float64{figWarmPoolP99: 1, figWarmHTTPP99: 2}}}, 7, "not measured"},
+		{"cpu per request missed", []Result{proxyFigures(1, 1, 1, 1)}, 8, "missed by 40.0 µs (1.80× nginx's)"},
+		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
+		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 10, "missed by 10%"},
+		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},
+		{"memory per thread met", []Result{{Name: "threads-10k", Figures: map[string]float64{figRSSPerThread: 9600}}}, 12, "met"},
+		{"memory per thread missed", []Result{{Name: "threads-10k", Figures: map[string]float64{figRSSPerThread: 31074}}}, 12, "missed by 15.1 KB"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 8 {
-			t.Fatalf("%d goal rows, want 8", len(rows))
+		if len(rows) != 13 {
+			t.Fatalf("%d goal rows, want 13", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])

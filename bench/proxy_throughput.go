@@ -47,6 +47,7 @@ type target struct {
 // against every target.
 type workload struct {
 	name    string
+	key     string // in figure keys: ratioKey
 	method  string
 	path    string // from /v1
 	body    string
@@ -76,11 +77,11 @@ func proxyWorkloads() []workload {
 	writeBody, _ := json.Marshal(map[string]string{"file": "/mnt/user-data/workspace/bench.txt", "content": content})
 	jsonCT := [2]string{"Content-Type", "application/json"}
 	return []workload{
-		{name: "small GET /v1/sandbox", method: http.MethodGet, path: "/v1/sandbox", conns: proxyConns,
+		{name: "small GET /v1/sandbox", key: "small_get", method: http.MethodGet, path: "/v1/sandbox", conns: proxyConns,
 			check: wantSuccess},
-		{name: "4 KB POST /v1/file/write", method: http.MethodPost, path: "/v1/file/write", body: string(writeBody),
+		{name: "4 KB POST /v1/file/write", key: "post_4k", method: http.MethodPost, path: "/v1/file/write", body: string(writeBody),
 			headers: [][2]string{jsonCT}, conns: proxyConns, check: wantSuccess},
-		{name: "1 MiB GET /v1/file/download", method: http.MethodGet,
+		{name: "1 MiB GET /v1/file/download", key: "download_1m", method: http.MethodGet,
 			path: "/v1/file/download?path=/mnt/user-data/workspace/big.bin", conns: proxyConns,
 			check: func(resp *http.Response, body []byte) error {
 				if resp.StatusCode != http.StatusOK || len(body) != bigFileSize {
@@ -88,7 +89,7 @@ func proxyWorkloads() []workload {
 				}
 				return nil
 			}},
-		{name: "SSE POST /v1/shell/exec `echo x`", method: http.MethodPost, path: "/v1/shell/exec",
+		{name: "SSE POST /v1/shell/exec `echo x`", key: "sse_exec", method: http.MethodPost, path: "/v1/shell/exec",
 			body: `{"command":"echo x"}`, headers: [][2]string{jsonCT, {"Accept", "text/event-stream"}}, conns: execConns, oneRound: true, drain: true,
 			check: func(resp *http.Response, body []byte) error {
 				ct := resp.Header.Get("Content-Type")
@@ -156,6 +157,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			fmt.Fprintf(os.Stderr, "bench: %s c=%d: direct %.0f, nginx %.0f, gateway %.0f req/s\n",
 				w.name, conns, cell[0].RPS(), cell[1].RPS(), cell[2].RPS())
 			rows = append(rows, proxyRow(w.name, conns, cell))
+			figures[ratioKey(w.key, conns)] = cell[2].RPS() / max(cell[1].RPS(), 1)
 			if i == 0 { // the small GET: the goals and the chart
 				for ti, t := range targets {
 					addCellFigures(figures, conns, t.name, cell[ti])
@@ -207,6 +209,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"Versions: " + versions + ".",
 			fmt.Sprintf("Load average at start %s (at the end: see above); the suite took %s.", loadStart,
 				time.Since(began).Round(time.Second)),
+			profileNote,
 		},
 	}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,8 +47,11 @@ func threadsAtScale(ctx context.Context) (Result, error) {
 	cleanup.push(func(context.Context) { rdb.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	// The one upstream: a real sandbox server, started by the process backend.
-	be, err := process.New(process.Config{Binary: process.SandboxBinary(bin), StateDir: filepath.Join(tmp, "state")}, quiet)
+	// The one upstream: a real sandbox server, started by the process backend
+	// without isolation, on a loopback port: the remote backend takes http
+	// URLs only (an isolated sandbox listens on a Unix socket).
+	be, err := process.New(process.Config{Binary: process.SandboxBinary(bin), StateDir: filepath.Join(tmp, "state"),
+		Isolation: process.IsolationNone}, quiet)
 	if err != nil {
 		return Result{}, err
 	}
@@ -87,7 +91,8 @@ func threadsAtScale(ctx context.Context) (Result, error) {
 	t0 := time.Now()
 	first, err := driveThreads(ctx, base, n)
 	if err != nil {
-		return Result{}, fmt.Errorf("first pass: %w", err)
+		log, _ := os.ReadFile(filepath.Join(tmp, "gateway.log"))
+		return Result{}, fmt.Errorf("first pass: %w\n%.2000s", err, log)
 	}
 	drive := time.Since(t0)
 	if got := prov.creates.Load(); got != int64(n) {
@@ -142,9 +147,10 @@ func threadsAtScale(ctx context.Context) (Result, error) {
 		Rows:    rows,
 		Figures: map[string]float64{
 			"gateway_rss_before_bytes": float64(before.rss), "gateway_rss_after_bytes": float64(after.rss),
-			"gateway_rss_per_thread_bytes": float64(after.rss-before.rss) / float64(n),
-			"redis_per_record_bytes":       float64(after.redis-before.redis) / float64(n),
-			"reaper_idle_p99_ms":           msF(is.P99), "reaper_expired_ms": msF(expired),
+			figRSSPerThread:          float64(after.rss-before.rss) / float64(n),
+			figHeapPerThread:         float64(after.heap-before.heap) / float64(n),
+			"redis_per_record_bytes": float64(after.redis-before.redis) / float64(n),
+			"reaper_idle_p99_ms":     msF(is.P99), "reaper_expired_ms": msF(expired),
 		},
 		Notes: []string{
 			fmt.Sprintf("One real gateway process (`--backend remote --cache-ttl 1h --create-rate 0`, otherwise as the other suites: real redis-server, "+

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime/debug"
 
 	"golang.org/x/term"
 
@@ -57,11 +56,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	log := telemetry.NewLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
-	if _, set := os.LookupEnv("GOGC"); !set {
-		// A proxy's heap is small and short-lived; collecting less often buys
-		// throughput for little memory (measured in docs/BENCHMARKS.md).
-		debug.SetGCPercent(400)
-	}
+	gateway.TuneGC() // unless GOGC is set
 	for _, w := range warnings {
 		log.Warn("config: " + w)
 	}

@@ -184,7 +184,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		go g.serveEgress(g.egressListener)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- g.server.Serve(g.listener) }()
+	go func() { errc <- g.server.Serve(waitingListener{g.listener}) }()
 	var serveErr error
 	select {
 	case serveErr = <-errc:

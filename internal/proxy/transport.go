@@ -76,12 +76,49 @@ func NewTransport(cfg TransportConfig) *Transport {
 	return &Transport{cfg: cfg, dialer: net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}}
 }
 
+// conn is one connection to the sandbox. br and bw are set only while a
+// request is in flight: an idle connection holds no buffer, since every
+// cached thread keeps one idle connection and 12 KiB of buffers per thread
+// would be most of the gateway's memory per thread.
 type conn struct {
 	net.Conn
 	head      headLimit // what br reads through
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+}
+
+// Buffer sizes: a response head fits in 4 KiB and larger body reads
+// (ReverseProxy copies 32 KiB at a time) bypass the buffer; 8 KiB sends a
+// request head with a 4 KiB body in one write.
+const (
+	readBufSize  = 4 << 10
+	writeBufSize = 8 << 10
+)
+
+var (
+	readBufs  = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+	writeBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufSize) }}
+)
+
+// attach gives c its buffers for one request.
+func (c *conn) attach() {
+	c.br = readBufs.Get().(*bufio.Reader)
+	c.br.Reset(&c.head)
+	c.bw = writeBufs.Get().(*bufio.Writer)
+	c.bw.Reset(c.Conn)
+}
+
+// detach returns c's buffers to the pools as c goes idle. Only an exchange
+// read to its end detaches (nothing reads br after that); a connection
+// closed mid-exchange keeps its buffers for the GC, since a body reader may
+// still hold br.
+func (c *conn) detach() {
+	c.br.Reset(nil)
+	readBufs.Put(c.br)
+	c.bw.Reset(nil)
+	writeBufs.Put(c.bw)
+	c.br, c.bw = nil, nil
 }
 
 var errTransportClosed = errors.New("sandbox connection pool closed")
@@ -173,6 +210,7 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 		t.idle = t.idle[:n-1]
 		t.mu.Unlock()
 		if now.Sub(c.idleSince) < t.cfg.IdleConnTimeout && peerOpen(c.Conn) {
+			c.attach()
 			return c, nil
 		}
 		c.Close()
@@ -181,12 +219,8 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Small buffers: every cached thread keeps an idle connection, so their
-	// size is the gateway's memory per thread. A response head fits in 4 KiB
-	// and larger body reads (ReverseProxy copies 32 KiB at a time) bypass the
-	// buffer; 8 KiB sends a request head with a 4 KiB body in one write.
-	c := &conn{Conn: nc, head: headLimit{r: nc, left: -1}, bw: bufio.NewWriterSize(nc, 8<<10)}
-	c.br = bufio.NewReaderSize(&c.head, 4<<10)
+	c := &conn{Conn: nc, head: headLimit{r: nc, left: -1}}
+	c.attach()
 	return c, nil
 }
 
@@ -228,6 +262,7 @@ func (t *Transport) release(c *conn, stop func() bool, reusable bool) {
 		c.Close()
 		return
 	}
+	c.detach()
 	c.idleSince = time.Now()
 	t.mu.Lock()
 	if t.closed || len(t.idle) >= t.cfg.MaxIdle {
