@@ -11,13 +11,7 @@ import (
 // is a backend of its own (an engine client of its own) on one prefix.
 func TestContract(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	backendtest.Run(t, backendtest.Harness{
-		Name:          Name,
-		BindsHostDirs: true,
-		Instance:      "test",
-		New:           func(*testing.T) backend.Backend { return h.backend() },
-	})
+	backendtest.Run(t, contractHarness(t))
 }
 
 // The same contract on containers started without a thread and claimed
@@ -25,12 +19,17 @@ func TestContract(t *testing.T) {
 // must be indistinguishable from a created one, from any instance.
 func TestContractPrewarmed(t *testing.T) {
 	t.Parallel()
+	c := contractHarness(t)
+	c.Prewarmed = true
+	backendtest.Run(t, c)
+}
+
+func contractHarness(t *testing.T) backendtest.Harness {
 	h := newHarness(t)
-	backendtest.Run(t, backendtest.Harness{
+	return backendtest.Harness{
 		Name:          Name,
 		BindsHostDirs: true,
 		Instance:      "test",
 		New:           func(*testing.T) backend.Backend { return h.backend() },
-		Prewarmed:     true,
-	})
+	}
 }
