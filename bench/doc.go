@@ -148,6 +148,17 @@ func writeDoc(dir, doc string, h docHeader) error {
 		b.WriteString("No chart: the proxy-throughput result is missing or predates its figures (`go run ./bench -suite proxy-throughput`).\n")
 	}
 
+	b.WriteString("\n## A new thread's first request: cold create vs prewarmed\n\n")
+	if lc, ok := byName["lifecycle"]; ok && hasFirstRequestFigures(lc) {
+		if err := drawFirstRequestChart(lc, filepath.Join(filepath.Dir(doc), firstChartFile)); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+		fmt.Fprintf(&b, "![p50 and p99 of a new thread's first GET, cold create vs a claimed pre-started sandbox](%s)\n\n", firstChartFile)
+		fmt.Fprintf(&b, "Drawn from `lifecycle` (%s): the numbers are in its table below.\n", runLabel(lc))
+	} else {
+		b.WriteString("No chart: the lifecycle result is missing or predates its first-request figures (`go run ./bench -suite lifecycle`).\n")
+	}
+
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n## %s\n\n", r.Title)
 		fmt.Fprintf(&b, "`%s` — %s, %s, %d cores, %s, %s", r.Command, r.Machine.Date.UTC().Format("2006-01-02 15:04 MST"),
