@@ -1,11 +1,12 @@
 // Command sandgate-sandbox is the sandbox server alone: `sandgate-sandbox
-// sandbox` is `gateway sandbox`, and `sandgate-sandbox sandbox-init` is the
-// process backend's isolated sandbox, in a binary without the gateway's
-// backends and clients. A Go program initialises every package it links
-// before main, whatever the subcommand, so this one starts a sandbox about
-// 20 ms sooner (docs/BENCHMARKS.md). The process backend uses it when it
-// sits next to the gateway binary (`make build` puts both in bin/), and
-// the gateway binary itself otherwise.
+// sandbox` is `gateway sandbox` without tracing, and `sandgate-sandbox
+// sandbox-init` is the process backend's isolated sandbox, in a binary
+// without the gateway's backends, clients and OpenTelemetry (main_test.go
+// keeps them out). A Go program initialises every package it links before
+// main, whatever the subcommand, so this one starts a sandbox sooner
+// (docs/BENCHMARKS.md). The process backend uses it when it sits next to
+// the gateway binary (`make build` puts both in bin/), but for plain
+// sandboxes while tracing is on, and the gateway binary itself otherwise.
 package main
 
 import (

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -34,11 +35,14 @@ func Setup() ([]string, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("set non-dumpable: %w", err)
 	}
-	spec, err := readSpec()
+	spec, placed, err := readSpec()
 	if err != nil {
 		return nil, err
 	}
 	if err := build(&spec); err != nil {
+		return nil, err
+	}
+	if err := placed(); err != nil {
 		return nil, err
 	}
 	if err := takeOver(spec); err != nil {
@@ -54,6 +58,9 @@ func Setup() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock down: %w", err)
 	}
+	// Started with GOMAXPROCS=1 (Command.Start): threads made from now on
+	// inherit the lockdown.
+	runtime.SetDefaultGOMAXPROCS()
 	fmt.Fprintln(os.Stderr, "sandbox jail:", report) // to the sandbox's log on the host
 	if spec.Probe {
 		return nil, nil
@@ -61,19 +68,30 @@ func Setup() ([]string, error) {
 	return spec.Args, nil
 }
 
-func readSpec() (Spec, error) {
+// readSpec reads the spec from its pipe, and returns the wait for the
+// placedMark that follows it (Command.Start), which closes the pipe.
+func readSpec() (Spec, func() error, error) {
 	f := os.NewFile(specFD, "spec")
-	defer f.Close()
-	body, err := io.ReadAll(io.LimitReader(f, 1<<20))
-	if err != nil {
-		return Spec{}, fmt.Errorf("read spec: %w", err)
-	}
+	in := io.LimitReader(f, 1<<20)
+	dec := json.NewDecoder(in)
 	var spec Spec
-	if err := json.Unmarshal(body, &spec); err != nil {
-		return Spec{}, fmt.Errorf("decode spec: %w", err)
+	if err := dec.Decode(&spec); err != nil {
+		_ = f.Close()
+		return Spec{}, nil, fmt.Errorf("decode spec: %w", err)
+	}
+	placed := func() error {
+		defer f.Close()
+		rest, err := io.ReadAll(io.MultiReader(dec.Buffered(), in))
+		if err != nil {
+			return fmt.Errorf("await cgroups: %w", err)
+		}
+		if string(rest) != placedMark {
+			return errors.New("await cgroups: the gateway did not place this sandbox")
+		}
+		return nil
 	}
 	spec.Limits = spec.Limits.WithDefaults()
-	return spec, spec.Validate()
+	return spec, placed, spec.Validate()
 }
 
 // takeOver gives this process the server's environment and working

@@ -12,7 +12,8 @@ package jail
 // The order matters. Rlimits come first: they only lower limits. Landlock
 // comes next; it sets no_new_privs itself, which it needs without
 // CAP_SYS_ADMIN. Capabilities go after, as dropping the bounding set and
-// locking securebits need CAP_SETPCAP, which capset then gives up. The
+// locking securebits need CAP_SETPCAP, which capset then gives up (the
+// sandbox init has done those two at start-up: package earlydrop). The
 // seccomp filter comes last: it needs no_new_privs (set by then), and so
 // refuses nothing the earlier steps still had to do.
 //

@@ -83,7 +83,11 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	extra := append(append([]*os.File{specR}, c.Files...), trees...)
 	cmd := exec.Command(fmt.Sprintf("/proc/self/fd/%d", 3+len(extra)), InitCommand)
 	cmd.Args[0] = "sandgate" // what the sandbox's ps shows: not a host path
-	cmd.Env = []string{}
+	// One P until the lock-down (Setup restores the default): the Go
+	// runtime then starts fewer threads, and each all-threads syscall
+	// (earlydrop's 44 at start-up, lockDown's few) signals every thread in
+	// turn. Setup clears the environment.
+	cmd.Env = []string{"GOMAXPROCS=1"}
 	cmd.Stdout, cmd.Stderr = c.Output, c.Output
 	cmd.ExtraFiles = append(extra, bin)
 	cmd.SysProcAttr = sysProcAttr(c.UID, c.GID, c.Spec.HostNetwork)
@@ -91,13 +95,17 @@ func (c *Command) Start() (*exec.Cmd, error) {
 		_ = specW.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	if c.Placed != nil {
+	// The spec goes first, so the child builds its root while Placed runs
+	// (a cgroup v1 attach waits for an RCU grace period: milliseconds, tens
+	// of them on a busy machine); placedMark then lets it go on. The spec
+	// fits the pipe's buffer (64 KiB) unless a huge environment was
+	// configured; then the write waits for the child.
+	_, err = specW.Write(body)
+	if err == nil && c.Placed != nil {
 		err = c.Placed(cmd.Process.Pid)
 	}
 	if err == nil {
-		// The spec fits the pipe's buffer (64 KiB) unless a huge
-		// environment was configured; then the write waits for the child.
-		_, err = specW.Write(body)
+		_, err = specW.WriteString(placedMark)
 	}
 	if err = errors.Join(err, specW.Close()); err != nil {
 		_ = cmd.Process.Kill()

@@ -7,6 +7,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/jail/earlydrop"
 )
 
 // SandboxUID and SandboxGID are the ids every sandbox runs as inside its
@@ -58,6 +60,10 @@ type Spec struct {
 	Files int `json:"files"`
 }
 
+// placedMark follows the spec on its pipe once the parent has placed the
+// child (Command.Placed): the child goes no further than its root without.
+const placedMark = "placed"
+
 // Child-side descriptor layout.
 const (
 	specFD = 3
@@ -95,8 +101,9 @@ func (s Spec) Validate() error {
 }
 
 // InitCommand is the subcommand of the gateway (and sandgate-sandbox)
-// binary that sets a sandbox up as its PID 1 and serves in it (Setup).
-const InitCommand = "sandbox-init"
+// binary that sets a sandbox up as its PID 1 and serves in it (Setup);
+// package earlydrop recognises it at start-up.
+const InitCommand = earlydrop.Command
 
 // Command starts a sandbox: Binary's InitCommand in new namespaces, which
 // sets the sandbox up and serves Spec.Args in the same process.
@@ -109,7 +116,9 @@ type Command struct {
 	UID, GID int
 	// Output receives the child's stdout and stderr.
 	Output *os.File
-	// Placed runs once the child exists and before it does anything: the
-	// place to put it in its cgroups. An error kills the child.
+	// Placed runs once the child exists, while it builds its root, which
+	// it does not leave (nor start the server, nor anything else) before
+	// Placed returned: the place to put it in its cgroups. An error kills
+	// the child.
 	Placed func(pid int) error
 }

@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -21,12 +23,52 @@ var commandNPROC = sync.OnceValue(func() uint64 {
 	return own.Max - jail.ServerThreads
 })
 
-// limitCommand holds a just-started command, and so everything it forks, to
-// the commands' process budget, before its script has run a line of the
-// caller's code in practice (bash parses first); the pids cgroup bounds the
-// sandbox as a whole regardless.
-func limitCommand(pid int) {
-	if n := commandNPROC(); n > 0 {
-		_ = unix.Prlimit(pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}, nil)
+// gateLine holds a jailed command's shell at its first line, before it runs
+// or forks anything, until the server has lowered its RLIMIT_NPROC and
+// written "go" on fd 3 (startLimited): a limit set after the shell ran on
+// misses the children it forked meanwhile, and a fork bomb among them gets
+// the server's budget. Go cannot set a child's rlimit between fork and exec,
+// and RLIMIT_NPROC is per process: lowering the server's own would starve its
+// threads. Any other answer (the server failed, the pipe closed) exits 126.
+const gateLine = `read -r __sg_go <&3 && [ "$__sg_go" = go ] || exit 126; exec 3<&-; unset __sg_go
+`
+
+// limitedScript is script, gated by gateLine when commands get a limit.
+func limitedScript(script string) string {
+	if commandNPROC() == 0 {
+		return script
 	}
+	return gateLine + script
+}
+
+// startLimited starts cmd, whose script came from limitedScript, and
+// releases it once its process limit is in place; the pids cgroup bounds
+// the sandbox as a whole regardless.
+func startLimited(cmd *exec.Cmd) error {
+	n := commandNPROC()
+	if n == 0 {
+		return cmd.Start()
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("command gate: %w", err)
+	}
+	defer w.Close()
+	cmd.ExtraFiles = []*os.File{r} // fd 3
+	err = cmd.Start()
+	_ = r.Close()
+	if err != nil {
+		return err
+	}
+	if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+		// Closing the gate unanswered ends the shell before the command.
+		_ = w.Close()
+		_ = cmd.Wait()
+		return fmt.Errorf("command process limit %d: %w", n, err)
+	}
+	if _, err := w.WriteString("go\n"); err != nil {
+		_ = cmd.Wait()
+		return fmt.Errorf("release command: %w", err)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/user"
@@ -74,13 +76,25 @@ func (s *Server) handleSandbox(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	info := sandboxInfo{HomeDir: s.home, Workspace: s.home, Version: s.version, Detail: d}
-	writeJSON(w, http.StatusOK, struct {
-		Success bool    `json:"success"`
-		Message string  `json:"message"`
-		Data    *string `json:"data"`
-		sandboxInfo
-	}{true, "ok", nil, info})
+	writeJSON(w, http.StatusOK, sandboxResponse{true, "ok", nil, info})
 	return nil
+}
+
+type sandboxResponse struct {
+	Success bool    `json:"success"`
+	Message string  `json:"message"`
+	Data    *string `json:"data"`
+	sandboxInfo
+}
+
+// warmUp does, while the server starts, the first-time work of answering
+// GET /v1/sandbox, the readiness probe every cold create waits for: the
+// shell lookup, the user and time zone files, the JSON encoder of the
+// answer.
+func (s *Server) warmUp() {
+	_, _ = s.shell()
+	_, _ = userName(), zoneName()
+	_ = json.NewEncoder(io.Discard).Encode(sandboxResponse{})
 }
 
 func userName() string {

@@ -14,12 +14,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
-// Main parses the `gateway sandbox` arguments and serves until ctx ends.
+// Main parses the `gateway sandbox` arguments and serves until ctx ends,
+// without tracing (Run with Tracing for it).
 //
 //	--listen ADDR          listen address (default 127.0.0.1:8080); unix:PATH = a
 //	                       Unix socket (made 0666: its directory guards it)
@@ -40,7 +38,23 @@ import (
 //	                       (default 077: what a sandbox writes is its own)
 //
 // On shutdown every running command's process group is killed.
-func Main(ctx context.Context, args []string) error {
+func Main(ctx context.Context, args []string) error { return Run(ctx, args, Tracing{}) }
+
+// Tracing hooks a tracer into the server (package sandboxtrace, in the
+// gateway binary). It is not this package's own: it would link the
+// OpenTelemetry SDK, gRPC and protobuf into the sandbox's binary
+// (cmd/sandgate-sandbox), whose package init alone then cost every sandbox
+// start milliseconds. The zero value traces nothing.
+type Tracing struct {
+	// Log wraps the server's log handler (trace ids on its records).
+	Log func(slog.Handler) slog.Handler
+	// Start sets tracing up; it returns the wrapper of the server's
+	// handler and the flush to run at shutdown.
+	Start func(ctx context.Context, log *slog.Logger) (wrap func(http.Handler) http.Handler, flush func(context.Context) error)
+}
+
+// Run is Main with t's tracing.
+func Run(ctx context.Context, args []string, t Tracing) error {
 	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 	var cfg Config
 	var maps, mapsRO multiFlag
@@ -54,7 +68,7 @@ func Main(ctx context.Context, args []string) error {
 	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
 	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
 	egressSocket := fs.String("egress-socket", "", "bridge the egress port on loopback to the gateway's egress proxy on this Unix socket")
-	egressPort := fs.Int("egress-port", backend.EgressPort, "loopback port of the egress bridge")
+	egressPortFlag := fs.Int("egress-port", egressPort, "loopback port of the egress bridge")
 	umask := fs.String("umask", DefaultUmask, "umask of the server and its commands (octal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -83,7 +97,11 @@ func Main(ctx context.Context, args []string) error {
 			cfg.Mappings = append(cfg.Mappings, m)
 		}
 	}
-	log := slog.New(telemetry.WithTraceIDs(slog.NewJSONHandler(os.Stderr, nil))).With("component", "sandbox")
+	var handler slog.Handler = slog.NewJSONHandler(os.Stderr, nil)
+	if t.Log != nil {
+		handler = t.Log(handler)
+	}
+	log := slog.New(handler).With("component", "sandbox")
 	if *recordedFD > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -93,25 +111,22 @@ func Main(ctx context.Context, args []string) error {
 	cfg.Logger = log
 	reapOrphans(ctx, log)
 	if *egressSocket != "" {
-		if err := bridgeEgress(ctx, *egressPort, *egressSocket, log); err != nil {
+		if err := bridgeEgress(ctx, *egressPortFlag, *egressSocket, log); err != nil {
 			return fmt.Errorf("egress bridge: %w", err)
 		}
 	}
-	// The gateway passes its OTEL_* variables down, so with tracing on the
-	// server's spans continue the gateway's traces (traceparent).
-	host, _ := os.Hostname()
-	tracing, err := telemetry.SetupTracing(ctx, telemetry.Resource{Service: "sandgate-sandbox",
-		Instance: fmt.Sprintf("%s-%d", host, os.Getpid()), FixedService: true}, log)
-	if err != nil {
-		log.Warn("tracing off: bad OTEL_* configuration", "err", err)
+	wrap := func(h http.Handler) http.Handler { return h }
+	if t.Start != nil {
+		var flush func(context.Context) error
+		wrap, flush = t.Start(ctx, log)
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := flush(fctx); err != nil {
+				log.Warn("flush traces", "err", err)
+			}
+		}()
 	}
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tracing.Shutdown(fctx); err != nil {
-			log.Warn("flush traces", "err", err)
-		}
-	}()
 	srv, err := New(cfg)
 	if err != nil {
 		return err
@@ -121,7 +136,7 @@ func Main(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, srv, telemetry.ServerSpans(tracing, srv.Handler()), ln, log)
+	return serve(ctx, srv, wrap(srv.Handler()), ln, log)
 }
 
 // loadSecret reads the server's secret (at most one source) before anything

@@ -172,7 +172,7 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 		readers, writers = append(readers, r), append(writers, w)
 		c.streams = append(c.streams, newOutBuf(sp.maxOutput, sp.pm, c.changed))
 	}
-	cmd := exec.Command(sh.path, "-c", shellScript, sh.name, sp.mapped, sp.stateFile)
+	cmd := exec.Command(sh.path, "-c", limitedScript(shellScript), sh.name, sp.mapped, sp.stateFile)
 	cmd.Dir, cmd.Env = sp.dir, sp.env
 	cmd.Stdout, cmd.Stderr = writers[0], writers[n-1]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

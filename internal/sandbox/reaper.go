@@ -19,14 +19,14 @@ var (
 	own      = map[int]struct{}{}
 )
 
-// startOwned starts cmd and registers it as a child whose Wait is owed.
+// startOwned starts cmd (startLimited) and registers it as a child whose
+// Wait is owed.
 func startOwned(cmd *exec.Cmd) error {
 	spawning.RLock()
 	defer spawning.RUnlock()
-	if err := cmd.Start(); err != nil {
+	if err := startLimited(cmd); err != nil {
 		return err
 	}
-	limitCommand(cmd.Process.Pid)
 	ownMu.Lock()
 	own[cmd.Process.Pid] = struct{}{}
 	ownMu.Unlock()

@@ -15,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sandgate/sandgate/internal/backend"
 )
 
 // DefaultMaxOutput caps the output a command returns.
@@ -42,7 +40,7 @@ type Config struct {
 	MaxOutput int64        // cap on returned command output; 0 = DefaultMaxOutput
 	Env       []string     // inherited environment before secret stripping; nil = os.Environ()
 	Logger    *slog.Logger // nil = discard
-	// Secret, when set, is required in backend.SecretHeader on every
+	// Secret, when set, is required in secretHeader on every
 	// request (secret.go); "" = open, as in unit tests.
 	Secret string
 
@@ -107,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 	s.groups.m = map[int]*command{}
 	s.stop, s.stopNow = context.WithCancel(context.Background())
 	s.routes()
+	go s.warmUp()
 	return s, nil
 }
 
@@ -149,8 +148,8 @@ func homeDir(home string, pm *PathMap, env []string) (string, error) {
 		return path.Clean(home), nil
 	}
 	if pm.Enabled() {
-		if _, _, err := pm.ToHost(backend.VirtualWorkspace); err == nil {
-			return backend.VirtualWorkspace, nil
+		if _, _, err := pm.ToHost(virtualWorkspace); err == nil {
+			return virtualWorkspace, nil
 		}
 		return pm.mounts[len(pm.mounts)-1].virtual, nil
 	}

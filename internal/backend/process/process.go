@@ -39,7 +39,8 @@ const (
 type Config struct {
 	// Binary is the sandbox server binary, run as `Binary sandbox ...` (or
 	// `Binary sandbox-init` isolated); "" is SandboxBinary of the running
-	// gateway (os.Executable).
+	// gateway (os.Executable), or the gateway itself for plain sandboxes
+	// while tracing is on (defaultBinary).
 	Binary string
 	// StateDir holds one state file and one log per sandbox (the gateway
 	// passes {data_dir}/sandboxes/process). Required.
@@ -110,7 +111,7 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("process backend: find own binary: %w", err)
 		}
-		cfg.Binary = SandboxBinary(exe)
+		cfg.Binary = defaultBinary(exe, cfg.Isolation)
 	}
 	var err error
 	if cfg.Binary, err = filepath.Abs(cfg.Binary); err != nil {
@@ -143,7 +144,8 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 }
 
 // LeanBinary is the name of the sandbox server's own binary
-// (cmd/sandgate-sandbox), which starts faster than the gateway's.
+// (cmd/sandgate-sandbox), which starts faster than the gateway's: it
+// links neither the gateway's backends and clients nor tracing.
 const LeanBinary = "sandgate-sandbox"
 
 // SandboxBinary is the binary that runs the sandboxes of the gateway at

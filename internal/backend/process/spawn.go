@@ -15,7 +15,20 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
+
+// defaultBinary runs the sandboxes when none is configured: SandboxBinary
+// of the gateway's, but the gateway's own for a plain sandbox
+// (IsolationNone) while tracing is on. The lean binary does not trace
+// (package sandboxtrace); a plain sandbox, on the host's network, exports
+// its spans, an isolated one has no network to export them on.
+func defaultBinary(gateway, isolation string) string {
+	if proto, _ := telemetry.ExporterProtocol(os.Getenv); proto != "" && isolation == IsolationNone {
+		return gateway
+	}
+	return SandboxBinary(gateway)
+}
 
 // child is a sandbox server this Process started and still waits for.
 type child struct {

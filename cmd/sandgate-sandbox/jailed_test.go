@@ -1,0 +1,41 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
+	"github.com/sandgate/sandgate/internal/backend/process"
+)
+
+// This binary, as the process backend runs it beside the gateway, is a
+// locked-down isolated sandbox: its commands have no capability, bounding
+// set included, no way to gain one, the seccomp filter, and the commands'
+// process limit.
+func TestJailedSandboxIsLockedDown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, process.LeanBinary)
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	p, err := process.New(process.Config{Binary: bin, StateDir: filepath.Join(dir, "state")}, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := backendtest.MustCreate(t, p, backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "lee", "lean"))
+	out := backendtest.Exec(t, info, "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Max processes)' /proc/self/status /proc/self/limits | tr -s ' \\t' ' '").Output
+	for _, want := range []string{"CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000",
+		"CapBnd: 0000000000000000", "CapAmb: 0000000000000000", "NoNewPrivs: 1", "Seccomp: 2", "Max processes 512 512 processes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a command of the jailed sandbox lacks %q:\n%s", want, out)
+		}
+	}
+}
