@@ -76,13 +76,6 @@ func ThreadDirUnused(dataDir, user, thread string) (bool, error) {
 // system. ErrThreadHasData when the thread has files: nothing is moved.
 func AdoptPrewarmDirs(dataDir, pw, user, thread string) error {
 	dst := ThreadDir(dataDir, user, thread)
-	unused, err := ThreadDirUnused(dataDir, user, thread)
-	if err != nil {
-		return err
-	}
-	if !unused {
-		return ErrThreadHasData
-	}
 	if err := removeEmptyDirs(dst); err != nil {
 		return err
 	}
