@@ -109,7 +109,11 @@ func drawLatencyChart(r Result, path string) error {
 	canvases := plot.Align([][]*plot.Plot{{lat, rps}}, tiles, dc)
 	lat.Draw(canvases[0][0])
 	rps.Draw(canvases[0][1])
+	return writePNG(img, path)
+}
 
+// writePNG writes a drawn chart to path.
+func writePNG(img *vgimg.Canvas, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -64,13 +63,5 @@ func drawFirstRequestChart(r Result, path string) error {
 	p.NominalX("cold create", fmt.Sprintf("prewarmed (--prewarm %d)", lifecyclePrewarm))
 	img := vgimg.NewWith(vgimg.UseWH(7*vg.Inch, 4.5*vg.Inch), vgimg.UseDPI(96))
 	p.Draw(draw.New(img))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writePNG(img, path)
 }
