@@ -65,7 +65,7 @@ func ThreadDirUnused(dataDir, user, thread string) (bool, error) {
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("%w: inspect thread dir: %w", ErrHostDirs, err)
+		return false, fmt.Errorf("%w: inspect thread dir: %w", ErrHostDirs, pathless(err))
 	}
 	return empty, nil
 }
@@ -80,10 +80,10 @@ func AdoptPrewarmDirs(dataDir, pw, user, thread string) error {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return fmt.Errorf("%w: create thread dir: %w", ErrHostDirs, err)
+		return fmt.Errorf("%w: create thread dir: %w", ErrHostDirs, pathless(err))
 	}
 	if err := os.Rename(PrewarmDir(dataDir, pw), dst); err != nil {
-		return fmt.Errorf("%w: move prewarm dir to the thread: %w", ErrHostDirs, err)
+		return fmt.Errorf("%w: move prewarm dir to the thread: %w", ErrHostDirs, pathless(err))
 	}
 	_ = os.Remove(filepath.Dir(PrewarmDir(dataDir, pw)))
 	return nil
@@ -97,7 +97,7 @@ func removeEmptyDirs(dir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrHostDirs, err)
+		return fmt.Errorf("%w: %w", ErrHostDirs, pathless(err))
 	}
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -108,7 +108,7 @@ func removeEmptyDirs(dir string) error {
 		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %w", ErrThreadHasData, err)
+		return fmt.Errorf("%w: %w", ErrThreadHasData, pathless(err))
 	}
 	return nil
 }
@@ -120,7 +120,21 @@ func RemovePrewarmDirs(dataDir, sid string) error {
 		return err
 	}
 	if err := os.RemoveAll(filepath.Dir(PrewarmDir(dataDir, sid))); err != nil {
-		return fmt.Errorf("remove prewarm dir: %w", err)
+		return fmt.Errorf("remove prewarm dir: %w", pathless(err))
 	}
 	return nil
+}
+
+// pathless is err without the host paths the os package puts in it: these
+// errors are logged and may reach a status page.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return fmt.Errorf("%s: %w", le.Op, le.Err)
+	}
+	return err
 }

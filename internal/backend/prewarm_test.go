@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +67,18 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A failed move says why without the host paths (it is logged).
+func TestAdoptPrewarmDirsErrorHasNoHostPath(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	err := AdoptPrewarmDirs(data, "00112233aabbccdd", "u", "t") // nothing to move
+	if err == nil || !errors.Is(err, ErrHostDirs) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v, want ErrHostDirs wrapping ENOENT", err)
+	}
+	if strings.Contains(err.Error(), data) {
+		t.Fatalf("error shows a host path: %v", err)
 	}
 }
