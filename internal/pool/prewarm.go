@@ -47,6 +47,9 @@ func NewPrewarmer(p *Pool) *Prewarmer { return &Prewarmer{p: p} }
 // it returns at once when the pool is off or the backend cannot claim.
 func (w *Prewarmer) Run(ctx context.Context) {
 	if !w.p.prewarmOn() {
+		if w.p.cfg.Prewarm > 0 {
+			w.p.log.Warn("prewarm is set but this backend cannot hand out pre-started sandboxes: no prewarm pool", "prewarm", w.p.cfg.Prewarm)
+		}
 		return
 	}
 	t := time.NewTicker(prewarmInterval)
