@@ -6,6 +6,7 @@ package testutil
 import (
 	"net"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -22,13 +23,22 @@ func Require(t testing.TB, ok bool, what string) {
 	t.Skipf("%s not available; `make test` installs it", what)
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// this test process has not handed out before: parallel tests would
+// otherwise be given the same just-closed port and race to bind it.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, taken := handedOut.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
+
+var handedOut sync.Map // port -> true

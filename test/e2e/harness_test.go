@@ -55,7 +55,23 @@ func newFleet(t *testing.T, extra ...string) *fleet {
 	return f
 }
 
+// start starts a replica. A port FreePort handed out can be taken by
+// another test's gateway before this one binds it (the isolation probe runs
+// first); healthz would then answer for the other gateway, so a replica
+// counts as up only once it logged that it listens, and a lost port is
+// retried on another.
 func (f *fleet) start(extra ...string) *gateway {
+	f.t.Helper()
+	for attempt := 1; ; attempt++ {
+		if g := f.launch(extra, attempt == 3); g != nil {
+			return g
+		}
+	}
+}
+
+// launch starts a replica on a free port; nil when the port was taken
+// meanwhile (last: fail the test instead).
+func (f *fleet) launch(extra []string, last bool) *gateway {
 	f.t.Helper()
 	port := testutil.FreePort(f.t)
 	args := append([]string{
@@ -78,18 +94,23 @@ func (f *fleet) start(extra ...string) *gateway {
 		f.t.Fatalf("start gateway: %v", err)
 	}
 	go func() { _ = g.cmd.Wait(); close(g.done) }()
-	f.replicas = append(f.replicas, g)
+	f.replicas = append(f.replicas, g) // killed at cleanup if the test fails below
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := g.client.Get(g.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			if resp.StatusCode == 200 && strings.Contains(g.logs.String(), `"gateway listening"`) {
 				return g
 			}
 		}
 		select {
 		case <-g.done:
+			if !last && strings.Contains(g.logs.String(), "address already in use") {
+				g.forget()
+				f.replicas = f.replicas[:len(f.replicas)-1]
+				return nil
+			}
 			f.t.Fatalf("gateway exited at start:\n%s", g.logs)
 		default:
 		}
