@@ -16,13 +16,28 @@ import (
 // This binary, as the process backend runs it beside the gateway, is a
 // locked-down isolated sandbox: its commands have no capability, bounding
 // set included, no way to gain one, the seccomp filter, and the commands'
-// process limit.
+// process limit. So is the gateway binary where the lean one is missing,
+// built with cgo as `go run ./cmd/gateway` builds it (psx then works
+// through libpsx: its drop at package init hung that sandbox init once).
 func TestJailedSandboxIsLockedDown(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct{ name, pkg, cgo string }{
+		{"lean", ".", "0"},
+		{"lean-cgo", ".", "1"},
+		{"gateway-cgo", "../gateway", "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			jailedIsLockedDown(t, tc.pkg, tc.cgo)
+		})
+	}
+}
+
+func jailedIsLockedDown(t *testing.T, pkg, cgo string) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, process.LeanBinary)
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}

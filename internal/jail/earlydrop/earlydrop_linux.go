@@ -28,7 +28,7 @@ var early struct {
 // The sandbox init is PID 1 of its PID namespace, started as
 // `sandgate sandbox-init`.
 func init() {
-	if len(os.Args) == 2 && os.Args[1] == Command && os.Getpid() == 1 {
+	if !withCgo && len(os.Args) == 2 && os.Args[1] == Command && os.Getpid() == 1 {
 		early.err = drop()
 		early.done = early.err == nil
 	}

@@ -1,0 +1,6 @@
+//go:build linux && !cgo
+
+package earlydrop
+
+// withCgo: see cgo_on.go.
+const withCgo = false
