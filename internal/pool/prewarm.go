@@ -262,10 +262,8 @@ func (p *Pool) bind(ctx context.Context, rec lease.Record, user, thread, sid str
 		Secret: rec.Secret, Egress: p.cfg.Egress}
 	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
 	spec.Labels[backend.LabelFleet] = p.cfg.Fleet
-	warm := rec.Info()
-	warm.Backend = rec.Backend
 	ctx, span := p.span(ctx, spanClaim, sid, thread)
-	info, err := claimer.Claim(ctx, warm, spec)
+	info, err := claimer.Claim(ctx, rec.Info(), spec)
 	end(span, err)
 	if err != nil {
 		return nil, err

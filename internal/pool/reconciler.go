@@ -114,36 +114,39 @@ var errSkip = errors.New("skipped")
 // pre-started one back into the prewarm index (the refill trims a surplus).
 func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	p := r.p
-	user, thread := info.User, info.Thread
-	if user == "" && info.Labels[backend.LabelPrewarm] != "" {
-		return r.adoptPrewarm(ctx, info)
-	}
-	if user == "" {
-		user, thread = info.Labels[backend.LabelUser], info.Labels[backend.LabelThread]
-	}
-	// The identity must reproduce the id, or this is not a sandbox we made.
-	if identity.ValidUser(user) != nil || identity.ValidThread(thread) != nil || identity.SandboxID(user, thread) != info.SandboxID {
-		p.log.WarnContext(ctx, "reconciler: managed sandbox with an inconsistent identity; left alone",
-			"sandbox_id", info.SandboxID, "thread", thread)
-		return errSkip
+	state, put, into := lease.StateWarm, p.store.PutWarm, "warm pool"
+	if info.User == "" && info.Labels[backend.LabelPrewarm] != "" {
+		// No thread yet, so no identity to check against its id.
+		state, put, into = lease.StatePrewarm, p.store.PutPrewarm, "prewarm pool"
+	} else {
+		user, thread := info.User, info.Thread
+		if user == "" {
+			user, thread = info.Labels[backend.LabelUser], info.Labels[backend.LabelThread]
+		}
+		// The identity must reproduce the id, or this is not a sandbox we made.
+		if identity.ValidUser(user) != nil || identity.ValidThread(thread) != nil || identity.SandboxID(user, thread) != info.SandboxID {
+			p.log.WarnContext(ctx, "reconciler: managed sandbox with an inconsistent identity; left alone",
+				"sandbox_id", info.SandboxID, "thread", thread)
+			return errSkip
+		}
+		info.User, info.Thread = user, thread
 	}
 	if p.cfg.ReconcileDryRun {
-		p.log.InfoContext(ctx, "reconciler (dry run): would adopt into the warm pool", "sandbox_id", info.SandboxID, "thread", thread)
+		p.log.InfoContext(ctx, "reconciler (dry run): would adopt into the "+into, "sandbox_id", info.SandboxID, "thread", info.Thread)
 		return nil
 	}
 	held, err := p.lock(ctx, info.SandboxID, 0)
 	if errors.Is(err, lease.ErrLocked) {
-		return errSkip
+		return errSkip // being created, claimed or destroyed
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	defer p.unlock(held)
-	info.User, info.Thread = user, thread
 	if info.Backend == "" {
 		info.Backend = p.name
 	}
-	wrote, err := p.store.PutWarm(ctx, lease.RecordFromInfo(info, lease.StateWarm), p.clock.Now())
+	wrote, err := put(ctx, lease.RecordFromInfo(info, state), p.clock.Now())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -151,38 +154,8 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 		return errSkip // recorded meanwhile
 	}
 	p.metrics.Adopted("reconciler")
-	p.log.InfoContext(ctx, "reconciler: adopted a sandbox without a record into the warm pool",
-		"sandbox_id", info.SandboxID, "thread", thread)
-	return nil
-}
-
-// adoptPrewarm records an unclaimed pre-started sandbox in the prewarm index.
-func (r *Reconciler) adoptPrewarm(ctx context.Context, info backend.Info) error {
-	p := r.p
-	if p.cfg.ReconcileDryRun {
-		p.log.InfoContext(ctx, "reconciler (dry run): would adopt into the prewarm pool", "sandbox_id", info.SandboxID)
-		return nil
-	}
-	held, err := p.lock(ctx, info.SandboxID, 0)
-	if errors.Is(err, lease.ErrLocked) {
-		return errSkip // being claimed or destroyed
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	defer p.unlock(held)
-	if info.Backend == "" {
-		info.Backend = p.name
-	}
-	wrote, err := p.store.PutPrewarm(ctx, lease.RecordFromInfo(info, lease.StatePrewarm), p.clock.Now())
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if !wrote {
-		return errSkip
-	}
-	p.metrics.Adopted("reconciler")
-	p.log.InfoContext(ctx, "reconciler: adopted a pre-started sandbox without a record into the prewarm pool", "sandbox_id", info.SandboxID)
+	p.log.InfoContext(ctx, "reconciler: adopted a sandbox without a record into the "+into,
+		"sandbox_id", info.SandboxID, "thread", info.Thread)
 	return nil
 }
 
