@@ -206,6 +206,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	fcancel()
 	stopLoops()
 	wg.Wait()
+	g.pool.Wait()
 	g.log.Info("stopped; sandboxes left running for the fleet")
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		return nil

@@ -43,11 +43,13 @@ import (
 //   - 'claim', a new thread that may take a pre-started sandbox: once the
 //     per-user checks pass, the oldest one is offered whatever the fleet's
 //     fullness (taking it moves its unit to the thread: the count is
-//     unchanged), and only without one is capacity reserved as usual;
+//     unchanged), and only without one is capacity reserved as usual. A
+//     sandbox with an egress policy of its own (KEYS[6]) is a plain create:
+//     a pre-started one runs the fleet's;
 //   - 'prewarm', the refill of the pre-started pool (no user): it reserves
 //     free capacity only, never evicts, never goes over, owns nothing.
 //
-// KEYS: active, warm, creating, owners, prewarm.
+// KEYS: active, warm, creating, owners, prewarm, egress policy of sid.
 // ARGV: sid, max, now, deadline, mode(soft|hard), user, user_max, user_creates, kind(empty|claim|prewarm).
 var scriptReserve = redis.NewScript(`
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
@@ -57,6 +59,7 @@ if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
 end
 local sid, max, hard, user = ARGV[1], tonumber(ARGV[2]), ARGV[5] == 'hard', ARGV[6]
 local umax, ucreates, kind = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+if kind == 'claim' and redis.call('EXISTS', KEYS[6]) == 1 then kind = '' end
 local n = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5])
 local full = max > 0 and n >= max
 local function take()
@@ -185,7 +188,8 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (ReserveResult,
 	if req.Hard {
 		mode = "hard"
 	}
-	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Owners(), s.keys.Prewarm()}
+	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Owners(), s.keys.Prewarm(),
+		s.keys.Egress(req.SandboxID)}
 	res, err := scriptReserve.Run(ctx, s.rdb, keys, req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode,
 		req.User, req.MaxPerUser, req.MaxCreatesPerUser, req.Kind).StringSlice()
 	if err != nil {

@@ -97,7 +97,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	if err != nil {
 		return nil, "", lockErr(err)
 	}
-	defer p.unlock(held)
+	defer p.unlockLater(held)
 	// A lost lock means another replica may start the same sandbox; stop.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -160,7 +160,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	taken, takenLock, err := p.reserve(ctx, user, thread, sid, p.claimable(ctx, user, thread, sid))
+	taken, takenLock, err := p.reserve(ctx, user, thread, sid, p.claimable(user, thread))
 	if err != nil {
 		return nil, "", err
 	}

@@ -29,6 +29,8 @@ func TestFleetsOnOneBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	alpha.Wait()
+	beta.Wait()
 	if l := alphaEnv.be.live[theirs.SandboxID].Labels[backend.LabelFleet]; l != "beta" {
 		t.Fatalf("beta's sandbox labelled fleet %q", l)
 	}

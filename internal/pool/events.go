@@ -33,7 +33,15 @@ func (p *Pool) publish(ctx context.Context, t events.Type, sid, user, thread, re
 	if p.events == nil {
 		return
 	}
-	p.events.Publish(ctx, events.Event{Type: t, SandboxID: sid, User: user, Thread: thread, Backend: p.name, Reason: reason})
+	p.emit(ctx, events.Event{Type: t, SandboxID: sid, User: user, Thread: thread, Backend: p.name, Reason: reason})
+}
+
+// emit publishes e after the caller went on (see background), in order,
+// stamped with the time it happened.
+func (p *Pool) emit(ctx context.Context, e events.Event) {
+	e.Time = time.Now()
+	ctx = context.WithoutCancel(ctx)
+	p.bg.inOrder(func() { p.events.Publish(ctx, e) })
 }
 
 // ready reports a sandbox handed out after a create, a warm reclaim or an
@@ -61,8 +69,7 @@ func (p *Pool) failed(ctx context.Context, user, thread, sid string, err error) 
 }
 
 // withProgress makes the backend's progress reports of one create events,
-// at most one per pullEventEvery plus each step's last. Publishing happens
-// on the backend's goroutine: Redis is on a create's path anyway.
+// at most one per pullEventEvery plus each step's last.
 func (p *Pool) withProgress(ctx context.Context, user, thread, sid string) context.Context {
 	if p.events == nil {
 		return ctx
@@ -77,7 +84,7 @@ func (p *Pool) withProgress(ctx context.Context, user, thread, sid string) conte
 			return
 		}
 		last = now
-		p.events.Publish(ctx, events.Event{Type: events.Type(pr.Step), SandboxID: sid, User: user, Thread: thread,
+		p.emit(ctx, events.Event{Type: events.Type(pr.Step), SandboxID: sid, User: user, Thread: thread,
 			Backend: p.name, Bytes: pr.Bytes, Total: pr.Total})
 	})
 }

@@ -82,6 +82,7 @@ func TestPoolPublishesLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Wait() // its ready event and lock release come after it answered
 	n := rec.count()
 	if _, o, _ := p.Acquire(ctx, "u", "a"); o != OutcomeHit || rec.count() != n {
 		t.Fatalf("cached acquire (%s) published %d events", o, rec.count()-n)
@@ -104,6 +105,7 @@ func TestPoolPublishesLifecycle(t *testing.T) {
 	if _, _, err := p.Acquire(ctx, "u", "c"); err != nil {
 		t.Fatal(err)
 	}
+	p.Wait() // c's lock is released after it answered: the reaper skips a locked sandbox
 	e.clock.Advance(11 * time.Minute)
 	if n, err := NewReaper(p).Pass(ctx); err != nil || n != 1 {
 		t.Fatalf("reaper: %d, %v", n, err)
@@ -116,6 +118,7 @@ func TestPoolPublishesLifecycle(t *testing.T) {
 		t.Fatal("create did not fail")
 	}
 
+	p.Wait()
 	type want struct {
 		types  []events.Type
 		reason string // of the last event
@@ -164,6 +167,7 @@ func TestPullProgressIsPaced(t *testing.T) {
 	if _, _, err := p.Acquire(ctx, "u", "t"); err != nil {
 		t.Fatal(err)
 	}
+	p.Wait()
 	got := rec.of("t")
 	ts := types(got)
 	if len(ts) < 4 || ts[0] != events.Starting || ts[len(ts)-1] != events.Ready {

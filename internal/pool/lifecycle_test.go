@@ -49,6 +49,7 @@ func TestIdleExpiry(t *testing.T) {
 	warm, _, _ := p.Acquire(ctx, "u", "warm")
 	e.clock.Advance(5 * time.Minute)
 	_ = p.Release(ctx, "u", "warm") // warm expiry counts from release
+	p.Wait()                        // the creates' locks are released after they answered
 	reaper := NewReaper(p)
 
 	e.clock.Advance(5*time.Minute + time.Second) // active: 10m01s idle; warm: 5m01s since release
@@ -77,6 +78,7 @@ func TestInFlightIsNeverReaped(t *testing.T) {
 	serving, other := e.replica(), e.replica()
 	r, _, _ := serving.Acquire(ctx, "u", "long")
 	r.Begin() // a 20-minute command
+	serving.Wait()
 	for range 20 {
 		e.clock.Advance(time.Minute)
 		_ = NewToucher(serving).Flush(ctx) // the serving replica's loop
@@ -106,6 +108,7 @@ func TestIdleTimeoutDisabled(t *testing.T) {
 		if _, _, err := p.Acquire(ctx, "u", "forever"); err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
+		p.Wait()
 		e.clock.Advance(1000 * time.Hour)
 		if n, err := NewReaper(p).Pass(ctx); err != nil || n != c.want {
 			t.Fatalf("idle_timeout %s, 1000h idle: reaped %d (%v), want %d", c.idle, n, err, c.want)
@@ -181,6 +184,7 @@ func TestThreeReapersDestroyEachExactlyOnce(t *testing.T) {
 			_ = seed.Release(ctx, "u", fmt.Sprintf("t%03d", i))
 		}
 	}
+	seed.Wait()
 	e.clock.Advance(2 * time.Minute)
 	replicas := []*Pool{e.replica(), e.replica(), e.replica()}
 	var wg sync.WaitGroup
@@ -245,6 +249,7 @@ func TestReconcilerAdoptsAndDrops(t *testing.T) {
 	p := e.replica()
 	kept, _, _ := p.Acquire(ctx, "u", "kept")
 	gone, _, _ := p.Acquire(ctx, "u", "gone")
+	p.Wait()
 	if err := e.rdb().Del(ctx, lease.NewKeys("").Sandbox(kept.SandboxID)).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -101,6 +101,7 @@ type Pool struct {
 	// wakes the Prewarmer after a claim.
 	prewarmFP string
 	refill    chan struct{}
+	bg        background
 }
 
 // New returns a Pool; cfg must be valid.
@@ -407,6 +408,15 @@ func (p *Pool) destroyBackend(ctx context.Context, rec lease.Record) error {
 	end(span, err)
 	return err
 }
+
+// unlockLater releases h after the caller answered (see background): the
+// record it guarded is written, so nobody needs to wait for the release
+// but a destroy or a create of the same sandbox, which waits for the lock.
+func (p *Pool) unlockLater(h *lease.Held) { p.bg.run(func() { p.unlock(h) }) }
+
+// Wait returns once the work acquires left running after they answered
+// (lock releases, events) is done: before the Redis client is closed.
+func (p *Pool) Wait() { p.bg.wait() }
 
 func (p *Pool) unlock(h *lease.Held) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

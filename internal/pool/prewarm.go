@@ -183,17 +183,14 @@ func (p *Pool) prewarmOn() bool {
 }
 
 // claimable reports whether a new thread may take a pre-started sandbox:
-// the pool is on, the thread has no data of its own on the host and no
-// egress policy of its own (a pre-started sandbox has the fleet's).
-func (p *Pool) claimable(ctx context.Context, user, thread, sid string) bool {
+// the pool is on and the thread has no data of its own on the host. (One
+// with an egress policy of its own is turned down by the reservation.)
+func (p *Pool) claimable(user, thread string) bool {
 	if !p.prewarmOn() {
 		return false
 	}
-	if unused, err := backend.ThreadDirUnused(p.cfg.Mounts.DataDir, user, thread); err != nil || !unused {
-		return false
-	}
-	_, set, err := p.store.Egress(ctx, sid)
-	return err == nil && !set
+	unused, err := backend.ThreadDirUnused(p.cfg.Mounts.DataDir, user, thread)
+	return err == nil && unused
 }
 
 // takePrewarm takes pre-started sandbox pw for sid (see lease.TakePrewarm)
@@ -222,7 +219,7 @@ func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (lease.Rec
 // records it active. On an error rec's sandbox is destroyed and the caller
 // creates one cold: sid's capacity reservation is already held.
 func (p *Pool) claim(ctx context.Context, rec lease.Record, held *lease.Held, user, thread, sid string) (*Route, error) {
-	defer p.unlock(held)
+	defer p.unlockLater(held)
 	defer func() {
 		select {
 		case p.refill <- struct{}{}:
