@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
 )
 
 func prewarmRec(sid string) Record {
@@ -14,8 +16,9 @@ func prewarmRec(sid string) Record {
 
 // TestReservePrewarmKinds pins how the prewarm pool takes part in capacity:
 // it counts, the refill only fills free room, a claim is offered the oldest
-// pre-started sandbox even at a full cap, and a plain create evicts a
-// pre-started sandbox before any warm one.
+// pre-started sandbox even at a full cap (unless it has an egress policy of
+// its own), and a plain create evicts a pre-started sandbox before any
+// warm one.
 func TestReservePrewarmKinds(t *testing.T) {
 	t.Parallel()
 	servers(t, func(t *testing.T, s *Store) {
@@ -35,6 +38,11 @@ func TestReservePrewarmKinds(t *testing.T) {
 			{"second recorded", func() { mustPutPrewarm(t, s, "p2", now.Add(time.Second)) }, req("", "u", "a1"), ReserveResult{Outcome: "ok"}},
 			{"full: the refill never evicts", func() { _ = s.PutActive(ctx, userRec("u", "a1"), now) }, req(KindPrewarm, "", "p3"), ReserveResult{Outcome: "full"}},
 			{"full: a claim gets the oldest", nil, req(KindClaim, "v", "b1"), ReserveResult{Outcome: "prewarm", Victim: "p1"}},
+			{"a thread with an egress policy of its own is never offered one", func() {
+				if _, err := s.SetEgress(ctx, "e1", backend.Egress{Mode: backend.EgressNone}); err != nil {
+					t.Fatal(err)
+				}
+			}, req(KindClaim, "v", "e1"), ReserveResult{Outcome: "evict", Victim: "p1"}},
 			{"full: a create evicts a pre-started one first", func() {
 				_ = s.PutActive(ctx, userRec("w", "w1"), now)
 				_, _ = s.Release(ctx, "w1", "w", "t-w1", now)
