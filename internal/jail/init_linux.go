@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +40,9 @@ func Setup() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := setIDs(spec.ClearGroups); err != nil {
+		return nil, err
+	}
 	if err := build(&spec); err != nil {
 		return nil, err
 	}
@@ -54,7 +58,7 @@ func Setup() ([]string, error) {
 			writable = append(writable, m.Target)
 		}
 	}
-	report, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable)
+	report, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable, spec.Seccomp)
 	if err != nil {
 		return nil, fmt.Errorf("lock down: %w", err)
 	}
@@ -92,6 +96,25 @@ func readSpec() (Spec, func() error, error) {
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	return spec, placed, spec.Validate()
+}
+
+// setIDs makes this process SandboxUID and SandboxGID, which the gateway
+// mapped before it sent the spec (Command.Start): it started as an
+// unmapped user. On every thread (Go's syscall package sees to that), as
+// ids, like capabilities, belong to a thread.
+func setIDs(clearGroups bool) error {
+	if clearGroups {
+		if err := syscall.Setgroups([]int{}); err != nil {
+			return fmt.Errorf("clear groups: %w", err)
+		}
+	}
+	if err := syscall.Setresgid(SandboxGID, SandboxGID, SandboxGID); err != nil {
+		return fmt.Errorf("set gid: %w", err)
+	}
+	if err := syscall.Setresuid(SandboxUID, SandboxUID, SandboxUID); err != nil {
+		return fmt.Errorf("set uid: %w", err)
+	}
+	return nil
 }
 
 // takeOver gives this process the server's environment and working

@@ -5,7 +5,8 @@ package jail
 // lockDown is the last thing the sandbox's init does before it starts the
 // sandbox server: it applies l (defaults already applied), restricts writes
 // to writable (Landlock), drops every capability and loads the seccomp
-// filter, on all threads, so the server and all it starts inherit it all.
+// filter (seccompProgram, see installSeccomp), on all threads, so the
+// server and all it starts inherit it all.
 // memoryByRlimit bounds memory with RLIMIT_AS (see addressSpaceLimit), for
 // when no cgroup does.
 //
@@ -19,7 +20,7 @@ package jail
 //
 // An error leaves the process partly locked down: the caller must not start
 // the server then. The Report says what is in place, also on error.
-func lockDown(l Limits, memoryByRlimit bool, writable []string) (Report, error) {
+func lockDown(l Limits, memoryByRlimit bool, writable []string, seccompProgram []byte) (Report, error) {
 	var r Report
 	if err := applyRlimits(l, memoryByRlimit); err != nil {
 		return r, err
@@ -36,7 +37,7 @@ func lockDown(l Limits, memoryByRlimit bool, writable []string) (Report, error) 
 		return r, err
 	}
 	r.CapsDropped = true
-	if err := installSeccomp(); err != nil {
+	if err := installSeccomp(seccompProgram); err != nil {
 		return r, err
 	}
 	r.Seccomp = true

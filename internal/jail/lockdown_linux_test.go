@@ -38,12 +38,12 @@ var testScenarios = map[string]func() int{
 	"control": func() int { return initScenario(nil, "probes") },
 	"locked": func() int {
 		return initScenario(func(rw string) (Report, error) {
-			return lockDown(Limits{}.WithDefaults(), false, []string{rw, "/dev/shm"})
+			return lockDown(Limits{}.WithDefaults(), false, []string{rw, "/dev/shm"}, testSeccomp())
 		}, "probes")
 	},
 	"limits": func() int {
 		return initScenario(func(rw string) (Report, error) {
-			return lockDown(testLimits, true, []string{rw})
+			return lockDown(testLimits, true, []string{rw}, testSeccomp())
 		}, "limit-probes")
 	},
 	"probes":       runProbes,

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -54,6 +55,7 @@ func Own(dir string, uid, gid int) error {
 func (c *Command) Start() (*exec.Cmd, error) {
 	spec := c.Spec
 	spec.Files = len(c.Files)
+	spec.ClearGroups = os.Geteuid() == 0
 	spec.Mounts = slices.Clone(spec.Mounts)
 	trees, err := detach(spec.Mounts, FirstFile+len(c.Files))
 	if err != nil {
@@ -90,7 +92,7 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	cmd.Env = []string{"GOMAXPROCS=1"}
 	cmd.Stdout, cmd.Stderr = c.Output, c.Output
 	cmd.ExtraFiles = append(extra, bin)
-	cmd.SysProcAttr = sysProcAttr(c.UID, c.GID, c.Spec.HostNetwork)
+	cmd.SysProcAttr = sysProcAttr(c.Spec.HostNetwork)
 	if err := cmd.Start(); err != nil {
 		_ = specW.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
@@ -99,8 +101,12 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	// (a cgroup v1 attach waits for an RCU grace period: milliseconds, tens
 	// of them on a busy machine); placedMark then lets it go on. The spec
 	// fits the pipe's buffer (64 KiB) unless a huge environment was
-	// configured; then the write waits for the child.
-	_, err = specW.Write(body)
+	// configured; then the write waits for the child. The id maps come
+	// before it: the child takes its ids once it has read the spec.
+	err = mapIDs(cmd.Process.Pid, c.UID, c.GID)
+	if err == nil {
+		_, err = specW.Write(body)
+	}
 	if err == nil && c.Placed != nil {
 		err = c.Placed(cmd.Process.Pid)
 	}
@@ -115,17 +121,25 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// sysProcAttr puts the child in new namespaces as SandboxUID, mapped to
-// uid:gid on the host, with the capabilities it needs to build its root
-// (in its own user namespace only, dropped before the server starts).
-func sysProcAttr(uid, gid int, hostNetwork bool) *syscall.SysProcAttr {
+// sysProcAttr puts the child in new namespaces with the capabilities it
+// needs to take its ids and build its root (in its own user namespace
+// only, dropped before the server starts).
+//
+// The clone is a vfork (CLONE_VM|CLONE_VFORK), as Go does for any child
+// without a new user namespace: with one, Go copies the whole gateway
+// instead (page tables, then a copy-on-write fault for every page either
+// side touches until the exec), to write the id maps while the child
+// waits; that cost milliseconds per sandbox, growing with the gateway's
+// memory. So the child is started without maps and execs as an unmapped
+// user (ambient capabilities carry over), the gateway writes its maps once
+// the exec is done (mapIDs), and the child takes SandboxUID and SandboxGID
+// itself once it has read the spec (setIDs), before it does anything else.
+func sysProcAttr(hostNetwork bool) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxUID, HostID: uid, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxGID, HostID: gid, Size: 1}},
-		Credential:  &syscall.Credential{Uid: SandboxUID, Gid: SandboxGID, Groups: []uint32{}},
-		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP |
+			syscall.CLONE_VM | syscall.CLONE_VFORK,
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID},
 		// Its own process group: terminal signals to the gateway do not
 		// reach it, and it outlives the gateway.
 		Setpgid: true,
@@ -133,15 +147,29 @@ func sysProcAttr(uid, gid int, hostNetwork bool) *syscall.SysProcAttr {
 	if hostNetwork {
 		attr.Cloneflags &^= syscall.CLONE_NEWNET
 	}
-	if os.Geteuid() == 0 {
-		// Root may let the child clear the gateway's supplementary groups.
-		attr.GidMappingsEnableSetgroups = true
-	} else {
-		// setgroups stays denied (the kernel's rule for an unprivileged
-		// map); the gateway user's groups, unmapped, read as nobody.
-		attr.Credential.NoSetGroups = true
-	}
 	return attr
+}
+
+// mapIDs maps SandboxUID and SandboxGID of the child's user namespace to
+// uid and gid on the host. Root may let the child clear the gateway's
+// supplementary groups (Spec.ClearGroups); for anyone else setgroups stays
+// denied (the kernel's rule for an unprivileged map), and the gateway
+// user's groups, unmapped, read as nobody.
+func mapIDs(pid, uid, gid int) error {
+	proc := "/proc/" + strconv.Itoa(pid) + "/"
+	var writes [][2]string
+	if os.Geteuid() != 0 {
+		writes = append(writes, [2]string{"setgroups", "deny"})
+	}
+	writes = append(writes,
+		[2]string{"gid_map", fmt.Sprintf("%d %d 1", SandboxGID, gid)},
+		[2]string{"uid_map", fmt.Sprintf("%d %d 1", SandboxUID, uid)})
+	for _, w := range writes {
+		if err := os.WriteFile(proc+w[0], []byte(w[1]), 0); err != nil {
+			return fmt.Errorf("sandbox id map: %w", err)
+		}
+	}
+	return nil
 }
 
 // detach clones each mount's source as a detached mount tree (open_tree),

@@ -3,98 +3,49 @@
 package jail
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/sys/unix"
 )
 
-// deniedSyscalls fail with EPERM in the sandbox: mounting and the new mount
-// API, namespaces, debugging and reading other processes' memory, kernel
-// modules, kexec, BPF, keyrings, perf, userfaultfd, swap, reboot, the
-// clocks, accounting, quotas, the kernel log, file handles (they bypass
-// path checks), raw port I/O. Most need a capability the sandbox no longer
-// has; the filter holds should one leak, and refuses the rest (unshare,
-// keyctl, ptrace of its own children, userfaultfd) which need none.
-// chroot is refused as well: no sandboxed program needs it, and with a
-// leaked CAP_SYS_CHROOT it is a classic step out of a root.
-var deniedSyscalls = []string{
-	"mount", "umount2", "pivot_root", "chroot",
-	"move_mount", "open_tree", "open_tree_attr", "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr",
-	"unshare", "setns",
-	"ptrace", "process_vm_readv", "process_vm_writev",
-	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-	"bpf", "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd",
-	"swapon", "swapoff", "reboot", "acct",
-	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-	"open_by_handle_at", "name_to_handle_at",
-	"quotactl", "quotactl_fd", "syslog", "lookup_dcookie",
-	"iopl", "ioperm", // x86 only
-}
-
-// namespaceCloneFlags are the CLONE_NEW* bits clone(2) may not carry.
-// CLONE_NEWTIME shares its bit with the exit signal in clone(2) (where the
-// kernel rejects it anyway) and is listed for the record.
-const namespaceCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
-
-// allowedPersonalities are the personality(2) arguments Docker's default
-// profile allows too: Linux, Linux32, their UNAME26 variants, and the query
-// 0xffffffff. Others could, for one, turn off address randomisation.
-var allowedPersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
-
-// errnoENOSYS makes clone3 look absent: its flags sit in memory the filter
-// cannot read, and libc and Go fall back to clone(2), whose flags it can.
-const errnoENOSYS = seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)
-
-// seccompPolicy is the filter for this machine's architecture: everything
-// is allowed but deniedSyscalls (those the architecture has), clone with a
-// namespace flag and personality with another persona (EPERM), and clone3
-// (ENOSYS).
-func seccompPolicy() (seccomp.Policy, error) {
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return seccomp.Policy{}, err
+// installSeccomp loads program, the filter the gateway compiled once
+// (package seccompfilter, handed over in Spec.Seccomp), on every thread
+// (TSYNC), setting no_new_privs first, which loading a filter without
+// CAP_SYS_ADMIN needs. Filters survive fork and execve, so every process of
+// the sandbox has it.
+//
+// It fails closed, and the sandbox then does not serve: no program, a
+// malformed one, one the kernel refuses, or one that lets unshare or setns
+// through (the filter denies both; a check of two syscalls that catches a
+// filter swapped for a weaker one).
+func installSeccomp(program []byte) error {
+	if len(program) == 0 || len(program)%8 != 0 || len(program)/8 > unix.BPF_MAXINSNS {
+		return fmt.Errorf("seccomp: no valid filter program (%d bytes)", len(program))
 	}
-	var denied []string
-	for _, name := range deniedSyscalls {
-		if _, ok := info.SyscallNames[name]; ok {
-			denied = append(denied, name)
-		}
+	filter := make([]unix.SockFilter, len(program)/8)
+	for i := range filter {
+		in := program[8*i:]
+		filter[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(in), Jt: in[2], Jf: in[3], K: binary.NativeEndian.Uint32(in[4:])}
 	}
-	notAllowed := make(seccomp.ArgumentConditions, 0, len(allowedPersonalities))
-	for _, p := range allowedPersonalities {
-		notAllowed = append(notAllowed, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: p})
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("seccomp: set no_new_privs: %w", err)
 	}
-	return seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Action: seccomp.ActionErrno, Names: denied},
-			{Action: seccomp.ActionErrno, NamesWithCondtions: []seccomp.NameWithConditions{
-				// clone's flags are its first argument on amd64 and
-				// arm64 (not on s390x, which is not supported).
-				{Name: "clone", Conditions: seccomp.ArgumentConditions{
-					{Argument: 0, Operation: seccomp.BitsSet, Value: namespaceCloneFlags},
-				}},
-				{Name: "personality", Conditions: notAllowed},
-			}},
-			{Action: errnoENOSYS, Names: []string{"clone3"}},
-		},
-	}, nil
-}
-
-// installSeccomp loads the filter on every thread (TSYNC), setting
-// no_new_privs first, which loading a filter without CAP_SYS_ADMIN needs.
-// Filters survive fork and execve, so every process of the sandbox has it.
-func installSeccomp() error {
-	policy, err := seccompPolicy()
-	if err != nil {
-		return fmt.Errorf("seccomp: %w", err)
+	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	if e != 0 {
+		return fmt.Errorf("seccomp: load filter: %w", e)
 	}
-	err = seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: policy})
-	if err != nil {
-		return fmt.Errorf("seccomp: %w", err)
+	if r != 0 { // TSYNC: the id of a thread that could not take it
+		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
+	}
+	if err := unix.Unshare(0); !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("seccomp: the filter lets unshare through (%v)", err)
+	}
+	if err := unix.Setns(-1, 0); !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("seccomp: the filter lets setns through (%v)", err)
 	}
 	return nil
 }

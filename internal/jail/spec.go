@@ -55,6 +55,12 @@ type Spec struct {
 	// the sandbox reaches what the host reaches, its loopback services too.
 	// Otherwise it has a namespace of its own with loopback only.
 	HostNetwork bool `json:"host_network,omitempty"`
+	// Seccomp is the syscall filter, compiled by the gateway
+	// (seccompfilter.Program): the sandbox does not serve without it.
+	Seccomp []byte `json:"seccomp"`
+	// ClearGroups: the child may and must clear its supplementary groups
+	// (a gateway running as root lets it; see mapIDs).
+	ClearGroups bool `json:"clear_groups,omitempty"`
 	// Files is how many descriptors from fd FirstFile on become the
 	// server's fds 3, 4, ...
 	Files int `json:"files"`
@@ -90,6 +96,9 @@ func (s Spec) Validate() error {
 	}
 	if len(s.Args) == 0 {
 		errs = append(errs, errors.New("no server command"))
+	}
+	if len(s.Seccomp) == 0 {
+		errs = append(errs, errors.New("no seccomp filter"))
 	}
 	for _, kv := range s.Env {
 		if !strings.Contains(kv, "=") || strings.ContainsRune(kv, 0) {

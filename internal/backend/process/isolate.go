@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/jail/seccompfilter"
 )
 
 // sandboxPath is the PATH of an isolated sandbox: the host's program dirs,
@@ -65,6 +66,10 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	case backend.EgressOpen:
 		hostNetwork = true
 	}
+	filter, err := seccompfilter.Program()
+	if err != nil {
+		return nil, err
+	}
 	limits := p.cfg.Limits.WithDefaults()
 	placed := func(pid int) error {
 		if p.cgroups.Mode() == jail.CgroupNone {
@@ -82,6 +87,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			Args:           args,
 			Env:            childEnv(isolatedEnv, configured),
 			HostNetwork:    hostNetwork,
+			Seccomp:        filter,
 		},
 		Files:  files,
 		UID:    uid,
@@ -166,11 +172,16 @@ func (p *Process) probe() error {
 		return err
 	}
 	defer out.Close()
+	filter, err := seccompfilter.Program()
+	if err != nil {
+		return err
+	}
 	c := jail.Command{
 		Binary: p.cfg.Binary,
 		Spec: jail.Spec{
-			Mounts: []jail.Mount{{Target: backend.VirtualWorkspace, Source: dir}},
-			Dir:    "/", Args: []string{"probe"}, Probe: true,
+			Seccomp: filter,
+			Mounts:  []jail.Mount{{Target: backend.VirtualWorkspace, Source: dir}},
+			Dir:     "/", Args: []string{"probe"}, Probe: true,
 			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 		},
 		Output: out,
