@@ -39,7 +39,7 @@ type Gateway struct {
 	events   *events.Bus
 	pool     *pool.Pool
 	router   *router.Router
-	server   httpServer
+	server   *serve.Server
 	listener net.Listener
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
@@ -143,11 +143,6 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		Log:            log,
 	}
-	if os.Getenv("SANDGATE_AB_SERVER") == "std" { // TEMPORARY A/B switch, removed before merge
-		g.server = stdServer{&http.Server{Handler: g.router, ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-			IdleTimeout: 120 * time.Second, MaxHeaderBytes: cfg.MaxHeaderBytes,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}}
-	}
 	g.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		g.close()
@@ -213,7 +208,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	stopLoops()
 	wg.Wait()
 	g.log.Info("stopped; sandboxes left running for the fleet")
-	if errors.Is(serveErr, http.ErrServerClosed) {
+	if errors.Is(serveErr, serve.ErrServerClosed) {
 		return nil
 	}
 	return serveErr
@@ -274,13 +269,3 @@ func NewSandboxTransport(socket string) http.RoundTripper {
 	}
 	return proxy.NewTransport(cfg)
 }
-
-// httpServer is TEMPORARY for the A/B of internal/serve against net/http.
-type httpServer interface {
-	Serve(net.Listener) error
-	Shutdown(context.Context) error
-}
-
-type stdServer struct{ *http.Server }
-
-func (s stdServer) Serve(l net.Listener) error { return s.Server.Serve(waitingListener{l}) }
