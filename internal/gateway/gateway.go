@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
+	"github.com/sandgate/sandgate/internal/serve"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -38,7 +39,7 @@ type Gateway struct {
 	events   *events.Bus
 	pool     *pool.Pool
 	router   *router.Router
-	server   *http.Server
+	server   *serve.Server
 	listener net.Listener
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
@@ -133,14 +134,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events,
 		Status: router.Status{Source: store, MaxSandboxes: g.pool.Config().MaxSandboxes, HardCap: cfg.Pool.HardCap,
 			MaxSandboxesPerUser: cfg.Pool.MaxSandboxesPerUser, Heartbeat: pool.HeartbeatInterval}})
-	g.server = &http.Server{
+	g.server = &serve.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		// Above common load balancer idle timeouts (60-75 s), so the gateway is
 		// never the side that closes a connection the balancer is about to reuse.
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		Log:            log,
 	}
 	g.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -184,7 +185,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		go g.serveEgress(g.egressListener)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- g.server.Serve(waitingListener{g.listener}) }()
+	go func() { errc <- g.server.Serve(g.listener) }()
 	var serveErr error
 	select {
 	case serveErr = <-errc:
@@ -208,7 +209,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	wg.Wait()
 	g.pool.Wait()
 	g.log.Info("stopped; sandboxes left running for the fleet")
-	if errors.Is(serveErr, http.ErrServerClosed) {
+	if errors.Is(serveErr, serve.ErrServerClosed) {
 		return nil
 	}
 	return serveErr
