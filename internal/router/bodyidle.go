@@ -34,11 +34,11 @@ func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port s
 }
 
 // idleBody moves the client connection's read deadline ahead before each
-// read of the body (a runtime timer, no syscall). It never clears it:
-// net/http does when the body ends (before its background read) and when
-// it reads the next request; an expired deadline must stay, so that
-// net/http fails at once to discard the rest of a stalled body before the
-// 408 instead of waiting on the client.
+// read of the body (a runtime timer, no syscall). It never clears it: the
+// gateway's server (internal/serve) does when it reads the next request or
+// starts watching for a hang-up; an expired deadline must stay, so that
+// the server fails at once to discard the rest of a stalled body before
+// the 408 instead of waiting on the client.
 type idleBody struct {
 	rc      io.ReadCloser
 	w       http.ResponseWriter

@@ -18,7 +18,7 @@ const streamHeartbeat = 15 * time.Second
 
 // sseStreams are the gateway's open Server-Sent Event streams (provisioning
 // progress, the status page): one heartbeat, and one drain that ends them
-// all, because http.Server.Shutdown waits for active requests and a stream
+// all, because the server's Shutdown waits for active requests and a stream
 // is active until its client leaves.
 type sseStreams struct {
 	heartbeat time.Duration
