@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -269,14 +271,24 @@ func (c *conn) readHeadText() (string, error) {
 	}
 }
 
-// reject answers a head the server refuses and ends the connection.
+// reject answers a head the server refuses and ends the connection. The
+// body is the gateway's JSON error shape, {"error": {"code", "message"}},
+// the code the status text in snake case (bad_request,
+// request_header_fields_too_large, ...).
 func (c *conn) reject(he *headError) {
 	if he.status == http.StatusRequestTimeout {
 		return // the client is not listening either
 	}
 	text := http.StatusText(he.status)
-	msg := "HTTP/1.1 " + strconv.Itoa(he.status) + " " + text + "\r\nContent-Type: text/plain; charset=utf-8\r\n" +
-		"Connection: close\r\nContent-Length: " + strconv.Itoa(len(text)+2+len(he.msg)) + "\r\n\r\n" + text + ": " + he.msg
+	type detail struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	body, _ := json.Marshal(struct {
+		Error detail `json:"error"`
+	}{detail{strings.ToLower(strings.ReplaceAll(text, " ", "_")), he.msg}})
+	msg := "HTTP/1.1 " + strconv.Itoa(he.status) + " " + text + "\r\nContent-Type: application/json\r\n" +
+		"Cache-Control: no-store\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body)
 	_ = c.rwc.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = io.WriteString(c.rwc, msg)
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -129,9 +130,16 @@ func TestRefusesBadHeads(t *testing.T) {
 			c, br := dial(t, addr)
 			// A second, valid request behind it must not be served.
 			send(t, c, tc.raw+"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
-			res, _ := readResponse(t, br, http.MethodGet)
+			res, body := readResponse(t, br, http.MethodGet)
 			if res.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d", res.StatusCode, tc.status)
+			}
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			if err := json.Unmarshal([]byte(body), &e); err != nil || res.Header.Get("Content-Type") != "application/json" ||
+				e.Error.Code == "" || e.Error.Message == "" {
+				t.Fatalf("refusal is not the gateway's JSON error: %q (%s) %v", body, res.Header.Get("Content-Type"), err)
 			}
 			expectClosed(t, br)
 		})
