@@ -72,20 +72,22 @@ func ThreadDirUnused(dataDir, user, thread string) (bool, error) {
 
 // AdoptPrewarmDirs makes pre-started sandbox pw's user data the thread's:
 // an unused thread dir (only empty directories) is removed, then
-// PrewarmDir(pw) is renamed to ThreadDir, atomically, on the same file
-// system. ErrThreadHasData when the thread has files: nothing is moved.
+// PrewarmDir(pw)'s parent is renamed to ThreadDir's, atomically, on the
+// same file system. ErrThreadHasData when the thread has files: nothing is
+// moved.
 func AdoptPrewarmDirs(dataDir, pw, user, thread string) error {
-	dst := ThreadDir(dataDir, user, thread)
+	// The whole thread dir is renamed (user-data is all it holds): one
+	// rename, where moving user-data alone costs a mkdir and an rmdir too.
+	dst := filepath.Dir(ThreadDir(dataDir, user, thread))
 	if err := removeEmptyDirs(dst); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("%w: create thread dir: %w", ErrHostDirs, pathless(err))
 	}
-	if err := os.Rename(PrewarmDir(dataDir, pw), dst); err != nil {
+	if err := os.Rename(filepath.Dir(PrewarmDir(dataDir, pw)), dst); err != nil {
 		return fmt.Errorf("%w: move prewarm dir to the thread: %w", ErrHostDirs, pathless(err))
 	}
-	_ = os.Remove(filepath.Dir(PrewarmDir(dataDir, pw)))
 	return nil
 }
 

@@ -43,7 +43,7 @@ func (p *Process) lock(ctx context.Context, sid string) (*sidLock, error) {
 func (p *Process) tryLock(sid string) (*sidLock, error) {
 	path := filepath.Join(p.cfg.StateDir, sid+".lock")
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := openFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open sandbox lock: %w", err)
 		}

@@ -14,7 +14,7 @@ import (
 
 // readProc reads /proc/<pid>/stat. found is false when no such process exists.
 func readProc(_ context.Context, pid int) (proc, bool, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	data, err := readFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 		return proc{}, false, nil
 	}

@@ -81,7 +81,7 @@ func (p *Process) egressDir(sid string) string { return filepath.Join(p.cfg.Stat
 
 // readState returns nil, nil when there is no state file.
 func (p *Process) readState(sid string) (*state, error) {
-	data, err := os.ReadFile(p.statePath(sid))
+	data, err := readFile(p.statePath(sid))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -108,7 +108,7 @@ func (p *Process) writeState(st *state) error {
 	if err != nil {
 		return fmt.Errorf("encode sandbox state: %w", err)
 	}
-	tmp, err := os.CreateTemp(p.cfg.StateDir, "."+st.SandboxID+".json.tmp-*")
+	tmp, err := createTemp(p.cfg.StateDir, "."+st.SandboxID+".json.tmp-")
 	if err != nil {
 		return fmt.Errorf("write sandbox state: %w", err)
 	}
