@@ -53,9 +53,12 @@ type conn struct {
 	br    *bufio.Reader
 	state atomic.Int32
 	base  context.Context
-	res   response
-	body  body
-	head  []byte // a head that did not arrive in one buffer, assembled
+	// remote is the client's address, formatted once per connection
+	// rather than for every request's RemoteAddr.
+	remote string
+	res    response
+	body   body
+	head   []byte // a head that did not arrive in one buffer, assembled
 	// The hang-up watch (watchLocked): mu guards these between the serving
 	// goroutine, the timer's and the watching read's.
 	mu         sync.Mutex
@@ -72,7 +75,7 @@ type conn struct {
 }
 
 func newConn(s *Server, rwc net.Conn, base context.Context) *conn {
-	c := &conn{s: s, rwc: rwc, base: base}
+	c := &conn{s: s, rwc: rwc, base: base, remote: rwc.RemoteAddr().String()}
 	c.state.Store(stateIdle)
 	c.body.c = c
 	c.res.c = c
@@ -134,7 +137,7 @@ func (c *conn) serveOne() (keep bool, err error) {
 		c.reject(err.(*headError))
 		return false, err
 	}
-	r.RemoteAddr = c.rwc.RemoteAddr().String()
+	r.RemoteAddr = c.remote
 	ctx, cancel := context.WithCancel(c.base)
 	r = r.WithContext(ctx)
 	c.body = body{c: c}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -37,20 +38,7 @@ func readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, 0, 4096)
-	for {
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			return buf, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-	}
+	return io.ReadAll(f)
 }
 
 // createTemp creates a new file beside path's final name, like
@@ -61,10 +49,10 @@ func createTemp(dir, prefix string) (*os.File, error) {
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, err
 		}
-		f, err := openFile(dir+"/"+prefix+hex.EncodeToString(b[:]), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := openFile(filepath.Join(dir, prefix+hex.EncodeToString(b[:])), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			return f, err
 		}
 	}
-	return nil, &fs.PathError{Op: "createtemp", Path: dir + "/" + prefix + "*", Err: fs.ErrExist}
+	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
 }
