@@ -187,7 +187,7 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 			}
 		}
 	}()
-	keys := lease.NewKeys(prefix)
+	keys := lease.NewKeys(prefix, 0)
 	index := keys.Prewarm()
 	var out []time.Duration
 	for i := range opts.LifecycleColdRuns {

@@ -43,7 +43,10 @@ type Config struct {
 	// RedisURL is empty for the embedded, non-durable Redis-protocol server.
 	RedisURL    string
 	RedisPrefix string
-	Backend     string
+	// RedisBuckets splits the indexes into this many buckets (0 =
+	// lease.DefaultBuckets); fixed for the life of a prefix's state.
+	RedisBuckets int
+	Backend      string
 	// PublicURL is how clients reach this gateway (for sandbox_url in the
 	// provisioner API); empty = taken from each request's Host.
 	PublicURL       string
@@ -208,6 +211,9 @@ func (c Config) Validate() error {
 	}
 	if c.RedisPrefix == "" {
 		return errors.New("redis_prefix: must not be empty")
+	}
+	if c.RedisBuckets < 0 || c.RedisBuckets > 16384 {
+		return errors.New("redis_buckets: must be 0 (the default) to 16384")
 	}
 	if c.ShutdownTimeout < 0 {
 		return errors.New("shutdown_timeout: must not be negative")

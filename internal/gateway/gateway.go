@@ -35,6 +35,8 @@ type Gateway struct {
 	log      *slog.Logger
 	rdb      redis.UniversalClient
 	embedded *miniredis.Miniredis
+	// layout is ready once Redis holds the key layout this code uses.
+	layout *layoutGate
 	// events carries lifecycle events between replicas.
 	events   *events.Bus
 	pool     *pool.Pool
@@ -89,8 +91,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		return nil, err
 	}
 	g.backend = be
-	store := lease.NewStore(g.rdb, cfg.RedisPrefix)
-	keys := lease.NewKeys(cfg.RedisPrefix)
+	store := lease.NewStoreBuckets(g.rdb, cfg.RedisPrefix, cfg.RedisBuckets)
+	keys := store.Keys()
+	g.layout = &layoutGate{store: store, log: log}
+	if err := g.layout.migrate(ctx); errors.Is(err, lease.ErrLayout) {
+		g.close()
+		return nil, err
+	}
 	if g.events, err = events.New(g.rdb, events.Config{Channel: keys.Events(), RecentKey: keys.EventsRecent(),
 		Replica: cfg.Pool.Instance, Log: log}); err != nil {
 		g.close()
@@ -123,7 +130,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		g.close()
 		return nil, err
 	}
-	ready := []router.Pinger{store}
+	ready := []router.Pinger{store, g.layout}
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
 	}
@@ -172,6 +179,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewReconciler(g.pool).Run,
 		pool.NewPrewarmer(g.pool).Run,
 		pool.NewHeartbeat(g.pool).Run,
+		pool.NewBucketLeases(g.pool).Run,
+		g.layout.Run,
 		g.keepEgress,
 		g.events.Run,
 	} {

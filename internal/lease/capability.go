@@ -70,35 +70,39 @@ func newCapability() (string, error) {
 // the one that won. It binds to whichever incarnation the record holds at
 // that instant: a replacement (PutActive) drops it atomically, so it can
 // never outlive the incarnation it was written into.
-// KEYS: sbx, caps. ARGV: sid, candidate, sha256hex(candidate).
-// Returns the capability, or nil when the record is gone or being destroyed.
+// KEYS: sbx. ARGV: candidate, sha256hex(candidate).
+// Returns {capability, sum}, or nil when the record is gone or being destroyed.
 var scriptMintCapability = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'state', 'cap')
+local st = redis.call('HMGET', KEYS[1], 'state', 'cap', 'cap_sum')
 if not st[1] or st[1] == 'destroying' then return nil end
-if st[2] then return st[2] end
-redis.call('HSET', KEYS[1], 'cap', ARGV[2], 'cap_sum', ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
-return ARGV[2]
+if st[2] then return {st[2], st[3]} end
+redis.call('HSET', KEYS[1], 'cap', ARGV[1], 'cap_sum', ARGV[2])
+return {ARGV[1], ARGV[2]}
 `)
 
 // Capability returns the capability of sid's current incarnation, minting
 // it if it has none; ok is false when there is no record or it is being
-// destroyed.
+// destroyed. Steps: (1) the record holds it; (2) its index entry is set,
+// on every hand-out, so one a crash left unwritten is written by the next.
+// An index entry outliving its capability (a crash in a replacement or a
+// forget) opens nothing: ByCapability checks the record.
 func (s *Store) Capability(ctx context.Context, sid string) (string, bool, error) {
 	candidate, err := newCapability()
 	if err != nil {
 		return "", false, err
 	}
 	sum := SumCapability(candidate)
-	capability, err := scriptMintCapability.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid), s.keys.Caps()},
-		sid, candidate, sum.hex()).Text()
+	res, err := scriptMintCapability.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, candidate, sum.hex()).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("mint capability: %w", err)
 	}
-	return capability, true, nil
+	if err := s.rdb.Set(ctx, s.keys.Cap(res[1]), sid, 0).Err(); err != nil {
+		return "", false, fmt.Errorf("index capability: %w", err)
+	}
+	return res[0], true, nil
 }
 
 // ByCapability returns the record a capability opens: ok is false when the
@@ -106,7 +110,7 @@ func (s *Store) Capability(ctx context.Context, sid string) (string, bool, error
 // record's own hash is compared in constant time, so a stale index entry
 // can never open a record that holds another capability.
 func (s *Store) ByCapability(ctx context.Context, sum CapabilitySum) (Record, bool, error) {
-	sid, err := s.rdb.HGet(ctx, s.keys.Caps(), sum.hex()).Result()
+	sid, err := s.rdb.Get(ctx, s.keys.Cap(sum.hex())).Result()
 	if errors.Is(err, redis.Nil) {
 		return Record{}, false, nil
 	}

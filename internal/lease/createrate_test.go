@@ -56,7 +56,7 @@ func TestCreateRateIsFleetWideGCRA(t *testing.T) {
 	if _, ok := allow(a, "alice"); !ok {
 		t.Fatal("refused after the advertised wait")
 	}
-	if ttl := rdb.PTTL(ctx, "cr:rate:alice").Val(); ttl <= 0 || ttl > time.Minute {
+	if ttl := rdb.PTTL(ctx, lease.NewKeys("cr:", 0).CreateRate("alice")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("alice's key expires in %s, want within the minute it takes to refill", ttl)
 	}
 }

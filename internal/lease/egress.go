@@ -13,11 +13,16 @@ import (
 
 // SetEgress stores the egress policy an admin chose for a sandbox (every
 // later incarnation is created with it) and reports whether it differs
-// from the one stored before: one SET ... GET, atomic, no script needed.
+// from the one stored before. Steps: (1) the fleet marks the sandbox as one
+// never to be offered a pre-started sandbox (which runs the fleet's policy);
+// (2) one SET ... GET. A crash after (1) only costs that thread a cold start.
 func (s *Store) SetEgress(ctx context.Context, sid string, e backend.Egress) (changed bool, err error) {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return false, fmt.Errorf("encode egress policy: %w", err)
+	}
+	if err := s.rdb.SAdd(ctx, s.keys.fleetKeys()[5], sid).Err(); err != nil {
+		return false, fmt.Errorf("mark egress policy: %w", err)
 	}
 	old, err := s.rdb.SetArgs(ctx, s.keys.Egress(sid), data, redis.SetArgs{Get: true}).Result()
 	if errors.Is(err, redis.Nil) {

@@ -30,35 +30,34 @@ type Overview struct {
 // replica died mid-create) is left out, as the capacity check drops it.
 func (s *Store) Overview(ctx context.Context, now time.Time) (Overview, error) {
 	pipe := s.rdb.Pipeline()
-	a := pipe.ZRangeWithScores(ctx, s.keys.Active(), 0, -1)
-	w := pipe.ZRangeWithScores(ctx, s.keys.Warm(), 0, -1)
+	n := s.keys.Buckets()
+	a, w := make([]*redis.ZSliceCmd, n), make([]*redis.ZSliceCmd, n)
+	for b := range n {
+		a[b] = pipe.ZRangeWithScores(ctx, s.keys.Active(b), 0, -1)
+		w[b] = pipe.ZRangeWithScores(ctx, s.keys.Warm(b), 0, -1)
+	}
 	c := pipe.ZRangeByScoreWithScores(ctx, s.keys.Creating(), &redis.ZRangeBy{Min: strconv.FormatInt(ms(now), 10), Max: "+inf"})
+	users := pipe.HGetAll(ctx, s.keys.fleetKeys()[2])
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Overview{}, fmt.Errorf("read pool indexes: %w", err)
 	}
+	var active, warm []redis.Z
+	for b := range n {
+		active = append(active, a[b].Val()...)
+		warm = append(warm, w[b].Val()...)
+	}
 	var ov Overview
 	var err error
-	if ov.Active, err = s.entries(ctx, a.Val()); err != nil {
+	if ov.Active, err = s.entries(ctx, active); err != nil {
 		return Overview{}, err
 	}
-	if ov.Warm, err = s.entries(ctx, w.Val()); err != nil {
+	if ov.Warm, err = s.entries(ctx, warm); err != nil {
 		return Overview{}, err
 	}
-	creating := c.Val()
-	if len(creating) > 0 {
-		ids := make([]string, len(creating))
-		for i, z := range creating {
-			ids[i] = z.Member.(string)
-		}
-		users, err := s.rdb.HMGet(ctx, s.keys.Owners(), ids...).Result()
-		if err != nil {
-			return Overview{}, fmt.Errorf("read owners: %w", err)
-		}
-		for i, z := range creating {
-			user, _ := users[i].(string)
-			ov.Creating = append(ov.Creating, Entry{Record: Record{SandboxID: ids[i], User: user, State: "creating"},
-				Since: time.UnixMilli(int64(z.Score))})
-		}
+	for _, z := range c.Val() {
+		sid := z.Member.(string)
+		ov.Creating = append(ov.Creating, Entry{Record: Record{SandboxID: sid, User: users.Val()[sid], State: "creating"},
+			Since: time.UnixMilli(int64(z.Score))})
 	}
 	return ov, nil
 }

@@ -4,70 +4,82 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptPutPrewarm records a just-started (or adopted) pre-started sandbox
-// in the prewarm index and gives back the refill's capacity reservation,
-// unless a record exists (the reconciler racing a refill).
-// KEYS: sbx, prewarm, creating. ARGV: sid, now, field/value pairs...
-// Returns 1 (written) or 0.
-var scriptPutPrewarm = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local fields = {}
-for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], 'state', 'prewarm', unpack(fields))
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+// scriptTakePrewarm hands the pre-started sandbox pw to the new thread's
+// sandbox id sid in the fleet's slot: pw leaves the pre-started index and
+// its capacity unit becomes sid's reservation, in one step. Of the replicas
+// racing for pw, one gets 1, the others nil.
+// KEYS: fleetKeys. ARGV: pw, sid, deadline, user.
+var scriptTakePrewarm = redis.NewScript(`
+if redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then return nil end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[4]) end
 return 1
 `)
 
-// scriptTakePrewarm hands the pre-started sandbox pw to the new thread's
-// sandbox id sid: it leaves the prewarm index and its record is deleted
-// (returned to the caller), and its capacity unit becomes sid's
-// reservation, owned by the thread's user, in one step. Of the replicas
-// racing for pw, one gets the record, the others nil. If the taker dies
-// before recording sid, pw runs without a record: the reconciler adopts it
-// back into the prewarm index after its grace period, and sid's
-// reservation expires.
-// KEYS: sbx(pw), prewarm, creating, owners. ARGV: pw, sid, deadline, user.
-var scriptTakePrewarm = redis.NewScript(`
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return nil end
-local rec = redis.call('HGETALL', KEYS[1])
-redis.call('DEL', KEYS[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-redis.call('HSET', KEYS[4], ARGV[2], ARGV[4])
-return rec
-`)
-
 // PutPrewarm writes rec, a sandbox no thread has claimed, into the prewarm
-// index unless a record exists; it reports whether it wrote.
+// index unless a record exists, and gives back the refill's reservation; it
+// reports whether it wrote. Steps: (1) registered in its bucket; (2) record
+// written if absent; (3) the fleet indexes it and releases the reservation.
+// A crash after (1) leaves a registry entry Repair drops; after (2), a
+// pre-started record out of the index, which Repair indexes.
 func (s *Store) PutPrewarm(ctx context.Context, rec Record, now time.Time) (bool, error) {
 	sid := rec.SandboxID
-	args := append([]any{sid, ms(now)}, rec.fields()...)
-	keys := []string{s.keys.Sandbox(sid), s.keys.Prewarm(), s.keys.Creating()}
-	n, err := scriptPutPrewarm.Run(ctx, s.rdb, keys, args...).Int()
-	if err != nil {
+	if _, err := s.index(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
 		return false, fmt.Errorf("write prewarm record: %w", err)
 	}
-	return n == 1, nil
+	args := append([]any{"absent", string(StatePrewarm), rec.Incarnation}, rec.fields()...)
+	n, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Int()
+	if err != nil || n == 0 {
+		if err != nil {
+			err = fmt.Errorf("write prewarm record: %w", err)
+		}
+		return false, err
+	}
+	if err := s.step("put_prewarm", 2); err != nil {
+		return false, err
+	}
+	err = scriptFleetCommit.Run(ctx, s.rdb, s.keys.fleetKeys(), sid, "", "", "", "", "", strconv.FormatInt(ms(now), 10)).Err()
+	if err != nil {
+		return false, fmt.Errorf("index prewarm record: %w", err)
+	}
+	return true, nil
 }
 
-// TakePrewarm moves the pre-started sandbox pw to (sid, user): see
-// scriptTakePrewarm. ok is false when another replica took it first.
+// TakePrewarm moves the pre-started sandbox pw to (sid, user) and returns
+// pw's record, deleted. ok is false when another replica took it first.
+// Steps: (1) the fleet moves pw's unit to sid's reservation; (2) pw's record
+// deleted; (3) pw out of its bucket. A crash after (1) leaves pw's record
+// out of the index (Repair puts it back; sid's reservation expires); after
+// (2), a registry entry Repair drops. If the taker dies before recording
+// sid, pw runs without a record: the reconciler adopts it back.
 func (s *Store) TakePrewarm(ctx context.Context, pw, sid, user string, deadline time.Time) (Record, bool, error) {
-	keys := []string{s.keys.Sandbox(pw), s.keys.Prewarm(), s.keys.Creating(), s.keys.Owners()}
-	res, err := scriptTakePrewarm.Run(ctx, s.rdb, keys, pw, sid, ms(deadline), user).Slice()
+	err := scriptTakePrewarm.Run(ctx, s.rdb, s.keys.fleetKeys(), pw, sid, ms(deadline), user).Err()
 	if errors.Is(err, redis.Nil) {
 		return Record{}, false, nil
 	}
 	if err != nil {
 		return Record{}, false, fmt.Errorf("take prewarm sandbox: %w", err)
 	}
-	rec, ok := recordFromPairs(pw, res)
-	return rec, ok, nil
+	if err := s.step("take_prewarm", 1); err != nil {
+		return Record{}, false, err
+	}
+	rec, ok, err := s.deleteRecord(ctx, pw, "", StatePrewarm)
+	if err != nil || !ok {
+		return Record{}, false, err
+	}
+	if err := s.step("take_prewarm", 2); err != nil {
+		return Record{}, false, err
+	}
+	if _, err := s.index(ctx, pw, "drop", time.Time{}, ""); err != nil {
+		return Record{}, false, fmt.Errorf("take prewarm sandbox: %w", err)
+	}
+	return rec, true, nil
 }
 
 // PrewarmRecords returns the pre-started sandboxes' records, oldest first.

@@ -42,7 +42,7 @@ func TestReservePrewarmKinds(t *testing.T) {
 				if _, err := s.SetEgress(ctx, "e1", backend.Egress{Mode: backend.EgressNone}); err != nil {
 					t.Fatal(err)
 				}
-			}, req(KindClaim, "v", "e1"), ReserveResult{Outcome: "evict", Victim: "p1"}},
+			}, req(KindClaim, "e", "e1"), ReserveResult{Outcome: "evict", Victim: "p1"}},
 			{"full: a create evicts a pre-started one first", func() {
 				_ = s.PutActive(ctx, userRec("w", "w1"), now)
 				_, _ = s.Release(ctx, "w1", "w", "t-w1", now)
@@ -72,7 +72,7 @@ func TestReservePrewarmKinds(t *testing.T) {
 		if sc, _ := s.Client().ZScore(ctx, s.Keys().Creating(), "b1").Result(); sc == 0 {
 			t.Fatal("the claimer holds no reservation")
 		}
-		if u, _ := s.Client().HGet(ctx, s.Keys().Owners(), "b1").Result(); u != "v" {
+		if u, _ := s.Client().HGet(ctx, s.Keys().fleetKeys()[2], "b1").Result(); u != "v" {
 			t.Fatalf("owner of the claim = %q", u)
 		}
 		if _, ok, _ := s.TakePrewarm(ctx, "p1", "b2", "v", now); ok {
@@ -82,7 +82,7 @@ func TestReservePrewarmKinds(t *testing.T) {
 			t.Fatalf("after the take: %+v", c)
 		}
 		// Eviction and forgetting leave the index.
-		if _, ok, _ := s.ClaimExpired(ctx, "p2", s.Keys().Prewarm(), time.Unix(1<<40, 0)); !ok {
+		if _, ok, _ := s.ClaimExpired(ctx, "p2", IndexPrewarm, time.Unix(1<<40, 0), now); !ok {
 			t.Fatal("claim of a pre-started sandbox for eviction")
 		}
 		if _, err := s.Forget(ctx, "p2", ""); err != nil {

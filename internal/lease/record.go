@@ -39,6 +39,7 @@ type Record struct {
 	// Capability opens this incarnation through a capability URL; "" until
 	// one is first handed out (Store.Capability). Never log it.
 	Capability string
+	capSum     string // the capability's index key (hex SHA-256)
 }
 
 // RecordFromInfo builds the record of a live sandbox.
@@ -108,6 +109,7 @@ func recordFromHash(sid string, h map[string]string) (Record, bool) {
 		Secret:      h["secret"],
 		Prewarm:     h["prewarm"],
 		Capability:  h["cap"],
+		capSum:      h["cap_sum"],
 	}, true
 }
 

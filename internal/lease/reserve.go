@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -9,144 +10,166 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptReserve takes one unit of fleet-wide capacity for a create. Capacity
-// counts active + warm + creating + prewarm; expired reservations (a replica
-// that died mid-create) are dropped first. Outcomes:
+// The limits that must stay exact (the fleet's cap, each user's quotas)
+// are each one small set of keys in a slot of their own, changed by one
+// script together with the reservations that hold capacity for creates in
+// progress. A reservation carries a deadline, so one whose replica died
+// frees itself: every check drops those past it first.
 //
-//	{'ok'}                 reserved (also when max <= 0: no cap)
-//	{'prewarm', sid}       mode 'claim' only: nothing reserved; take the
-//	                       pre-started sandbox sid instead (Store.TakePrewarm)
-//	{'evict', sid}         destroy warm or pre-started sandbox sid, then
-//	                       reserve again
-//	{'over'}               full, nothing warm, soft mode: reserved beyond the cap
-//	{'full'}               full, nothing warm, hard mode: not reserved
-//	{'user_max', n}        the user holds n >= user_max sandboxes, none warm
-//	{'user_creates', n}    the user has n >= user_creates creates in progress
-//	{'share', n}           hard mode, full, other users hold sandboxes and the
-//	                       user holds its fair share n (max / users) or more
+// The fleet ({fleet}) counts what its buckets hold from a copy each bucket
+// reports ("count|seq", the newest seq wins, so reports may arrive in any
+// order or twice), plus the pre-started sandboxes and the reservations it
+// keeps itself. A reservation is released in the same step that reports the
+// bucket holding its new sandbox, so a create is never counted zero or two
+// times once that step has run; a replica dying before it leaves the bucket's
+// copy behind by one until the next report (any change in that bucket, or
+// the reconciler's sync of it: Store.SyncCount).
 //
-// Per-user counts come from the owners hash (sid -> user), written with
-// every record and reservation. An owners entry counts only while its sid
-// sits in active, warm or creating, exactly like the fleet count; entries in
-// none (forgotten, claimed, unreserved, expired) are dropped here, so
-// Unreserve and an expired reservation need no extra bookkeeping. The scan
-// is O(fleet) and runs only on a create, and only when a per-user limit is
-// set or a hard cap is full; without them the script is the plain cap check.
+// A user ({u:user}) keeps its sandboxes as members: held (score heldScore)
+// or reserved (score = deadline). Membership is idempotent, so a repeated
+// step changes nothing, and the reconciler re-adds any record's sandbox its
+// user lost (Store.Repair).
+
+// heldScore marks a user's recorded sandbox (any deadline is below it).
+const (
+	heldScore = "1e15"
+	heldAt    = 1e15
+)
+
+// scriptFleetReserve takes one unit of fleet-wide capacity for a create.
+// Capacity counts the buckets' active + warm, the pre-started sandboxes and
+// the reservations. Outcomes:
 //
-// Eviction prefers, in order: the user's own oldest warm sandbox when it is
-// at a per-user limit or its fair share; at a full cap, the oldest
-// pre-started sandbox (it holds nobody's work), then the oldest warm
-// sandbox of a user at or over its fair share (hard mode), then the oldest
-// warm sandbox.
+//	{'ok'}              reserved (also when max <= 0: no cap)
+//	{'prewarm', sid}    kind 'claim' only: nothing reserved; take the
+//	                    pre-started sandbox sid instead (Store.TakePrewarm)
+//	{'evict', sid}      full: destroy pre-started sandbox sid, then reserve again
+//	{'share', n}        hard mode, full, other users hold sandboxes and the
+//	                    user holds its fair share n (max / users) or more
+//	{'over'}            full, force set (soft mode, nothing warm): reserved beyond the cap
+//	{'full'}            full: the caller looks for a warm sandbox to evict
 //
-// Two kinds of call besides a plain create (ARGV[9]):
-//   - 'claim', a new thread that may take a pre-started sandbox: once the
-//     per-user checks pass, the oldest one is offered whatever the fleet's
-//     fullness (taking it moves its unit to the thread: the count is
-//     unchanged), and only without one is capacity reserved as usual. A
-//     sandbox with an egress policy of its own (KEYS[6]) is a plain create:
-//     a pre-started one runs the fleet's;
-//   - 'prewarm', the refill of the pre-started pool (no user): it reserves
-//     free capacity only, never evicts, never goes over, owns nothing.
-//
-// KEYS: active, warm, creating, owners, prewarm, egress policy of sid.
-// ARGV: sid, max, now, deadline, mode(soft|hard), user, user_max, user_creates, kind(empty|claim|prewarm).
-var scriptReserve = redis.NewScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[3])
-if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+// A claim is offered the oldest pre-started sandbox whatever the fleet's
+// fullness (taking it moves its unit to the thread), unless the sandbox has
+// an egress policy of its own (a pre-started one runs the fleet's). The
+// refill (kind 'prewarm') only reserves free room. The fair share needs the
+// number of users holding sandboxes (holders, reported by Commit) and the
+// user's own count (ARGV mine, from its quota step).
+// KEYS: fleetKeys. ARGV: sid, max, now, deadline, mode(soft|hard), user,
+// mine, kind(”|claim|prewarm), force(0|1).
+var scriptFleetReserve = redis.NewScript(`
+for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[3])) do
+  redis.call('ZREM', KEYS[2], s)
+  redis.call('HDEL', KEYS[3], s)
+end
+local sid, max, hard, user, mine, kind = ARGV[1], tonumber(ARGV[2]), ARGV[5] == 'hard', ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local function take()
+  redis.call('ZADD', KEYS[2], ARGV[4], sid)
+  if user ~= '' then redis.call('HSET', KEYS[3], sid, user) end
+end
+if redis.call('ZSCORE', KEYS[2], sid) then
+  take()
   return {'ok'}
 end
-local sid, max, hard, user = ARGV[1], tonumber(ARGV[2]), ARGV[5] == 'hard', ARGV[6]
-local umax, ucreates, kind = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
-if kind == 'claim' and redis.call('EXISTS', KEYS[6]) == 1 then kind = '' end
-local n = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5])
-local full = max > 0 and n >= max
-local function take()
-  redis.call('ZADD', KEYS[3], ARGV[4], sid)
-  if user ~= '' then redis.call('HSET', KEYS[4], sid, user) end
+if kind == 'claim' and redis.call('SISMEMBER', KEYS[6], sid) == 1 then kind = '' end
+local n = redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[4])
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+  n = n + tonumber(string.sub(v, 1, string.find(v, '|', 1, true) - 1))
 end
+local full = max > 0 and n >= max
 if kind == 'prewarm' then
   if full then return {'full'} end
   take()
   return {'ok'}
 end
-local pre = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
-local function offer()
-  if kind == 'claim' and pre then return {'prewarm', pre} end
-  if full and pre then return {'evict', pre} end
+local pre = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+if kind == 'claim' and pre then return {'prewarm', pre} end
+if full and hard and user ~= '' then
+  local users = redis.call('HLEN', KEYS[5])
+  if redis.call('HEXISTS', KEYS[5], user) == 0 then users = users + 1 end
+  local share = math.max(1, math.floor(max / users))
+  if users > 1 and mine >= share then return {'share', tostring(share)} end
 end
-local function oldest(warm)
-  local best
-  for _, w in ipairs(warm) do
-    if not best or w[3] < best[3] then best = w end
-  end
-  return best and best[1]
-end
-if umax > 0 or ucreates > 0 or (full and hard) then
-  local per, warm, mine, mineWarm, creating = {}, {}, 0, {}, 0
-  local owners = redis.call('HGETALL', KEYS[4])
-  for i = 1, #owners, 2 do
-    local s, u = owners[i], owners[i + 1]
-    local w = redis.call('ZSCORE', KEYS[2], s)
-    local live = w or redis.call('ZSCORE', KEYS[1], s)
-    local c = false
-    if not live then
-      c = redis.call('ZSCORE', KEYS[3], s)
-      live = c
-    end
-    if not live then
-      redis.call('HDEL', KEYS[4], s)
-    else
-      per[u] = (per[u] or 0) + 1
-      if w then warm[#warm + 1] = {s, u, tonumber(w)} end
-      if u == user then
-        mine = mine + 1
-        if c then creating = creating + 1 end
-        if w then mineWarm[#mineWarm + 1] = {s, u, tonumber(w)} end
-      end
-    end
-  end
-  if umax > 0 and mine >= umax then
-    local v = oldest(mineWarm)
-    if v then return {'evict', v} end
-    return {'user_max', tostring(mine)}
-  end
-  if ucreates > 0 and creating >= ucreates then return {'user_creates', tostring(creating)} end
-  if full and hard then
-    local users = 0
-    for _ in pairs(per) do users = users + 1 end
-    if not per[user] then users = users + 1 end
-    local share = math.max(1, math.floor(max / users))
-    if users > 1 and mine >= share then
-      local v = oldest(mineWarm)
-      if v then return {'evict', v} end
-      return {'share', tostring(share)}
-    end
-    local o = offer()
-    if o then return o end
-    local over = {}
-    for _, w in ipairs(warm) do
-      if per[w[2]] >= share then over[#over + 1] = w end
-    end
-    local v = oldest(over) or oldest(warm)
-    if v then return {'evict', v} end
-    return {'full'}
-  end
-end
-local o = offer()
-if o then return o end
+if full and pre then return {'evict', pre} end
 if not full then
   take()
   return {'ok'}
 end
-local lru = redis.call('ZRANGE', KEYS[2], 0, 0)
-if lru[1] then return {'evict', lru[1]} end
-if not hard then
+if ARGV[9] == '1' then
   take()
   return {'over'}
 end
 return {'full'}
+`)
+
+// scriptFleetCommit ends what a create, a destroy or a sync changed in the
+// fleet's count: sid's reservation is released and sid leaves the
+// pre-started index (ARGV[7] = score: enters it instead), the bucket's
+// reported count is kept if its seq is newer, and the user's holder count
+// is set. Empty arguments skip their part.
+// KEYS: fleetKeys. ARGV: sid, bucket, count, seq, user, held, prewarm score.
+var scriptFleetCommit = redis.NewScript(`
+if ARGV[1] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  if ARGV[7] ~= '' then
+    redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
+  else
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+end
+if ARGV[2] ~= '' then
+  local cur = redis.call('HGET', KEYS[1], ARGV[2])
+  local seq = -1
+  if cur then seq = tonumber(string.sub(cur, string.find(cur, '|', 1, true) + 1)) end
+  if tonumber(ARGV[4]) > seq then redis.call('HSET', KEYS[1], ARGV[2], ARGV[3] .. '|' .. ARGV[4]) end
+end
+if ARGV[5] ~= '' and ARGV[6] ~= '' then
+  if tonumber(ARGV[6]) > 0 then
+    redis.call('HSET', KEYS[5], ARGV[5], ARGV[6])
+  else
+    redis.call('HDEL', KEYS[5], ARGV[5])
+  end
+end
+return 1
+`)
+
+// scriptUserReserve takes a unit of one user's quotas: its sandboxes held
+// or reserved must stay under user_max and its reservations under
+// user_creates; reservations past their deadline are dropped first, and a
+// sandbox already a member is not counted twice.
+// KEYS: the user's set. ARGV: sid, now, deadline, user_max, user_creates.
+// Returns {outcome, n}: 'ok' with the user's count before this one,
+// 'user_max' with its count, 'user_creates' with its creates in progress.
+var scriptUserReserve = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+local all = redis.call('ZCARD', KEYS[1])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score then
+  if tonumber(score) < ` + heldScore + ` then redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
+  return {'ok', tostring(all - 1)}
+end
+local creating = all - redis.call('ZCOUNT', KEYS[1], '` + heldScore + `', '+inf')
+local umax, ucreates = tonumber(ARGV[4]), tonumber(ARGV[5])
+if umax > 0 and all >= umax then return {'user_max', tostring(all)} end
+if ucreates > 0 and creating >= ucreates then return {'user_creates', tostring(creating)} end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return {'ok', tostring(all)}
+`)
+
+// scriptUserMember makes sid held by the user ('hold'), drops it ('leave'),
+// or drops its reservation only ('unreserve': a held sandbox stays).
+// KEYS: the user's set. ARGV: sid, op. Returns the user's held count.
+var scriptUserMember = redis.NewScript(`
+if ARGV[2] == 'hold' then
+  redis.call('ZADD', KEYS[1], '` + heldScore + `', ARGV[1])
+elseif ARGV[2] == 'leave' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if score and tonumber(score) < ` + heldScore + ` then redis.call('ZREM', KEYS[1], ARGV[1]) end
+end
+return redis.call('ZCOUNT', KEYS[1], '` + heldScore + `', '+inf')
 `)
 
 // ReserveRequest asks for a capacity unit for one create.
@@ -163,7 +186,7 @@ type ReserveRequest struct {
 	MaxCreatesPerUser int
 	// Now drops expired reservations; Deadline is when this one expires.
 	Now, Deadline time.Time
-	// Kind is "" (a create), KindClaim or KindPrewarm (see scriptReserve).
+	// Kind is "" (a create), KindClaim or KindPrewarm (see scriptFleetReserve).
 	Kind string
 }
 
@@ -182,35 +205,248 @@ type ReserveResult struct {
 	Held int
 }
 
-// Reserve takes a capacity unit for req.SandboxID (see scriptReserve).
+// Reserve takes a capacity unit for req.SandboxID: the user's quotas first
+// (a user's reservation is recorded whether or not this request checks a
+// quota: another replica's may), then the fleet's cap. A user at a limit or its fair share evicts its own oldest warm
+// sandbox first; a full fleet evicts the oldest pre-started sandbox, then
+// (hard mode) the oldest warm one of a user at or over its share, then the
+// oldest warm one; soft mode with nothing to evict goes over the cap. A
+// refusal by the fleet gives the user's unit back.
 func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (ReserveResult, error) {
+	mine := 0
+	userStep := req.User != "" // its creates in progress count for its quotas, set or not
+	if userStep {
+		res, err := s.reserveUser(ctx, req)
+		if err != nil || res.Outcome != "ok" {
+			return res, err
+		}
+		mine = res.Held
+	}
+	res, err := s.reserveFleet(ctx, req, mine)
+	if err == nil && userStep && res.Outcome != "ok" && res.Outcome != "over" && res.Outcome != "prewarm" {
+		err = s.userMember(ctx, req.User, req.SandboxID, "unreserve")
+	}
+	return res, err
+}
+
+func (s *Store) reserveUser(ctx context.Context, req ReserveRequest) (ReserveResult, error) {
+	for pruned := false; ; pruned = true {
+		out, err := scriptUserReserve.Run(ctx, s.rdb, []string{s.keys.User(req.User)}, req.SandboxID, ms(req.Now),
+			ms(req.Deadline), req.MaxPerUser, req.MaxCreatesPerUser).StringSlice()
+		if err != nil {
+			return ReserveResult{}, fmt.Errorf("reserve user quota: %w", err)
+		}
+		n, err := strconv.Atoi(out[1])
+		if err != nil {
+			return ReserveResult{}, fmt.Errorf("reserve user quota: bad count %q: %w", out[1], err)
+		}
+		res := ReserveResult{Outcome: out[0], Held: n}
+		if res.Outcome != "user_max" {
+			return res, nil
+		}
+		victim, err := s.oldestWarmOf(ctx, req.User)
+		if err != nil || victim != "" {
+			return ReserveResult{Outcome: "evict", Victim: victim}, err
+		}
+		// A held member whose record is gone (a destroy that died between its
+		// steps) counts for nothing: drop such members once and ask again.
+		if pruned {
+			return res, nil
+		}
+		if n, err := s.pruneUser(ctx, req.User); err != nil || n == 0 {
+			return res, err
+		}
+	}
+}
+
+func (s *Store) reserveFleet(ctx context.Context, req ReserveRequest, mine int) (ReserveResult, error) {
 	mode := "soft"
 	if req.Hard {
 		mode = "hard"
 	}
-	keys := []string{s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Owners(), s.keys.Prewarm(),
-		s.keys.Egress(req.SandboxID)}
-	res, err := scriptReserve.Run(ctx, s.rdb, keys, req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode,
-		req.User, req.MaxPerUser, req.MaxCreatesPerUser, req.Kind).StringSlice()
-	if err != nil {
-		return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
-	}
-	out := ReserveResult{Outcome: res[0]}
-	if len(res) > 1 {
-		if out.Outcome == "evict" || out.Outcome == "prewarm" {
-			out.Victim = res[1]
-		} else if out.Held, err = strconv.Atoi(res[1]); err != nil {
-			return ReserveResult{}, fmt.Errorf("reserve capacity: bad count %q: %w", res[1], err)
+	for force := 0; ; force++ {
+		out, err := scriptFleetReserve.Run(ctx, s.rdb, s.keys.fleetKeys(), req.SandboxID, req.Max, ms(req.Now),
+			ms(req.Deadline), mode, req.User, mine, req.Kind, force).StringSlice()
+		if err != nil {
+			return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
+		}
+		res := ReserveResult{Outcome: out[0]}
+		switch res.Outcome {
+		case "evict", "prewarm":
+			res.Victim = out[1]
+			return res, nil
+		case "share":
+			if res.Held, err = strconv.Atoi(out[1]); err != nil {
+				return ReserveResult{}, fmt.Errorf("reserve capacity: bad share %q: %w", out[1], err)
+			}
+			if victim, err := s.oldestWarmOf(ctx, req.User); err != nil || victim != "" {
+				return ReserveResult{Outcome: "evict", Victim: victim}, err
+			}
+			return res, nil
+		case "full":
+			if req.Kind == KindPrewarm {
+				return res, nil
+			}
+			victim, err := s.oldestWarm(ctx, req)
+			if err != nil || victim != "" {
+				return ReserveResult{Outcome: "evict", Victim: victim}, err
+			}
+			if req.Hard || force > 0 {
+				return res, nil
+			}
+		default:
+			return res, nil
 		}
 	}
-	return out, nil
 }
 
-// Unreserve gives back sid's capacity reservation after a failed create; its
-// owners entry is dropped by the next Reserve that scans.
-func (s *Store) Unreserve(ctx context.Context, sid string) error {
-	if err := s.rdb.ZRem(ctx, s.keys.Creating(), sid).Err(); err != nil {
+// oldestWarm picks the warm sandbox a full fleet evicts: the oldest of the
+// buckets' oldest, in hard mode preferring one whose user holds its fair
+// share or more. O(buckets), only at a full cap.
+func (s *Store) oldestWarm(ctx context.Context, req ReserveRequest) (string, error) {
+	n := s.keys.Buckets()
+	pipe := s.rdb.Pipeline()
+	heads := make([]*redis.ZSliceCmd, n)
+	for b := range n {
+		heads[b] = pipe.ZRangeWithScores(ctx, s.keys.Warm(b), 0, 0)
+	}
+	holders := pipe.HGetAll(ctx, s.keys.fleetKeys()[4])
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("find a warm sandbox to evict: %w", err)
+	}
+	var cands []redis.Z
+	for _, h := range heads {
+		cands = append(cands, h.Val()...)
+	}
+	if len(cands) == 0 {
+		return "", nil
+	}
+	oldest := func(zs []redis.Z) string {
+		best := zs[0]
+		for _, z := range zs[1:] {
+			if z.Score < best.Score {
+				best = z
+			}
+		}
+		return best.Member.(string)
+	}
+	if !req.Hard || req.Max <= 0 {
+		return oldest(cands), nil
+	}
+	users := len(holders.Val())
+	if _, ok := holders.Val()[req.User]; !ok && req.User != "" {
+		users++
+	}
+	share := max(1, req.Max/max(users, 1))
+	recs, err := s.records(ctx, members(cands))
+	if err != nil {
+		return "", err
+	}
+	over := map[string]bool{}
+	for _, r := range recs {
+		if held, _ := strconv.Atoi(holders.Val()[r.User]); held >= share {
+			over[r.SandboxID] = true
+		}
+	}
+	var overs []redis.Z
+	for _, z := range cands {
+		if over[z.Member.(string)] {
+			overs = append(overs, z)
+		}
+	}
+	if len(overs) > 0 {
+		return oldest(overs), nil
+	}
+	return oldest(cands), nil
+}
+
+// oldestWarmOf is user's own oldest warm sandbox, "" if none: O(user's).
+func (s *Store) oldestWarmOf(ctx context.Context, user string) (string, error) {
+	held, err := s.rdb.ZRangeByScore(ctx, s.keys.User(user), &redis.ZRangeBy{Min: heldScore, Max: "+inf"}).Result()
+	if err != nil {
+		return "", fmt.Errorf("read user sandboxes: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	scores := make([]*redis.FloatCmd, len(held))
+	for i, sid := range held {
+		scores[i] = pipe.ZScore(ctx, s.keys.Warm(s.keys.Bucket(sid)), sid)
+	}
+	if len(held) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return "", fmt.Errorf("read user's warm sandboxes: %w", err)
+		}
+	}
+	best, at := "", 0.0
+	for i, c := range scores {
+		if c.Err() == nil && (best == "" || c.Val() < at) {
+			best, at = held[i], c.Val()
+		}
+	}
+	return best, nil
+}
+
+// pruneUser drops user's held members without a record; it returns how many.
+func (s *Store) pruneUser(ctx context.Context, user string) (int, error) {
+	held, err := s.rdb.ZRangeByScore(ctx, s.keys.User(user), &redis.ZRangeBy{Min: heldScore, Max: "+inf"}).Result()
+	if err != nil {
+		return 0, fmt.Errorf("read user sandboxes: %w", err)
+	}
+	recs, err := s.records(ctx, held)
+	if err != nil {
+		return 0, err
+	}
+	have := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		have[r.SandboxID] = true
+	}
+	n := 0
+	for _, sid := range held {
+		if !have[sid] {
+			if err := s.userMember(ctx, user, sid, "leave"); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// userMember runs one membership change of user's quota set and returns
+// the user's held count.
+func (s *Store) userMember(ctx context.Context, user, sid, op string) error {
+	_, err := s.userMemberCount(ctx, user, sid, op)
+	return err
+}
+
+func (s *Store) userMemberCount(ctx context.Context, user, sid, op string) (int64, error) {
+	n, err := scriptUserMember.Run(ctx, s.rdb, []string{s.keys.User(user)}, sid, op).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("user quota (%s): %w", op, err)
+	}
+	return n, nil
+}
+
+// Unreserve gives back sid's capacity reservation after a failed create.
+func (s *Store) Unreserve(ctx context.Context, sid, user string) error {
+	var calls []*call
+	if user != "" {
+		calls = append(calls, &call{script: scriptUserMember, keys: []string{s.keys.User(user)}, args: []any{sid, "unreserve"}})
+	}
+	fleet := s.keys.fleetKeys()
+	err := s.batch(ctx, calls, func(p redis.Pipeliner) {
+		p.ZRem(ctx, fleet[1], sid)
+		p.HDel(ctx, fleet[2], sid)
+	})
+	if err != nil {
 		return fmt.Errorf("unreserve: %w", err)
 	}
 	return nil
+}
+
+func members(zs []redis.Z) []string {
+	out := make([]string, len(zs))
+	for i, z := range zs {
+		out[i] = z.Member.(string)
+	}
+	return out
 }

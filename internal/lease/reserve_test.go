@@ -46,7 +46,7 @@ func TestReservePerUser(t *testing.T) {
 		}
 		// A create that failed gives its unit back; one that succeeded moves
 		// from creating to active and still counts, but not as a create.
-		if err := s.Unreserve(ctx, "b1"); err != nil {
+		if err := s.Unreserve(ctx, "b1", "b"); err != nil {
 			t.Fatal(err)
 		}
 		_ = s.PutActive(ctx, userRec("b", "b2"), now)
@@ -68,11 +68,11 @@ func TestReservePerUser(t *testing.T) {
 		if _, err := s.Forget(ctx, "a1", ""); err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := s.Client().HLen(ctx, s.Keys().Owners()).Result(); n == 0 {
-			t.Fatal("owners index is empty")
+		if n, _ := s.Client().ZCard(ctx, s.Keys().User("a")).Result(); n == 0 {
+			t.Fatal("the user's quota set is empty")
 		}
-		if ok, _ := s.Client().HExists(ctx, s.Keys().Owners(), "a1").Result(); ok {
-			t.Fatal("forgotten sandbox still in the owners index")
+		if err := s.Client().ZScore(ctx, s.Keys().User("a"), "a1").Err(); err == nil {
+			t.Fatal("forgotten sandbox still in its user's quota set")
 		}
 		// An adopted warm sandbox counts for its user.
 		if wrote, _ := s.PutWarm(ctx, userRec("d", "d1"), now); !wrote {

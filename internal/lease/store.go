@@ -1,7 +1,8 @@
 // Package lease keeps the fleet-wide sandbox state in Redis: one record per
-// sandbox, the active and warm indexes, the capacity reservations and the
-// per-sandbox provisioning lock. Every conditional write is one Lua script,
-// so replicas never interleave a read and a write.
+// sandbox, the indexes split into buckets, the capacity reservations and the
+// per-sandbox provisioning lock. Every conditional write is one Lua script
+// in one Redis Cluster slot (scripts.go says how the steps of a change that
+// spans slots are ordered), so replicas never interleave a read and a write.
 package lease
 
 import (
@@ -9,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,11 +20,20 @@ import (
 type Store struct {
 	rdb  redis.UniversalClient
 	keys Keys
+	// crash, when set (tests), is asked after each step of a change that
+	// spans slots; an error stops the change there, as a replica dying would.
+	crash func(op string, step int) error
 }
 
-// NewStore returns a Store over rdb with the given key prefix.
+// NewStore returns a Store over rdb with the given key prefix and
+// DefaultBuckets buckets.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: NewKeys(prefix)}
+	return NewStoreBuckets(rdb, prefix, 0)
+}
+
+// NewStoreBuckets returns a Store with n buckets (<= 0: DefaultBuckets).
+func NewStoreBuckets(rdb redis.UniversalClient, prefix string, n int) *Store {
+	return &Store{rdb: rdb, keys: NewKeys(prefix, n)}
 }
 
 // Keys returns the key set in use.
@@ -41,6 +50,17 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// errCrash is what a test's crash hook returns.
+var errCrash = errors.New("crashed between steps (test)")
+
+// step reports the end of step n of op to the test hook.
+func (s *Store) step(op string, n int) error {
+	if s.crash == nil {
+		return nil
+	}
+	return s.crash(op, n)
+}
+
 // Get returns the record of sid; ok is false when there is none.
 func (s *Store) Get(ctx context.Context, sid string) (Record, bool, error) {
 	h, err := s.rdb.HGetAll(ctx, s.keys.Sandbox(sid)).Result()
@@ -51,38 +71,121 @@ func (s *Store) Get(ctx context.Context, sid string) (Record, bool, error) {
 	return rec, ok, nil
 }
 
+// index runs scriptIndex on sid's bucket and returns the bucket's count
+// and seq after it.
+func (s *Store) index(ctx context.Context, sid, state string, at time.Time, reg string) (bucketCount, error) {
+	b := s.keys.Bucket(sid)
+	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), sid, state, ms(at), reg).Int64Slice()
+	if err != nil {
+		return bucketCount{}, fmt.Errorf("index sandbox: %w", err)
+	}
+	return bucketCount{bucket: b, count: v[0], seq: v[1]}, nil
+}
+
+// bucketCount is a bucket's active + warm count at version seq.
+type bucketCount struct {
+	bucket     int
+	count, seq int64
+}
+
+func regValue(now time.Time, incarnation string) string {
+	return strconv.FormatInt(ms(now), 10) + "|" + incarnation
+}
+
 // PutActive writes rec as active with activity now. Hold the sandbox's lock.
+// Steps: (1) bucket: registered and indexed active; (2) record written;
+// (3) the old incarnation's capability index entry deleted, the user holds
+// it, the fleet releases its reservation and takes the bucket's count.
+// A crash after (1) leaves an index entry without a record (or with the
+// previous record): Repair drops it or follows the record. After (2): the
+// reservation expires, the bucket's count reaches the fleet with its next
+// change or sync, Repair restores the user's membership.
 func (s *Store) PutActive(ctx context.Context, rec Record, now time.Time) error {
 	sid := rec.SandboxID
-	args := append([]any{sid, ms(now), rec.Incarnation}, rec.fields()...)
-	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Creating(), s.keys.Caps(), s.keys.Owners()}
-	if err := scriptPutActive.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+	bc, err := s.index(ctx, sid, "active", now, regValue(now, rec.Incarnation))
+	if err != nil {
 		return fmt.Errorf("write active record: %w", err)
+	}
+	if err := s.step("put_active", 1); err != nil {
+		return err
+	}
+	args := append([]any{"replace", string(StateActive), rec.Incarnation}, rec.fields()...)
+	oldCap, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Text()
+	if err != nil {
+		return fmt.Errorf("write active record: %w", err)
+	}
+	if err := s.step("put_active", 2); err != nil {
+		return err
+	}
+	return s.commit(ctx, sid, rec.User, oldCap, "hold", bc, "")
+}
+
+// commit is the last step of a create or a destroy: the capability index
+// entry capSum (if any) deleted, user's membership changed by op (if a
+// user), the fleet's reservation of sid released, sid in or out of the
+// pre-started index, bc reported. One round trip per node.
+func (s *Store) commit(ctx context.Context, sid, user, capSum, op string, bc bucketCount, prewarmScore string) error {
+	held := ""
+	if user != "" {
+		n, err := s.userMemberCount(ctx, user, sid, op)
+		if err != nil {
+			return err
+		}
+		held = strconv.FormatInt(n, 10)
+	}
+	calls := []*call{{script: scriptFleetCommit, keys: s.keys.fleetKeys(),
+		args: []any{sid, bc.bucket, bc.count, bc.seq, user, held, prewarmScore}}}
+	err := s.batch(ctx, calls, func(p redis.Pipeliner) {
+		if capSum != "" {
+			p.Del(ctx, s.keys.Cap(capSum))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", sid, err)
 	}
 	return nil
 }
 
 // PutWarm writes rec into the warm pool unless a record exists; it reports
-// whether it wrote.
+// whether it wrote. Steps: (1) registered in its bucket if it was not;
+// (2) record written if absent; (3) indexed warm; (4) as PutActive's (3).
 func (s *Store) PutWarm(ctx context.Context, rec Record, now time.Time) (bool, error) {
 	sid := rec.SandboxID
-	args := append([]any{sid, ms(now)}, rec.fields()...)
-	keys := []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm(), s.keys.Owners()}
-	n, err := scriptPutWarm.Run(ctx, s.rdb, keys, args...).Int()
-	if err != nil {
+	if _, err := s.index(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
 		return false, fmt.Errorf("write warm record: %w", err)
 	}
-	return n == 1, nil
+	args := append([]any{"absent", string(StateWarm), rec.Incarnation}, rec.fields()...)
+	n, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Int()
+	if err != nil || n == 0 {
+		if err != nil {
+			err = fmt.Errorf("write warm record: %w", err)
+		}
+		return false, err
+	}
+	bc, err := s.index(ctx, sid, "warm", now, regValue(now, rec.Incarnation))
+	if err != nil {
+		return true, fmt.Errorf("index warm record: %w", err)
+	}
+	return true, s.commit(ctx, sid, rec.User, "", "hold", bc, "")
 }
 
 // Activate moves the warm sandbox sid back to active if it is still the
-// incarnation the caller checked.
+// incarnation the caller checked: (1) record, then (2) index. A crash
+// between leaves an active record in the warm index: the reaper's claim
+// (which wants a warm record) refuses it and Repair re-indexes it.
 func (s *Store) Activate(ctx context.Context, sid, incarnation string, now time.Time) (bool, error) {
-	n, err := scriptActivate.Run(ctx, s.rdb, s.recordKeys(sid), sid, incarnation, ms(now)).Int()
-	if err != nil {
+	n, err := scriptRecMove.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, string(StateWarm), string(StateActive),
+		incarnation, "", "").Int()
+	if err != nil || n != 1 {
+		if err != nil {
+			err = fmt.Errorf("activate warm sandbox: %w", err)
+		}
+		return false, err
+	}
+	if _, err := s.index(ctx, sid, "active", now, ""); err != nil {
 		return false, fmt.Errorf("activate warm sandbox: %w", err)
 	}
-	return n == 1, nil
+	return true, nil
 }
 
 // ErrIdentity: a record's user and thread are not the caller's.
@@ -90,51 +193,165 @@ var ErrIdentity = errors.New("sandbox record belongs to another user or thread")
 
 // Release parks sid, the sandbox of (user, thread), in the warm pool; false
 // when there is no record, ErrIdentity when the record is not (user, thread)'s.
+// Steps as Activate's.
 func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.Time) (bool, error) {
-	n, err := scriptRelease.Run(ctx, s.rdb, s.recordKeys(sid), sid, ms(now), user, thread).Int()
+	n, err := scriptRecMove.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, string(StateActive), string(StateWarm),
+		"", user, thread).Int()
 	if err != nil {
 		return false, fmt.Errorf("release sandbox: %w", err)
 	}
 	if n < 0 {
 		return false, ErrIdentity
 	}
-	return n == 1, nil
+	if n == 0 {
+		return false, nil
+	}
+	if _, err := s.index(ctx, sid, "warm", now, ""); err != nil {
+		return false, fmt.Errorf("release sandbox: %w", err)
+	}
+	return true, nil
 }
 
 // Claim marks sid as being destroyed and returns its record, or ok=false
-// when another replica claimed it first or the incarnation ("" = any) differs.
+// when another replica claimed it first or the incarnation ("" = any)
+// differs. Steps: (1) record claimed; (2) out of its bucket's indexes and
+// the pre-started index (a crash leaves it there: the reaper's claim
+// refuses a record being destroyed, Repair and Forget take it out).
 func (s *Store) Claim(ctx context.Context, sid, incarnation string) (Record, bool, error) {
-	keys := append(s.recordKeys(sid), s.keys.Sandbox(sid), s.keys.Prewarm())
-	return s.claim(ctx, sid, keys, incarnation, "")
+	rec, ok, _, err := s.claimRecord(ctx, sid, incarnation, "")
+	if err != nil || !ok {
+		return rec, ok, err
+	}
+	if err := s.step("claim", 1); err != nil {
+		return Record{}, false, err
+	}
+	return rec, true, s.unindex(ctx, sid, rec)
 }
 
-// ClaimExpired claims sid only if its score in index (Active, Warm or
-// Prewarm) is at or below cutoff: the reaper's exactly-once gate.
-func (s *Store) ClaimExpired(ctx context.Context, sid, index string, cutoff time.Time) (Record, bool, error) {
-	keys := append(s.recordKeys(sid), index, s.keys.Prewarm())
-	return s.claim(ctx, sid, keys, "", strconv.FormatInt(ms(cutoff), 10))
+// Index names an index the reaper and eviction take sandboxes from.
+type Index int
+
+// The indexes: a bucket's active and warm, the fleet's pre-started.
+const (
+	IndexActive Index = iota
+	IndexWarm
+	IndexPrewarm
+)
+
+func (i Index) state() State {
+	return [...]State{StateActive, StateWarm, StatePrewarm}[i]
 }
 
-func (s *Store) claim(ctx context.Context, sid string, keys []string, incarnation, cutoff string) (Record, bool, error) {
-	res, err := scriptClaim.Run(ctx, s.rdb, keys, sid, incarnation, cutoff).Slice()
+// take are the KEYS of scriptTake for bucket b's index i: the index, and
+// the bucket's seq (the pre-started index is the fleet's and has none).
+func (k Keys) take(b int, i Index) []string {
+	switch i {
+	case IndexActive:
+		return []string{k.Active(b), k.buckets[b].seq}
+	case IndexWarm:
+		return []string{k.Warm(b), k.buckets[b].seq}
+	}
+	return []string{k.Prewarm()}
+}
+
+// ClaimExpired claims sid only if its score in index is at or below
+// cutoff (now is the caller's clock): the reaper's and eviction's exactly-once gate. Steps: (1) taken
+// out of the index if expired there; (2) the record claimed if it is in
+// that index's state. A record in another state (a crash between the steps
+// of Activate or Release, or a request racing the reaper) is indexed again
+// where its state says; a crash between (1) and (2) leaves a record out of
+// its index, which Repair indexes again (with activity now: a sandbox is
+// never reaped early).
+func (s *Store) ClaimExpired(ctx context.Context, sid string, index Index, cutoff, now time.Time) (Record, bool, error) {
+	err := scriptTake.Run(ctx, s.rdb, s.keys.take(s.keys.Bucket(sid), index), sid, ms(cutoff)).Err()
 	if errors.Is(err, redis.Nil) {
 		return Record{}, false, nil
 	}
 	if err != nil {
-		return Record{}, false, fmt.Errorf("claim sandbox: %w", err)
+		return Record{}, false, fmt.Errorf("claim expired sandbox: %w", err)
+	}
+	if err := s.step("claim_expired", 1); err != nil {
+		return Record{}, false, err
+	}
+	rec, ok, st, err := s.claimRecord(ctx, sid, "", index.state())
+	if err != nil {
+		return Record{}, false, err
+	}
+	if ok {
+		return rec, true, s.unindex(ctx, sid, rec)
+	}
+	if st.State != "" && st.State != StateDestroying {
+		// Not what the index said: back where its record says.
+		return Record{}, false, s.reindex(ctx, st, now)
+	}
+	return Record{}, false, nil
+}
+
+// claimRecord runs scriptRecClaim; on refusal st holds the record's state
+// and incarnation (empty: no record).
+func (s *Store) claimRecord(ctx context.Context, sid, incarnation string, state State) (Record, bool, Record, error) {
+	res, err := scriptRecClaim.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, incarnation, string(state)).Slice()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, false, Record{}, nil
+	}
+	if err != nil {
+		return Record{}, false, Record{}, fmt.Errorf("claim sandbox: %w", err)
+	}
+	if len(res) == 2 {
+		st, _ := res[0].(string)
+		inc, _ := res[1].(string)
+		return Record{}, false, Record{SandboxID: sid, State: State(st), Incarnation: inc}, nil
 	}
 	rec, ok := recordFromPairs(sid, res)
-	return rec, ok, nil
+	return rec, ok, Record{}, nil
+}
+
+// unindex takes a claimed sandbox out of its bucket's indexes (it stays
+// registered until its record is deleted), out of the pre-started index and
+// out of its user's count: capacity frees up when a destroy is decided.
+func (s *Store) unindex(ctx context.Context, sid string, rec Record) error {
+	bc, err := s.index(ctx, sid, "none", time.Time{}, "")
+	if err != nil {
+		return err
+	}
+	return s.commit(ctx, sid, rec.User, "", "leave", bc, "")
 }
 
 // Forget deletes sid's record if it still names incarnation ("" = any).
+// Steps: (1) record deleted; (2) out of its bucket (registry and indexes);
+// (3) as PutActive's (3), the user letting go. A crash after (1) leaves a
+// registry entry without a record, which Repair drops; after (2), a held
+// user member without a record, which the user's next refusal prunes, and
+// the bucket's count behind until its next change or sync.
 func (s *Store) Forget(ctx context.Context, sid, incarnation string) (bool, error) {
-	keys := append(s.recordKeys(sid), s.keys.Caps(), s.keys.Owners(), s.keys.Prewarm())
-	n, err := scriptForget.Run(ctx, s.rdb, keys, sid, incarnation).Int()
+	rec, ok, err := s.deleteRecord(ctx, sid, incarnation, "")
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := s.step("forget", 1); err != nil {
+		return false, err
+	}
+	bc, err := s.index(ctx, sid, "drop", time.Time{}, "")
 	if err != nil {
 		return false, fmt.Errorf("forget sandbox: %w", err)
 	}
-	return n == 1, nil
+	if err := s.step("forget", 2); err != nil {
+		return false, err
+	}
+	return true, s.commit(ctx, sid, rec.User, rec.capSum, "leave", bc, "")
+}
+
+// deleteRecord runs scriptRecDelete.
+func (s *Store) deleteRecord(ctx context.Context, sid, incarnation string, state State) (Record, bool, error) {
+	res, err := scriptRecDelete.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, incarnation, string(state)).Slice()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("delete record: %w", err)
+	}
+	rec, ok := recordFromPairs(sid, res)
+	return rec, ok, nil
 }
 
 // TouchEntry names one sandbox incarnation a replica served.
@@ -143,35 +360,50 @@ type TouchEntry struct {
 	Incarnation string
 }
 
-// Touch refreshes the activity of entries in one round trip and returns the
-// indexes of entries that are no longer active with that incarnation.
+// Touch refreshes the activity of entries, one script per bucket in one
+// round trip per node, and returns the indexes of entries that are no
+// longer active with that incarnation.
 func (s *Store) Touch(ctx context.Context, entries []TouchEntry, now time.Time) ([]int, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	keys := make([]string, 0, len(entries)+1)
-	args := make([]any, 0, 2*len(entries)+1)
-	keys = append(keys, s.keys.Active())
-	args = append(args, ms(now))
-	for _, e := range entries {
-		keys = append(keys, s.keys.Sandbox(e.SandboxID))
-		args = append(args, e.SandboxID, e.Incarnation)
+	byBucket := map[int][]int{}
+	for i, e := range entries {
+		b := s.keys.Bucket(e.SandboxID)
+		byBucket[b] = append(byBucket[b], i)
 	}
-	raw, err := scriptTouch.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	if err != nil {
+	calls := make([]*call, 0, len(byBucket))
+	order := make([][]int, 0, len(byBucket))
+	for b, idx := range byBucket {
+		args := make([]any, 0, 2*len(idx)+1)
+		args = append(args, ms(now))
+		for _, i := range idx {
+			args = append(args, entries[i].SandboxID, entries[i].Incarnation)
+		}
+		calls = append(calls, &call{script: scriptTouch, keys: []string{s.keys.Reg(b), s.keys.Active(b)}, args: args})
+		order = append(order, idx)
+	}
+	if err := s.batch(ctx, calls, nil); err != nil {
 		return nil, fmt.Errorf("touch sandboxes: %w", err)
 	}
-	stale := make([]int, len(raw))
-	for i, v := range raw {
-		stale[i] = int(v) - 1
+	var stale []int
+	for c, cl := range calls {
+		raw, err := cl.cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("touch sandboxes: %w", err)
+		}
+		for _, v := range raw {
+			stale = append(stale, order[c][v-1])
+		}
 	}
 	return stale, nil
 }
 
-// Expired returns up to limit sandboxes of index scored at or below cutoff,
-// oldest first. Cost is O(log n + limit): the reaper never scans the pool.
-func (s *Store) Expired(ctx context.Context, index string, cutoff time.Time, limit int64) ([]string, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, index, &redis.ZRangeBy{
+// Expired returns up to limit sandboxes of bucket b's index scored at or
+// below cutoff, oldest first. Cost is O(log n + limit): the reaper never
+// scans the pool.
+func (s *Store) Expired(ctx context.Context, b int, index Index, cutoff time.Time, limit int64) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.take(b, index)[0], &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(ms(cutoff), 10), Count: limit,
 	}).Result()
 	if err != nil {
@@ -183,46 +415,53 @@ func (s *Store) Expired(ctx context.Context, index string, cutoff time.Time, lim
 // Counts are the fleet-wide pool sizes.
 type Counts struct{ Active, Warm, Creating, Prewarm int64 }
 
-// Count returns the pool sizes in one round trip.
+// Count returns the pool sizes: one round trip per node.
 func (s *Store) Count(ctx context.Context) (Counts, error) {
 	pipe := s.rdb.Pipeline()
-	a := pipe.ZCard(ctx, s.keys.Active())
-	w := pipe.ZCard(ctx, s.keys.Warm())
+	n := s.keys.Buckets()
+	a, w := make([]*redis.IntCmd, n), make([]*redis.IntCmd, n)
+	for b := range n {
+		a[b] = pipe.ZCard(ctx, s.keys.Active(b))
+		w[b] = pipe.ZCard(ctx, s.keys.Warm(b))
+	}
 	c := pipe.ZCard(ctx, s.keys.Creating())
 	pw := pipe.ZCard(ctx, s.keys.Prewarm())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Counts{}, fmt.Errorf("count pool: %w", err)
 	}
-	return Counts{Active: a.Val(), Warm: w.Val(), Creating: c.Val(), Prewarm: pw.Val()}, nil
+	out := Counts{Creating: c.Val(), Prewarm: pw.Val()}
+	for b := range n {
+		out.Active += a[b].Val()
+		out.Warm += w[b].Val()
+	}
+	return out, nil
 }
 
-// All returns every record, whatever its state, by scanning the record keys:
-// O(pool), for the reconciler and listings, never for a request.
+// All returns every record, whatever its state, found from the buckets'
+// registries: O(pool), for listings, never for a request.
 func (s *Store) All(ctx context.Context) ([]Record, error) {
-	var (
-		mu  sync.Mutex
-		ids []string
-	)
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, s.keys.Sandbox("*"), 512).Iterator()
-		for iter.Next(ctx) {
-			if sid := s.keys.SandboxIDFromKey(iter.Val()); sid != "" {
-				mu.Lock()
-				ids = append(ids, sid)
-				mu.Unlock()
-			}
+	all := make([]int, s.keys.Buckets())
+	for b := range all {
+		all[b] = b
+	}
+	return s.BucketRecords(ctx, all)
+}
+
+// BucketRecords returns the records registered in buckets.
+func (s *Store) BucketRecords(ctx context.Context, buckets []int) ([]Record, error) {
+	pipe := s.rdb.Pipeline()
+	regs := make([]*redis.StringSliceCmd, len(buckets))
+	for i, b := range buckets {
+		regs[i] = pipe.HKeys(ctx, s.keys.Reg(b))
+	}
+	if len(buckets) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("read registries: %w", err)
 		}
-		return iter.Err()
 	}
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		// SCAN is per node on a Cluster; the hash tag puts the keys on one, but which one moves.
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rdb)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("scan records: %w", err)
+	var ids []string
+	for _, r := range regs {
+		ids = append(ids, r.Val()...)
 	}
 	return s.records(ctx, ids)
 }
@@ -230,13 +469,18 @@ func (s *Store) All(ctx context.Context) ([]Record, error) {
 // List returns every record in the active and warm indexes (threads'
 // sandboxes: the prewarm pool's are PrewarmRecords).
 func (s *Store) List(ctx context.Context) ([]Record, error) {
+	pipe := s.rdb.Pipeline()
+	n := s.keys.Buckets()
+	cmds := make([]*redis.StringSliceCmd, 0, 2*n)
+	for b := range n {
+		cmds = append(cmds, pipe.ZRange(ctx, s.keys.Active(b), 0, -1), pipe.ZRange(ctx, s.keys.Warm(b), 0, -1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("list pool: %w", err)
+	}
 	var ids []string
-	for _, idx := range []string{s.keys.Active(), s.keys.Warm()} {
-		part, err := s.rdb.ZRange(ctx, idx, 0, -1).Result()
-		if err != nil {
-			return nil, fmt.Errorf("list pool: %w", err)
-		}
-		ids = append(ids, part...)
+	for _, c := range cmds {
+		ids = append(ids, c.Val()...)
 	}
 	return s.records(ctx, ids)
 }
@@ -261,8 +505,49 @@ func (s *Store) records(ctx context.Context, ids []string) ([]Record, error) {
 	return out, nil
 }
 
-func (s *Store) recordKeys(sid string) []string {
-	return []string{s.keys.Sandbox(sid), s.keys.Active(), s.keys.Warm()}
+// call is one script call of a batch.
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// batch runs calls (and extra's plain commands) in one pipeline: one round
+// trip per node. Scripts go by SHA; a node that does not have one yet (a
+// restart, a failover) answers NOSCRIPT, and the batch, whose steps are all
+// idempotent, is run again with the scripts loaded.
+func (s *Store) batch(ctx context.Context, calls []*call, extra func(redis.Pipeliner)) error {
+	for attempt := 0; ; attempt++ {
+		pipe := s.rdb.Pipeline()
+		for _, c := range calls {
+			if attempt == 0 {
+				c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			} else {
+				c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			}
+		}
+		if extra != nil {
+			extra(pipe)
+		}
+		_, err := pipe.Exec(ctx)
+		if err == nil || errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if attempt == 0 && noScript(calls) {
+			continue
+		}
+		return err
+	}
+}
+
+func noScript(calls []*call) bool {
+	for _, c := range calls {
+		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

@@ -74,22 +74,22 @@ func TestLifecycleScripts(t *testing.T) {
 		if err != nil || fmt.Sprint(stale) != "[1 2]" {
 			t.Fatalf("touch stale = %v, %v", stale, err)
 		}
-		if ids, _ := s.Expired(ctx, s.Keys().Active(), t0.Add(4*time.Second), 10); len(ids) != 0 {
+		if ids, _ := s.Expired(ctx, s.Keys().Bucket("a"), IndexActive, t0.Add(4*time.Second), 10); len(ids) != 0 {
 			t.Fatalf("touched sandbox listed as expired: %v", ids)
 		}
 		// Touch never moves activity backwards (GT).
 		_, _ = s.Touch(ctx, []TouchEntry{{"a", "i1"}}, t0)
-		if ids, _ := s.Expired(ctx, s.Keys().Active(), t0.Add(4*time.Second), 10); len(ids) != 0 {
+		if ids, _ := s.Expired(ctx, s.Keys().Bucket("a"), IndexActive, t0.Add(4*time.Second), 10); len(ids) != 0 {
 			t.Fatalf("touch moved activity backwards: %v", ids)
 		}
-		if _, ok, _ := s.ClaimExpired(ctx, "a", s.Keys().Active(), t0.Add(4*time.Second)); ok {
+		if _, ok, _ := s.ClaimExpired(ctx, "a", IndexActive, t0.Add(4*time.Second), t0); ok {
 			t.Fatal("claimed an unexpired sandbox")
 		}
-		r, ok, err := s.ClaimExpired(ctx, "a", s.Keys().Active(), t0.Add(5*time.Second))
+		r, ok, err := s.ClaimExpired(ctx, "a", IndexActive, t0.Add(5*time.Second), t0)
 		if !ok || err != nil || r.State != StateDestroying || r.Incarnation != "i1" {
 			t.Fatalf("claim expired: %+v %v %v", r, ok, err)
 		}
-		if _, ok, _ := s.ClaimExpired(ctx, "a", s.Keys().Active(), t0.Add(5*time.Second)); ok {
+		if _, ok, _ := s.ClaimExpired(ctx, "a", IndexActive, t0.Add(5*time.Second), t0); ok {
 			t.Fatal("claimed twice")
 		}
 		if ok, _ := s.Forget(ctx, "a", "other"); ok {
@@ -158,7 +158,7 @@ func TestReserve(t *testing.T) {
 		if got, _ := s.Reserve(ctx, ReserveRequest{SandboxID: "n4", User: "u", Max: 4, Hard: true, Now: dl.Add(time.Millisecond), Deadline: dl.Add(time.Minute)}); got.Outcome != "ok" {
 			t.Fatalf("expired reservations still counted: %+v", got)
 		}
-		if err := s.Unreserve(ctx, "n4"); err != nil {
+		if err := s.Unreserve(ctx, "n4", "u"); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -174,7 +174,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	if err != nil {
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer ucancel()
-		if uerr := p.store.Unreserve(uctx, sid); uerr != nil {
+		if uerr := p.store.Unreserve(uctx, sid, user); uerr != nil {
 			p.log.WarnContext(ctx, "give back capacity reservation", "sandbox_id", sid, "err", uerr)
 		}
 		return nil, "", err

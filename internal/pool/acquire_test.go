@@ -108,8 +108,8 @@ func TestTouchFlushRenewsAndDropsStaleRoutes(t *testing.T) {
 	e := newEnv(t, Config{IdleTimeout: time.Minute})
 	p := e.replica()
 	r, _, _ := p.Acquire(ctx, "u", "busy")
-	keys := lease.NewKeys("")
-	score := func() float64 { return e.rdb().ZScore(ctx, keys.Active(), r.SandboxID).Val() }
+	keys := lease.NewKeys("", 0)
+	score := func() float64 { return e.rdb().ZScore(ctx, keys.Active(keys.Bucket(r.SandboxID)), r.SandboxID).Val() }
 	before := score()
 	e.clock.Advance(30 * time.Second)
 	r.Begin()
@@ -126,8 +126,10 @@ func TestTouchFlushRenewsAndDropsStaleRoutes(t *testing.T) {
 	if s := score(); s != before+30_000 {
 		t.Fatalf("an idle route was touched: %v", s)
 	}
-	// The record disappears (another replica destroyed it): the route goes.
-	e.rdb().Del(ctx, keys.Sandbox(r.SandboxID))
+	// Another replica destroyed it: the route goes.
+	if _, err := p.store.Forget(ctx, r.SandboxID, ""); err != nil {
+		t.Fatal(err)
+	}
 	r.Begin()
 	r.End()
 	_ = NewToucher(p).Flush(ctx)

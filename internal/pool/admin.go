@@ -86,7 +86,7 @@ type PruneReport struct {
 // twice. dryRun only reports.
 func (p *Pool) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 	rep := PruneReport{Fleet: p.cfg.Fleet, DryRun: dryRun, Items: []Pruned{}}
-	live, records, err := p.bothSides(ctx)
+	live, records, err := p.bothSides(ctx, p.allBuckets())
 	if err != nil {
 		return rep, err
 	}

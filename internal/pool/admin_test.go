@@ -35,10 +35,10 @@ func TestFleetsOnOneBackend(t *testing.T) {
 		t.Fatalf("beta's sandbox labelled fleet %q", l)
 	}
 	// A sandbox alpha lost the record of, and one nobody labelled.
-	if err := alphaEnv.rdb().Del(ctx, lease.NewKeys("").Sandbox(mine.SandboxID)).Err(); err != nil {
+	if err := alphaEnv.rdb().Del(ctx, lease.NewKeys("", 0).Sandbox(mine.SandboxID)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := alphaEnv.rdb().ZRem(ctx, lease.NewKeys("").Active(), mine.SandboxID).Err(); err != nil {
+	if err := alphaEnv.rdb().ZRem(ctx, lease.NewKeys("", 0).Active(lease.NewKeys("", 0).Bucket(mine.SandboxID)), mine.SandboxID).Err(); err != nil {
 		t.Fatal(err)
 	}
 	old := identity.SandboxID("u", "old")

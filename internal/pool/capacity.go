@@ -134,9 +134,10 @@ func (p *Pool) evict(ctx context.Context, sid string) {
 	defer p.unlock(held)
 	// Claim only if still in the warm or prewarm index (any score): a
 	// reclaimed or claimed one is spared.
-	rec, ok, err := p.store.ClaimExpired(ctx, sid, p.store.Keys().Warm(), farFuture)
+	now := p.clock.Now()
+	rec, ok, err := p.store.ClaimExpired(ctx, sid, lease.IndexWarm, farFuture, now)
 	if err == nil && !ok {
-		rec, ok, err = p.store.ClaimExpired(ctx, sid, p.store.Keys().Prewarm(), farFuture)
+		rec, ok, err = p.store.ClaimExpired(ctx, sid, lease.IndexPrewarm, farFuture, now)
 	}
 	if err != nil || !ok {
 		return

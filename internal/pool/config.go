@@ -55,6 +55,9 @@ type Config struct {
 	ReconcileGrace time.Duration
 	// ReconcileDryRun logs what the reconciler would do and does nothing.
 	ReconcileDryRun bool
+	// BucketLeaseTTL is how long a replica's lease on a bucket (the right to
+	// reap and reconcile it) outlives its last renewal. 0 = 15s.
+	BucketLeaseTTL time.Duration
 	// Prewarm is how many pre-started sandboxes the fleet keeps for new
 	// threads (backends that implement backend.Claimer: process, docker).
 	// 0 = none.
@@ -103,7 +106,7 @@ func (c Config) Validate() error {
 		{"acquire_timeout", c.AcquireTimeout}, {"provision_wait", c.ProvisionWait},
 		{"create_timeout", c.CreateTimeout}, {"cache_ttl", c.CacheTTL},
 		{"touch_interval", c.TouchInterval}, {"reap_interval", c.ReapInterval},
-		{"lock_ttl", c.LockTTL}, {"reconcile_grace", c.ReconcileGrace},
+		{"lock_ttl", c.LockTTL}, {"reconcile_grace", c.ReconcileGrace}, {"bucket_lease_ttl", c.BucketLeaseTTL},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: must not be negative", d.name)
@@ -121,6 +124,9 @@ func (c Config) Validate() error {
 	}
 	if w.LockTTL < 300*time.Millisecond {
 		return errors.New("lock_ttl: must be at least 300ms")
+	}
+	if w.BucketLeaseTTL < 300*time.Millisecond {
+		return errors.New("bucket_lease_ttl: must be at least 300ms")
 	}
 	if c.Fleet != "" && !validFleet.MatchString(c.Fleet) {
 		return fmt.Errorf("fleet: %q must be 1-63 characters of [A-Za-z0-9._-], starting and ending with a letter or digit (a label value)", c.Fleet)
@@ -146,6 +152,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ReconcileInterval, DefaultReconcileInterval)
 	def(&c.ReconcileGrace, DefaultReconcileGrace)
 	def(&c.LockTTL, lease.DefaultLockTTL)
+	def(&c.BucketLeaseTTL, DefaultBucketLeaseTTL)
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes
 	}

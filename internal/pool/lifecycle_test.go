@@ -250,7 +250,7 @@ func TestReconcilerAdoptsAndDrops(t *testing.T) {
 	kept, _, _ := p.Acquire(ctx, "u", "kept")
 	gone, _, _ := p.Acquire(ctx, "u", "gone")
 	p.Wait()
-	if err := e.rdb().Del(ctx, lease.NewKeys("").Sandbox(kept.SandboxID)).Err(); err != nil {
+	if err := e.rdb().Del(ctx, lease.NewKeys("", 0).Sandbox(kept.SandboxID)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.be.kill(gone.SandboxID)

@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -102,6 +104,11 @@ type Pool struct {
 	prewarmFP string
 	refill    chan struct{}
 	bg        background
+	// owned are the buckets whose leases this replica holds (nil: no lease
+	// loop runs, every bucket is this replica's); leaseToken names this
+	// process in the leases, unique even if two replicas share an instance name.
+	owned      atomic.Pointer[[]int]
+	leaseToken string
 }
 
 // New returns a Pool; cfg must be valid.
@@ -146,6 +153,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		failReason: d.FailReason,
 		prewarmFP:  prewarmFingerprint(cfg, d.BackendName),
 		refill:     make(chan struct{}, 1),
+		leaseToken: cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
 	}, nil
 }
 

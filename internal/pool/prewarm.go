@@ -144,7 +144,7 @@ func (p *Pool) prewarmOne(ctx context.Context) (full bool, err error) {
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = p.store.Unreserve(uctx, sid)
+		_ = p.store.Unreserve(uctx, sid, "")
 		if info.Incarnation != "" {
 			_ = p.backend.Destroy(uctx, info)
 		}

@@ -68,7 +68,7 @@ func TestCreateLimiterCountsOnlyRealCreates(t *testing.T) {
 	if _, ok, _ := p.Record(ctx, sid); ok || e.be.count(e.be.creates, sid) != 0 {
 		t.Fatal("a refused create left a record or a sandbox")
 	}
-	if n, err := rdb.ZCard(ctx, lease.NewKeys("").Creating()).Result(); err != nil || n != 0 {
+	if n, err := rdb.ZCard(ctx, lease.NewKeys("", 0).Creating()).Result(); err != nil || n != 0 {
 		t.Fatalf("capacity reservations left: %d %v", n, err)
 	}
 	// Another user has their own budget.

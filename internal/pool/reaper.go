@@ -53,43 +53,53 @@ func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 	}()
 	cutoff := p.clock.Now().Add(-p.cfg.IdleTimeout)
 	var reaped atomic.Int64
-	for _, index := range []string{p.store.Keys().Active(), p.store.Keys().Warm()} {
-		// Ids skipped (locked, in flight here) stay in the index, so read past them.
-		var offset int64
-		for {
-			ids, err := p.store.Expired(ctx, index, cutoff, offset+reapBatch)
-			if err != nil {
+	for _, b := range p.buckets() {
+		for _, index := range []lease.Index{lease.IndexActive, lease.IndexWarm} {
+			if err := r.reapIndex(ctx, b, index, cutoff, &reaped); err != nil {
 				return int(reaped.Load()), err
 			}
-			batch := ids[min(int(offset), len(ids)):]
-			var kept atomic.Int64
-			g, gctx := errgroup.WithContext(ctx)
-			g.SetLimit(reapConcurrency)
-			for _, sid := range batch {
-				g.Go(func() error {
-					done, err := r.reap(gctx, sid, index, cutoff)
-					if done {
-						reaped.Add(1)
-					} else {
-						kept.Add(1)
-					}
-					return err
-				})
-			}
-			if err := g.Wait(); err != nil {
-				return int(reaped.Load()), err
-			}
-			if int64(len(batch)) < reapBatch {
-				break
-			}
-			offset += kept.Load()
 		}
 	}
 	return int(reaped.Load()), nil
 }
 
+// reapIndex reaps what is expired in bucket b's index.
+func (r *Reaper) reapIndex(ctx context.Context, b int, index lease.Index, cutoff time.Time, reaped *atomic.Int64) error {
+	p := r.p
+	// Ids skipped (locked, in flight here) stay in the index, so read past them.
+	var offset int64
+	for {
+		ids, err := p.store.Expired(ctx, b, index, cutoff, offset+reapBatch)
+		if err != nil {
+			return err
+		}
+		batch := ids[min(int(offset), len(ids)):]
+		var kept atomic.Int64
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(reapConcurrency)
+		for _, sid := range batch {
+			g.Go(func() error {
+				done, err := r.reap(gctx, sid, index, cutoff)
+				if done {
+					reaped.Add(1)
+				} else {
+					kept.Add(1)
+				}
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if int64(len(batch)) < reapBatch {
+			return nil
+		}
+		offset += kept.Load()
+	}
+}
+
 // reap destroys sid if it is still expired in index; false if it was left.
-func (r *Reaper) reap(ctx context.Context, sid, index string, cutoff time.Time) (bool, error) {
+func (r *Reaper) reap(ctx context.Context, sid string, index lease.Index, cutoff time.Time) (bool, error) {
 	p := r.p
 	// A request in flight on this replica: the next touch flush renews it.
 	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
@@ -103,12 +113,12 @@ func (r *Reaper) reap(ctx context.Context, sid, index string, cutoff time.Time) 
 		return false, err
 	}
 	defer p.unlock(held)
-	rec, ok, err := p.store.ClaimExpired(ctx, sid, index, cutoff)
+	rec, ok, err := p.store.ClaimExpired(ctx, sid, index, cutoff, p.clock.Now())
 	if err != nil || !ok {
 		return false, err
 	}
 	reason := "idle_active"
-	if index == p.store.Keys().Warm() {
+	if index == lease.IndexWarm {
 		reason = "idle_warm"
 	}
 	p.metrics.ReaperClaimed(reason)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -13,11 +14,14 @@ import (
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
-// Reconciler makes Redis and the backend agree. A live managed sandbox with
-// no record, older than ReconcileGrace, is adopted into the warm pool under
-// its labelled identity (so a Redis flush or restart loses no sandbox and a
+// Reconciler makes Redis and the backend agree, for the buckets this
+// replica holds (BucketLeases). A live managed sandbox with no record,
+// older than ReconcileGrace, is adopted into the warm pool under its
+// labelled identity (so a Redis flush or restart loses no sandbox and a
 // later acquire makes no duplicate); a record whose sandbox is gone is
-// dropped; a destroy interrupted by a crashed replica is finished.
+// dropped; a destroy interrupted by a crashed replica is finished; what a
+// replica dying between the steps of a change left in the bucket is
+// repaired (lease.Store.Repair), and the bucket's count reported again.
 type Reconciler struct{ p *Pool }
 
 // NewReconciler returns the reconciler of p.
@@ -25,7 +29,7 @@ func NewReconciler(p *Pool) *Reconciler { return &Reconciler{p: p} }
 
 // ReconcileReport counts what one pass did (or would do, in dry-run mode).
 type ReconcileReport struct {
-	Adopted, Dropped, Finished, Skipped int
+	Adopted, Dropped, Finished, Skipped, Repaired int
 }
 
 // Run reconciles every ReconcileInterval until ctx ends (negative: never).
@@ -54,7 +58,18 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		}
 		end(span, err)
 	}()
-	live, records, err := p.bothSides(ctx)
+	buckets := p.buckets()
+	mine := make(map[int]bool, len(buckets))
+	for _, b := range buckets {
+		mine[b] = true
+	}
+	now := p.clock.Now()
+	for _, b := range buckets {
+		if err := r.repair(ctx, b, now, &rep); err != nil {
+			return rep, err
+		}
+	}
+	live, records, err := p.bothSides(ctx, buckets)
 	if err != nil {
 		return rep, err
 	}
@@ -63,10 +78,12 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		known[rec.SandboxID] = rec
 	}
 	running := make(map[string]bool, len(live))
-	now := p.clock.Now()
 	for _, info := range live {
 		if f, ok := info.Labels[backend.LabelFleet]; ok && f != p.cfg.Fleet {
 			continue // another fleet's on the same engine: theirs to reconcile (unlabelled: as before the label)
+		}
+		if !mine[p.store.Keys().Bucket(info.SandboxID)] {
+			continue // another replica's bucket
 		}
 		running[info.SandboxID] = true
 		if _, ok := known[info.SandboxID]; ok {
@@ -102,7 +119,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 	}
 	if rep != (ReconcileReport{}) {
 		p.log.InfoContext(ctx, "reconciled", "dry_run", p.cfg.ReconcileDryRun, "adopted", rep.Adopted,
-			"dropped", rep.Dropped, "finished", rep.Finished, "skipped", rep.Skipped)
+			"dropped", rep.Dropped, "finished", rep.Finished, "skipped", rep.Skipped, "repaired", rep.Repaired)
 	}
 	return rep, nil
 }
@@ -199,14 +216,53 @@ func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 	return nil
 }
 
-// bothSides lists what the backend runs and what Redis records, the two
-// sides the reconciler and prune compare.
-func (p *Pool) bothSides(ctx context.Context) ([]backend.Info, []lease.Record, error) {
+// repair puts right what a replica dying between the steps of a change
+// left in bucket b, each sandbox under its lock, then reports the bucket's
+// count to the fleet.
+func (r *Reconciler) repair(ctx context.Context, b int, now time.Time, rep *ReconcileReport) error {
+	p := r.p
+	bad, err := p.store.Inconsistent(ctx, b, now, p.cfg.ReconcileGrace)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	for _, sid := range bad {
+		if p.cfg.ReconcileDryRun {
+			p.log.InfoContext(ctx, "reconciler (dry run): would repair the bucket entries of a sandbox", "sandbox_id", sid)
+			continue
+		}
+		held, err := p.lock(ctx, sid, 0)
+		if errors.Is(err, lease.ErrLocked) {
+			rep.Skipped++ // being created or destroyed: judged next pass
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrState, err)
+		}
+		recorded, err := p.store.Repair(ctx, sid, now)
+		p.unlock(held)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrState, err)
+		}
+		rep.Repaired++
+		p.log.InfoContext(ctx, "reconciler: repaired the bucket entries of a sandbox", "sandbox_id", sid, "recorded", recorded)
+	}
+	if p.cfg.ReconcileDryRun {
+		return nil
+	}
+	if err := p.store.SyncCount(ctx, b); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return nil
+}
+
+// bothSides lists what the backend runs and what Redis records in buckets,
+// the two sides the reconciler and prune compare.
+func (p *Pool) bothSides(ctx context.Context, buckets []int) ([]backend.Info, []lease.Record, error) {
 	live, err := p.backend.List(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
 	}
-	records, err := p.store.All(ctx)
+	records, err := p.store.BucketRecords(ctx, buckets)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrState, err)
 	}

@@ -64,7 +64,7 @@ func TestUserCreatesQuota(t *testing.T) {
 	if !errors.As(err, &qe) || qe.Limit != LimitCreatesPerUser || qe.Max != 1 || qe.RetryAfter != retryUserCreates {
 		t.Fatalf("second create in progress: %v", err)
 	}
-	if err := p.store.Unreserve(ctx, "held"); err != nil {
+	if err := p.store.Unreserve(ctx, "held", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if _, o, err := p.Acquire(ctx, "alice", "t1"); err != nil || o != OutcomeCold {

@@ -49,7 +49,7 @@ func leftKeys(ctx context.Context, f *fleet, thread string) (int64, error) {
 	sid := identity.SandboxID("default", thread)
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
 	defer rdb.Close()
-	keys := lease.NewKeys("")
+	keys := lease.NewKeys("", 0)
 	n, err := rdb.Exists(ctx, keys.Sandbox(sid), keys.Lock(sid)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("exists: %w", err)

@@ -20,7 +20,7 @@ import (
 )
 
 // statusKeys are the fleets' events keys (default prefix).
-var statusKeys = lease.NewKeys("")
+var statusKeys = lease.NewKeys("", 0)
 
 // publishProbe publishes an event on the fleet's bus as a replica would.
 func publishProbe(t *testing.T, f *fleet, e events.Event) {

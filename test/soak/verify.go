@@ -84,7 +84,7 @@ func verify(ctx context.Context, c *cluster, o *outcome, logf func(string, ...an
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr})
 	defer rdb.Close()
-	keys := lease.NewKeys("")
+	keys := lease.NewKeys("", 0)
 	for _, in := range infos {
 		rec, err := rdb.HGetAll(lctx, keys.Sandbox(in.SandboxID)).Result()
 		switch {

@@ -1,0 +1,165 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What a replica dying between the steps of a change leaves behind, and
+// how the reconciler of the bucket (Store.Inconsistent, then Store.Repair
+// under the sandbox's lock) puts it right:
+//
+//	registry entry, no record       a create died before its record, or a
+//	                                destroy after deleting it: dropped (after
+//	                                the grace, so a create's is not)
+//	record, wrong or no index entry its index follows the record (activity
+//	                                now: never reaped early)
+//	pre-started record, not indexed back into the fleet's pre-started index
+//	record, its user lost it        the user holds it again
+//	bucket count behind the fleet   reported again (SyncCount)
+
+// Inconsistent returns the sandboxes of bucket b whose bucket entries, user
+// membership or pre-started index entry disagree with their records (or
+// that are registered without a record for longer than grace). O(bucket).
+func (s *Store) Inconsistent(ctx context.Context, b int, now time.Time, grace time.Duration) ([]string, error) {
+	pipe := s.rdb.Pipeline()
+	reg := pipe.HGetAll(ctx, s.keys.Reg(b))
+	act := pipe.ZRange(ctx, s.keys.Active(b), 0, -1)
+	warm := pipe.ZRange(ctx, s.keys.Warm(b), 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read bucket %d: %w", b, err)
+	}
+	in := map[string]State{}
+	var bad []string
+	for _, sid := range act.Val() {
+		in[sid] = StateActive
+	}
+	for _, sid := range warm.Val() {
+		if _, dup := in[sid]; dup {
+			bad = append(bad, sid) // in both
+		}
+		in[sid] = StateWarm
+	}
+	for sid := range in {
+		if _, ok := reg.Val()[sid]; !ok {
+			bad = append(bad, sid) // indexed, not registered
+		}
+	}
+	ids := make([]string, 0, len(reg.Val()))
+	for sid := range reg.Val() {
+		ids = append(ids, sid)
+	}
+	pipe = s.rdb.Pipeline()
+	recs := make([]*redis.SliceCmd, len(ids))
+	for i, sid := range ids {
+		recs[i] = pipe.HMGet(ctx, s.keys.Sandbox(sid), "state", "incarnation", "user")
+	}
+	if len(ids) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("read bucket %d's records: %w", b, err)
+		}
+	}
+	for i, sid := range ids {
+		v := recs[i].Val()
+		state, _ := v[0].(string)
+		inc, _ := v[1].(string)
+		at, regInc, _ := strings.Cut(reg.Val()[sid], "|")
+		if state == "" {
+			registered, _ := strconv.ParseInt(at, 10, 64)
+			if now.Sub(time.UnixMilli(registered)) > grace {
+				bad = append(bad, sid)
+			}
+			continue
+		}
+		want := State(state)
+		if want != StateActive && want != StateWarm {
+			want = ""
+		}
+		if in[sid] != want || regInc != inc {
+			bad = append(bad, sid)
+		}
+	}
+	// Consistent so far: the pre-started index entry or the user's
+	// membership, one pipelined read each.
+	pipe = s.rdb.Pipeline()
+	type member struct {
+		sid  string
+		held bool // a user's (held score), else the pre-started index's
+		cmd  *redis.FloatCmd
+	}
+	var checks []member
+	for i, sid := range ids {
+		v := recs[i].Val()
+		state, _ := v[0].(string)
+		user, _ := v[2].(string)
+		switch {
+		case State(state) == StatePrewarm:
+			checks = append(checks, member{sid, false, pipe.ZScore(ctx, s.keys.Prewarm(), sid)})
+		case user != "" && (State(state) == StateActive || State(state) == StateWarm):
+			checks = append(checks, member{sid, true, pipe.ZScore(ctx, s.keys.User(user), sid)})
+		}
+	}
+	if len(checks) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read bucket %d's memberships: %w", b, err)
+		}
+	}
+	for _, m := range checks {
+		if m.cmd.Err() != nil || m.held && m.cmd.Val() < heldAt {
+			bad = append(bad, m.sid)
+		}
+	}
+	return bad, nil
+}
+
+// Repair makes sid's bucket entries, its pre-started index entry and its
+// user's membership follow its record, or drops them when it has none.
+// Hold the sandbox's lock. It reports whether sid had a record.
+func (s *Store) Repair(ctx context.Context, sid string, now time.Time) (bool, error) {
+	rec, ok, err := s.Get(ctx, sid)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		bc, err := s.index(ctx, sid, "drop", now, "")
+		if err != nil {
+			return false, err
+		}
+		return false, s.commit(ctx, sid, "", "", "", bc, "")
+	}
+	return true, s.reindex(ctx, rec, now)
+}
+
+// reindex puts rec's sandbox where its state says (scored at), registered
+// with its incarnation, held by its user, and reports the bucket's count
+// (the fleet then holds no reservation for it: it is recorded).
+func (s *Store) reindex(ctx context.Context, rec Record, at time.Time) error {
+	state, prewarm, user, op := "none", "", "", ""
+	switch rec.State {
+	case StateActive, StateWarm:
+		state, user, op = string(rec.State), rec.User, "hold"
+	case StatePrewarm:
+		prewarm = strconv.FormatInt(ms(rec.CreatedAt), 10)
+	}
+	bc, err := s.index(ctx, rec.SandboxID, state, at, regValue(at, rec.Incarnation))
+	if err != nil {
+		return err
+	}
+	return s.commit(ctx, rec.SandboxID, user, "", op, bc, prewarm)
+}
+
+// SyncCount reports bucket b's count to the fleet (the reconciler's pass:
+// a report a dying replica did not make is made here).
+func (s *Store) SyncCount(ctx context.Context, b int) error {
+	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), "", "register", 0, "").Int64Slice()
+	if err != nil {
+		return fmt.Errorf("read bucket %d's count: %w", b, err)
+	}
+	return s.commit(ctx, "", "", "", "", bucketCount{bucket: b, count: v[0], seq: v[1]}, "")
+}

@@ -1,0 +1,96 @@
+package pool
+
+import (
+	"context"
+	"hash/fnv"
+	"strconv"
+	"time"
+)
+
+// DefaultBucketLeaseTTL is how long a bucket's lease outlives its holder's
+// last renewal: a bucket whose replica died is taken over within it (plus
+// one lease tick, a third of it).
+const DefaultBucketLeaseTTL = 15 * time.Second
+
+// BucketLeases divides the buckets between the replicas alive, so each
+// reaps and reconciles its share and the work per replica falls as replicas
+// are added. Every replica computes the same rendezvous owner of each
+// bucket from the replicas that beat within one lease TTL, takes the leases
+// of its own and lets go of the others; a lease only divides work (the
+// record and the sandbox lock keep destroys exactly-once), so replicas that
+// disagree for a moment overlap, they never skip.
+type BucketLeases struct{ p *Pool }
+
+// NewBucketLeases returns the bucket lease loop of p.
+func NewBucketLeases(p *Pool) *BucketLeases { return &BucketLeases{p: p} }
+
+// Run takes its buckets at once, then every third of the lease TTL.
+func (l *BucketLeases) Run(ctx context.Context) {
+	tick := l.p.cfg.BucketLeaseTTL / 3
+	if err := runPass(ctx, tick, l.Pass); err != nil && ctx.Err() == nil {
+		l.p.log.Warn("bucket leases pass failed", "err", err)
+	}
+	every(ctx, l.p.log, "bucket leases", tick, l.Pass)
+}
+
+// Pass renews this replica's leases and takes or lets go of buckets as
+// replicas come and go.
+func (l *BucketLeases) Pass(ctx context.Context) error {
+	p := l.p
+	now := p.clock.Now()
+	reps, err := p.store.Replicas(ctx)
+	if err != nil {
+		return err
+	}
+	alive := []string{p.cfg.Instance}
+	for _, r := range reps {
+		if r.Instance != p.cfg.Instance && now.Sub(r.Seen) <= p.cfg.BucketLeaseTTL {
+			alive = append(alive, r.Instance)
+		}
+	}
+	var want, drop []int
+	for b := range p.store.Keys().Buckets() {
+		if rendezvous(b, alive) == p.cfg.Instance {
+			want = append(want, b)
+		} else {
+			drop = append(drop, b)
+		}
+	}
+	held, err := p.store.HoldBuckets(ctx, p.leaseToken, want, drop, p.cfg.BucketLeaseTTL)
+	if err != nil {
+		return err
+	}
+	p.owned.Store(&held)
+	return nil
+}
+
+// rendezvous is bucket b's rendezvous owner among replicas: the highest hash of
+// (replica, bucket), so a replica joining or leaving moves only its share.
+func rendezvous(b int, replicas []string) string {
+	best, top := "", uint64(0)
+	for _, r := range replicas {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(r + "/" + strconv.Itoa(b)))
+		if v := h.Sum64(); best == "" || v > top {
+			best, top = r, v
+		}
+	}
+	return best
+}
+
+// buckets are the buckets this replica reaps and reconciles: those it holds
+// the lease of, or every bucket when no lease loop runs (one replica, tests).
+func (p *Pool) buckets() []int {
+	if held := p.owned.Load(); held != nil {
+		return *held
+	}
+	return p.allBuckets()
+}
+
+func (p *Pool) allBuckets() []int {
+	all := make([]int, p.store.Keys().Buckets())
+	for b := range all {
+		all[b] = b
+	}
+	return all
+}
