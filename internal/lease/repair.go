@@ -137,13 +137,14 @@ func (s *Store) Repair(ctx context.Context, sid string, now time.Time) (bool, er
 }
 
 // reindex puts rec's sandbox where its state says (scored at), registered
-// with its incarnation, held by its user, and reports the bucket's count
-// (the fleet then holds no reservation for it: it is recorded).
+// with its incarnation, held by its user (not once being destroyed, as
+// Claim leaves it), and reports the bucket's count (the fleet then holds no
+// reservation for it: it is recorded).
 func (s *Store) reindex(ctx context.Context, rec Record, at time.Time) error {
-	state, prewarm, user, op := "none", "", "", ""
+	state, prewarm, user, op := "none", "", rec.User, "leave"
 	switch rec.State {
 	case StateActive, StateWarm:
-		state, user, op = string(rec.State), rec.User, "hold"
+		state, op = string(rec.State), "hold"
 	case StatePrewarm:
 		prewarm = strconv.FormatInt(ms(rec.CreatedAt), 10)
 	}

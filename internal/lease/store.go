@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -182,6 +183,9 @@ func (s *Store) Activate(ctx context.Context, sid, incarnation string, now time.
 		}
 		return false, err
 	}
+	if err := s.step("activate", 1); err != nil {
+		return false, err
+	}
 	if _, err := s.index(ctx, sid, "active", now, ""); err != nil {
 		return false, fmt.Errorf("activate warm sandbox: %w", err)
 	}
@@ -205,6 +209,9 @@ func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.
 	}
 	if n == 0 {
 		return false, nil
+	}
+	if err := s.step("release", 1); err != nil {
+		return false, err
 	}
 	if _, err := s.index(ctx, sid, "warm", now, ""); err != nil {
 		return false, fmt.Errorf("release sandbox: %w", err)
@@ -396,6 +403,7 @@ func (s *Store) Touch(ctx context.Context, entries []TouchEntry, now time.Time) 
 			stale = append(stale, order[c][v-1])
 		}
 	}
+	slices.Sort(stale)
 	return stale, nil
 }
 

@@ -71,11 +71,23 @@ func rendezvous(b int, replicas []string) string {
 	for _, r := range replicas {
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(r + "/" + strconv.Itoa(b)))
-		if v := h.Sum64(); best == "" || v > top {
+		if v := mix(h.Sum64()); best == "" || v > top {
 			best, top = r, v
 		}
 	}
 	return best
+}
+
+// mix is MurmurHash3's 64-bit finalizer: FNV alone barely separates names
+// that differ in their last character (r1, r2), and rendezvous hashing
+// needs every bit to count.
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }
 
 // buckets are the buckets this replica reaps and reconciles: those it holds
