@@ -30,21 +30,13 @@ return 1
 // pre-started record out of the index, which Repair indexes.
 func (s *Store) PutPrewarm(ctx context.Context, rec Record, now time.Time) (bool, error) {
 	sid := rec.SandboxID
-	if _, err := s.index(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
-		return false, fmt.Errorf("write prewarm record: %w", err)
-	}
-	args := append([]any{"absent", string(StatePrewarm), rec.Incarnation}, rec.fields()...)
-	n, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Int()
-	if err != nil || n == 0 {
-		if err != nil {
-			err = fmt.Errorf("write prewarm record: %w", err)
-		}
+	if wrote, err := s.putAbsent(ctx, rec, StatePrewarm, now); err != nil || !wrote {
 		return false, err
 	}
 	if err := s.step("put_prewarm", 2); err != nil {
 		return false, err
 	}
-	err = scriptFleetCommit.Run(ctx, s.rdb, s.keys.fleetKeys(), sid, "", "", "", "", "", strconv.FormatInt(ms(now), 10)).Err()
+	err := scriptFleetCommit.Run(ctx, s.rdb, s.keys.fleetKeys(), sid, "", "", "", "", "", strconv.FormatInt(ms(now), 10)).Err()
 	if err != nil {
 		return false, fmt.Errorf("index prewarm record: %w", err)
 	}

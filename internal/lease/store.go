@@ -152,15 +152,7 @@ func (s *Store) commit(ctx context.Context, sid, user, capSum, op string, bc buc
 // (2) record written if absent; (3) indexed warm; (4) as PutActive's (3).
 func (s *Store) PutWarm(ctx context.Context, rec Record, now time.Time) (bool, error) {
 	sid := rec.SandboxID
-	if _, err := s.index(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
-		return false, fmt.Errorf("write warm record: %w", err)
-	}
-	args := append([]any{"absent", string(StateWarm), rec.Incarnation}, rec.fields()...)
-	n, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Int()
-	if err != nil || n == 0 {
-		if err != nil {
-			err = fmt.Errorf("write warm record: %w", err)
-		}
+	if wrote, err := s.putAbsent(ctx, rec, StateWarm, now); err != nil || !wrote {
 		return false, err
 	}
 	bc, err := s.index(ctx, sid, "warm", now, regValue(now, rec.Incarnation))
@@ -168,6 +160,22 @@ func (s *Store) PutWarm(ctx context.Context, rec Record, now time.Time) (bool, e
 		return true, fmt.Errorf("index warm record: %w", err)
 	}
 	return true, s.commit(ctx, sid, rec.User, "", "hold", bc, "")
+}
+
+// putAbsent registers rec in its bucket if it was not, then writes its
+// record in state unless one exists: the first two steps of PutWarm and
+// PutPrewarm. A crash between them leaves a registry entry Repair drops.
+func (s *Store) putAbsent(ctx context.Context, rec Record, state State, now time.Time) (bool, error) {
+	sid := rec.SandboxID
+	if _, err := s.index(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
+		return false, fmt.Errorf("write %s record: %w", state, err)
+	}
+	args := append([]any{"absent", string(state), rec.Incarnation}, rec.fields()...)
+	n, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("write %s record: %w", state, err)
+	}
+	return n == 1, nil
 }
 
 // Activate moves the warm sandbox sid back to active if it is still the
