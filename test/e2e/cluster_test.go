@@ -421,7 +421,7 @@ func newStubProvisioner(t *testing.T) *stubProvisioner {
 		p.mu.Lock()
 		sb, ok := p.sandboxes[in.SandboxID]
 		if !ok {
-			sb = stubSandbox{SandboxID: in.SandboxID, SandboxURL: p.URL + "/sbx/" + in.SandboxID, Status: "Running",
+			sb = stubSandbox{SandboxID: in.SandboxID, SandboxURL: "http://" + r.Host + "/sbx/" + in.SandboxID, Status: "Running",
 				UserID: in.UserID, ThreadID: in.ThreadID, MountContractVersion: 2}
 			p.sandboxes[in.SandboxID] = sb
 			p.creates++
