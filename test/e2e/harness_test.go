@@ -38,7 +38,8 @@ type gateway struct {
 // fleet is what replicas of one test share: Redis and the data dir.
 type fleet struct {
 	t        *testing.T
-	redis    *testutil.Redis
+	redis    *testutil.Redis // nil on a fleet of newFleetOn
+	redisURL string          // the replicas' --redis-url
 	dataDir  string
 	bin      string
 	extra    []string
@@ -50,7 +51,17 @@ type fleet struct {
 // started with start(). At cleanup every sandbox the fleet made is destroyed.
 func newFleet(t *testing.T, extra ...string) *fleet {
 	t.Helper()
-	f := &fleet{t: t, redis: testutil.StartRedis(t), dataDir: t.TempDir(), bin: testutil.GatewayBinary(t), extra: extra}
+	r := testutil.StartRedis(t)
+	f := newFleetOn(t, r.URL(), extra...)
+	f.redis = r
+	return f
+}
+
+// newFleetOn is newFleet on the Redis at redisURL (a Cluster, say), which
+// the test started and stops.
+func newFleetOn(t *testing.T, redisURL string, extra ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, redisURL: redisURL, dataDir: t.TempDir(), bin: testutil.GatewayBinary(t), extra: extra}
 	t.Cleanup(f.cleanup)
 	return f
 }
@@ -76,7 +87,7 @@ func (f *fleet) launch(extra []string, last bool) *gateway {
 	port := testutil.FreePort(f.t)
 	args := append([]string{
 		"--listen", "127.0.0.1:" + strconv.Itoa(port),
-		"--redis-url", f.redis.URL(),
+		"--redis-url", f.redisURL,
 		"--data-dir", f.dataDir,
 		"--log-format", "json",
 		"--log-level", "debug",
