@@ -134,7 +134,7 @@ func writeDoc(dir, doc string, h docHeader) error {
 	fmt.Fprintf(&b, "- Versions: %s.\n", strings.Join(h.Versions, "; "))
 
 	b.WriteString("\n## Goals\n\n")
-	b.WriteString("Issues 10 and 21's goals, each computed from the figures in the result files (the run and its load are in the last column).\n\n")
+	b.WriteString("Issues 10, 21 and 22's goals, each computed from the figures in the result files (the run and its load are in the last column).\n\n")
 	writeTable(&b, goalColumns, goalRows(byName))
 
 	b.WriteString("\n## Latency and throughput by connections (small GET, cached thread)\n\n")

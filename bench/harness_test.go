@@ -37,6 +37,14 @@ func proxyFigures(gwRPS, ngxRPS, gwP99, directP99 float64) Result {
 	return Result{Name: "proxy-throughput", Figures: f, Machine: Machine{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), Load: "1.00 2.00 3.00"}}
 }
 
+// scaleFigures is a scale result with the given 3-node command spread and
+// modelled 3-node/1-node ratio.
+func scaleFigures(spread, ratio float64) Result {
+	return Result{Name: "scale", Figures: map[string]float64{figScaleBalanceCmds: spread, figScaleBalanceCPU: spread,
+		figScaleRecords: 1e6, figScaleRatio: ratio, figScaleTput1: 10000, figScaleTput3: 10000 * ratio, figScaleCPURatio: ratio,
+		figScaleWall1: 3000, figScaleWall3: 3100}}
+}
+
 func TestGoalVerdicts(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -71,14 +79,19 @@ func TestGoalVerdicts(t *testing.T) {
 		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},
 		{"memory per thread met", []Result{{Name: "threads-10k", Figures: map[string]float64{figRSSPerThread: 9600}}}, 12, "met"},
 		{"memory per thread missed", []Result{{Name: "threads-10k", Figures: map[string]float64{figRSSPerThread: 31074}}}, 12, "missed by 15.1 KB"},
+		{"scale balance met", []Result{scaleFigures(1.2, 2.8)}, 13, "met"},
+		{"scale one slot", []Result{scaleFigures(1e9, 1.0)}, 13, "missed (∞ (a node did nothing))"},
+		{"scale throughput met", []Result{scaleFigures(1.2, 2.8)}, 14, "met"},
+		{"scale throughput missed", []Result{scaleFigures(1e9, 1.0)}, 14, "missed by 1.50×"},
+		{"scale not run", nil, 14, "not measured"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 13 {
-			t.Fatalf("%d goal rows, want 13", len(rows))
+		if len(rows) != 15 {
+			t.Fatalf("%d goal rows, want 15", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])
@@ -308,6 +321,8 @@ func TestDocFromFixture(t *testing.T) {
 		"![p50 and p99 latency and req/s by connections, gateway vs nginx vs direct](bench-latency.png)",
 		"| `BenchmarkRewrite/plain` (./internal/proxy) | header rewrite | 420.0 | 96 | 3 | — |",
 		"| small GET /v1/sandbox | 64 | 20000 | 12000 | 9000 | 0.75 | 0.45 | 3.00 / 9.00 / 15.00 |",
+		"| per-node Redis load within 1.5× across a 3-node Cluster | busiest ÷ idlest node: 1.12× commands processed, 1.30× CPU | met |",
+		"| throughput on a 3-node Cluster ≥ 2.5× one node's | 2.75× (modelled: 10000 → 27500 pool ops/s) | met |",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("doc lacks %q", want)

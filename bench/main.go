@@ -74,7 +74,7 @@ func register(name string, s Suite) { suites[name] = s }
 // chart need first, so a run cut short by -timeout on a busy machine
 // loses the least of them.
 var suiteOrder = []string{"proxy-throughput", "lifecycle", "process-cold-create", "docker-cold-create", "go-bench",
-	"replicas", "threads-10k", "tracing"}
+	"replicas", "threads-10k", "tracing", "scale"}
 
 // suiteNames are the registered suites in run order; one missing from
 // suiteOrder runs last.
@@ -103,17 +103,24 @@ type settings struct {
 	DockerWarmRuns            int // docker warm reclaims per gateway
 	ReplicaThreads            int // new threads over three replicas
 	ScaleThreads              int // threads driven through one gateway, records for the reaper
-	GoBenchCount              int // go test -count
-	GoBenchTime               string
+	// ScaleRecords are the thread records the scale suite seeds into each
+	// cluster; ScaleReplicas the simulated replicas driving it for
+	// ScaleDuration.
+	ScaleRecords, ScaleReplicas int
+	ScaleDuration               time.Duration
+	GoBenchCount                int // go test -count
+	GoBenchTime                 string
 }
 
 var (
 	fullSettings = settings{ProxyWarmup: time.Second, ProxyMeasure: 4 * time.Second, ProxyRounds: 4,
 		LifecycleRuns: 200, LifecycleColdRuns: 30, ColdCreateRuns: 50, DockerColdRuns: 20, DockerWarmRuns: 30,
-		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s"}
+		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s",
+		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second}
 	quickSettings = settings{Quick: true, ProxyWarmup: time.Second, ProxyMeasure: 2 * time.Second, ProxyRounds: 2,
 		LifecycleRuns: 50, LifecycleColdRuns: 10, ColdCreateRuns: 15, DockerColdRuns: 5, DockerWarmRuns: 10,
-		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms"}
+		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms",
+		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second}
 	// opts is the run's settings; the suites read it, run sets it.
 	opts = fullSettings
 )
