@@ -38,11 +38,18 @@ const (
 	// scaleReleaseOneIn: one acquire in this many is followed by a release,
 	// so acquires find warm records too (reclaim: liveness + activate).
 	scaleReleaseOneIn = 4
-	// scaleIdle is the pools' idle timeout; the expired records are seeded
-	// scaleExpiredAge in the past, everything else at the run's start.
+	// scaleIdle is the pools' idle timeout. Two groups of 1 % of the records
+	// are seeded in the past: the first scaleOldAge ago, expired for the
+	// one-replica pass, whose clock runs scaleReaperLag behind (so its
+	// cutoff, 25 minutes back, leaves the second group alone); the second
+	// scaleExpiredAge ago, expired for the replicas' pass on the real clock.
 	scaleIdle       = 15 * time.Minute
+	scaleOldAge     = 40 * time.Minute
 	scaleExpiredAge = 20 * time.Minute
-	scaleSeeders    = 128
+	scaleReaperLag  = 10 * time.Minute
+	scaleSeeders    = 512
+	// scaleBuckets is the indexes' bucket count (the gateway's default).
+	scaleBuckets = lease.DefaultBuckets
 )
 
 // scaleUser and scaleThread name record i's thread.
@@ -64,6 +71,13 @@ type scaleRun struct {
 	reapTook, reapIdleTook              time.Duration
 	reaped                              int
 	reapCmds                            []int64
+	// The replicas' pass: every replica's Reaper.Pass at once.
+	splitWall   time.Duration
+	splitTimes  []time.Duration
+	splitCmds   []int64
+	splitReaped int
+	leaseTimes  []time.Duration // each replica's bucket lease pass before
+	leaseHeld   map[string]int  // buckets per holder after it ("" = none)
 }
 
 func (r scaleRun) ops() int64 { return r.acquires + r.releases + r.flushes }
@@ -150,7 +164,11 @@ func scaleConfig(ctx context.Context, tmp string, n int) (scaleRun, error) {
 	if err != nil {
 		return run, err
 	}
-	if err := scaleSeed(ctx, lease.NewStore(ap, scalePrefix), records, expired, t0); err != nil {
+	// The gateway stamps the layout before it serves; so does the suite.
+	if _, err := scaleStore(seedClient).Migrate(ctx, t0); err != nil {
+		return run, fmt.Errorf("stamp layout: %w", err)
+	}
+	if err := scaleSeed(ctx, scaleStore(ap), records, expired, t0); err != nil {
 		return run, err
 	}
 	run.seedTook = time.Since(t0)
@@ -163,47 +181,148 @@ func scaleConfig(ctx context.Context, tmp string, n int) (scaleRun, error) {
 	}
 	fmt.Fprintf(os.Stderr, "bench: scale: seeded %d records in %s\n", records, run.seedTook.Round(time.Millisecond))
 
-	if err := scaleWorkload(ctx, c, &run, records, expired, log); err != nil {
+	reps, err := scaleReplicas(ctx, c, log)
+	defer func() {
+		for _, r := range reps {
+			r.p.Wait()
+			r.client.Close()
+		}
+	}()
+	if err != nil {
+		return run, err
+	}
+	if err := scaleWorkload(ctx, c, reps, &run, records, expired); err != nil {
 		return run, err
 	}
 	fmt.Fprintf(os.Stderr, "bench: scale: workload %d ops in %s (%d errors)\n", run.ops(), run.wall.Round(time.Millisecond), run.errs)
-
-	// One replica owning every index times a pass that reaps the expired
-	// 1 %, then one with nothing expired.
-	client := c.client(8)
-	defer client.Close()
-	p, err := scalePool(lease.NewStore(client, scalePrefix), "reaper", log)
-	if err != nil {
+	if err := scaleReapOne(ctx, c, &run, expired, log); err != nil {
 		return run, err
 	}
+	if err := scaleReapSplit(ctx, c, reps, &run, expired); err != nil {
+		return run, err
+	}
+	fmt.Fprintf(os.Stderr, "bench: scale: reaper pass %s (one replica), %s (%d replicas at once)\n",
+		run.reapTook.Round(time.Millisecond), run.splitWall.Round(time.Millisecond), len(reps))
+	return run, nil
+}
+
+// scaleReapOne times one pass by one replica over every index: the first
+// expired group is reaped (its clock lags, see scaleReaperLag), then a pass
+// with nothing expired.
+func scaleReapOne(ctx context.Context, c *benchCluster, run *scaleRun, expired int, log *slog.Logger) error {
+	client := c.client(8)
+	defer client.Close()
+	p, err := scalePool(scaleStore(client), "reaper", log, offsetClock(-scaleReaperLag))
+	if err != nil {
+		return err
+	}
+	defer p.Wait()
 	before, err := c.stats(ctx)
 	if err != nil {
-		return run, err
+		return err
 	}
 	t1 := time.Now()
 	run.reaped, err = pool.NewReaper(p).Pass(ctx)
 	run.reapTook = time.Since(t1)
 	if err != nil {
-		return run, fmt.Errorf("reaper pass: %w", err)
+		return fmt.Errorf("reaper pass: %w", err)
 	}
 	if run.reaped != expired {
-		return run, fmt.Errorf("reaper pass reaped %d, want %d", run.reaped, expired)
+		return fmt.Errorf("reaper pass reaped %d, want %d", run.reaped, expired)
 	}
 	after, err := c.stats(ctx)
 	if err != nil {
-		return run, err
+		return err
 	}
 	for i := range after {
 		run.reapCmds = append(run.reapCmds, after[i].commands-before[i].commands-1)
 	}
 	t2 := time.Now()
 	if n, err := pool.NewReaper(p).Pass(ctx); err != nil || n != 0 {
-		return run, fmt.Errorf("idle reaper pass reaped %d: %v", n, err)
+		return fmt.Errorf("idle reaper pass reaped %d: %v", n, err)
 	}
 	run.reapIdleTook = time.Since(t2)
-	p.Wait()
-	return run, nil
+	return nil
 }
+
+// scaleReapSplit runs every replica's reaper pass at once over the second
+// expired group and times each; together they must reap it exactly once.
+func scaleReapSplit(ctx context.Context, c *benchCluster, reps []scaleReplica, run *scaleRun, expired int) error {
+	// Every replica beats, then takes its bucket leases (as the heartbeat
+	// and bucket lease loops do at a gateway's start): each reaps only its
+	// rendezvous share of the buckets.
+	for _, r := range reps {
+		if err := r.store.Beat(ctx, r.name, time.Now()); err != nil {
+			return err
+		}
+	}
+	leaseTimes, leaseErrs := make([]time.Duration, len(reps)), make([]error, len(reps))
+	var lwg sync.WaitGroup
+	for i, r := range reps {
+		lwg.Go(func() {
+			t := time.Now()
+			leaseErrs[i] = pool.NewBucketLeases(r.p).Pass(ctx)
+			leaseTimes[i] = time.Since(t)
+		})
+	}
+	lwg.Wait()
+	if err := errors.Join(leaseErrs...); err != nil {
+		return fmt.Errorf("bucket leases: %w", err)
+	}
+	run.leaseTimes = leaseTimes
+	// Who holds which bucket, from the lease keys: each holds its holder's token, "instance/…".
+	keys := reps[0].store.Keys()
+	run.leaseHeld = map[string]int{}
+	for b := range keys.Buckets() {
+		tok, err := reps[0].client.Get(ctx, keys.Lease(b)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		holder, _, _ := strings.Cut(tok, "/")
+		run.leaseHeld[holder]++ // "" counts the buckets nobody holds
+	}
+	before, err := c.stats(ctx)
+	if err != nil {
+		return err
+	}
+	times, reaped, errs := make([]time.Duration, len(reps)), make([]int, len(reps)), make([]error, len(reps))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, r := range reps {
+		wg.Go(func() {
+			<-start
+			t := time.Now()
+			reaped[i], errs[i] = pool.NewReaper(r.p).Pass(ctx)
+			times[i] = time.Since(t)
+		})
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	run.splitWall, run.splitTimes = time.Since(t0), times
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("replicas' reaper passes: %w", err)
+	}
+	for _, n := range reaped {
+		run.splitReaped += n
+	}
+	if run.splitReaped > expired {
+		return fmt.Errorf("replicas' reaper passes reaped %d, more than the %d expired", run.splitReaped, expired)
+	}
+	after, err := c.stats(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range after {
+		run.splitCmds = append(run.splitCmds, after[i].commands-before[i].commands-1)
+	}
+	return nil
+}
+
+// offsetClock is the real clock moved by a fixed offset.
+type offsetClock time.Duration
+
+func (o offsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 
 func memOf(st []nodeStats) []int64 {
 	out := make([]int64, len(st))
@@ -215,7 +334,8 @@ func memOf(st []nodeStats) []int64 {
 
 // scaleSeed writes records active records through the store's own write
 // (PutActive) from scaleSeeders goroutines: the first expired of them
-// scaleExpiredAge before t0, the rest at t0.
+// scaleOldAge before t0, the next expired scaleExpiredAge before t0, the
+// rest at t0.
 func scaleSeed(ctx context.Context, store *lease.Store, records, expired int, t0 time.Time) error {
 	var next atomic.Int64
 	errs := make([]error, scaleSeeders)
@@ -233,7 +353,10 @@ func scaleSeed(ctx context.Context, store *lease.Store, records, expired int, t0
 					Backend: "null", Incarnation: "inc-" + strconv.Itoa(i), URL: "http://127.0.0.1:1",
 					State: lease.StateActive, CreatedAt: t0}
 				at := t0
-				if i < expired {
+				switch {
+				case i < expired:
+					at = t0.Add(-scaleOldAge)
+				case i < 2*expired:
 					at = t0.Add(-scaleExpiredAge)
 				}
 				if err := store.PutActive(ctx, rec, at); err != nil {
@@ -250,10 +373,10 @@ func scaleSeed(ctx context.Context, store *lease.Store, records, expired int, t0
 // scalePool is one simulated replica: a real pool.Pool over the null
 // backend, with one shared no-op transport instead of a connection pool per
 // route (nothing is proxied).
-func scalePool(store *lease.Store, instance string, log *slog.Logger) (*pool.Pool, error) {
+func scalePool(store *lease.Store, instance string, log *slog.Logger, clock pool.Clock) (*pool.Pool, error) {
 	return pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: os.TempDir()}, IdleTimeout: scaleIdle,
 		MaxSandboxes: -1, Instance: instance, ReconcileInterval: -1},
-		pool.Deps{Store: store, Backend: nullBackend{}, BackendName: "null", Log: log,
+		pool.Deps{Store: store, Backend: nullBackend{}, BackendName: "null", Log: log, Clock: clock,
 			NewTransport: func(string) http.RoundTripper { return noTransport{} }})
 }
 
@@ -263,29 +386,46 @@ func (noTransport) RoundTrip(*http.Request) (*http.Response, error) {
 	return nil, errors.New("scale bench: nothing is proxied")
 }
 
-// scaleWorkload runs opts.ScaleReplicas replicas, each with its own Cluster
-// client, for opts.ScaleDuration: scaleWorkers loops per replica acquire a
-// random existing (unexpired) thread and release one in scaleReleaseOneIn,
-// and the replica's toucher flushes every scaleTouchEvery. Per-node
-// commands and CPU are read before and after.
-func scaleWorkload(ctx context.Context, c *benchCluster, run *scaleRun, records, expired int, log *slog.Logger) error {
-	type replica struct {
-		client *redis.ClusterClient
-		p      *pool.Pool
-	}
-	reps := make([]replica, opts.ScaleReplicas)
-	for i := range reps {
+// scaleReplica is one simulated replica: a pool with its own Cluster client.
+type scaleReplica struct {
+	client *redis.ClusterClient
+	store  *lease.Store
+	name   string
+	p      *pool.Pool
+}
+
+// scaleStore is the store of every simulated replica: the prefix split into
+// scaleBuckets buckets.
+func scaleStore(rdb redis.UniversalClient) *lease.Store {
+	return lease.NewStoreBuckets(rdb, scalePrefix, scaleBuckets)
+}
+
+// scaleReplicas makes opts.ScaleReplicas replicas, each with its own
+// instance name and Cluster client, connected to every node.
+func scaleReplicas(ctx context.Context, c *benchCluster, log *slog.Logger) ([]scaleReplica, error) {
+	var reps []scaleReplica
+	for i := range opts.ScaleReplicas {
 		cl := c.client(scaleWorkers + 2)
-		p, err := scalePool(lease.NewStore(cl, scalePrefix), fmt.Sprintf("replica-%d", i), log)
+		name := fmt.Sprintf("replica-%d", i)
+		store := scaleStore(cl)
+		p, err := scalePool(store, name, log, nil)
 		if err != nil {
-			return err
+			cl.Close()
+			return reps, err
 		}
-		reps[i] = replica{cl, p}
-		defer cl.Close()
+		reps = append(reps, scaleReplica{client: cl, store: store, name: name, p: p})
 		if err := cl.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
-			return err
+			return reps, err
 		}
 	}
+	return reps, nil
+}
+
+// scaleWorkload runs the replicas for opts.ScaleDuration: scaleWorkers
+// loops per replica acquire a random existing unexpired thread and release
+// one in scaleReleaseOneIn, and the replica's toucher flushes every
+// scaleTouchEvery. Per-node commands and CPU are read before and after.
+func scaleWorkload(ctx context.Context, c *benchCluster, reps []scaleReplica, run *scaleRun, records, expired int) error {
 	before, err := c.stats(ctx)
 	if err != nil {
 		return err
@@ -305,7 +445,7 @@ func scaleWorkload(ctx context.Context, c *benchCluster, run *scaleRun, records,
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(ri), uint64(w)))
 				for wctx.Err() == nil {
-					i := expired + rng.IntN(records-expired)
+					i := 2*expired + rng.IntN(records-2*expired)
 					user, thread := scaleUser(i), scaleThread(i)
 					_, o, err := rep.p.Acquire(wctx, user, thread)
 					if err != nil {
@@ -411,6 +551,8 @@ const (
 	figScaleReap1       = "scale.1node.reaper_pass_ms"
 	figScaleReap3       = "scale.3node.reaper_pass_ms"
 	figScaleRecords     = "scale.records"
+	figScaleSplit1      = "scale.1node.replicas_reaper_ms" // every replica's pass at once, until the last ends
+	figScaleSplit3      = "scale.3node.replicas_reaper_ms"
 )
 
 func scaleResult(runs []scaleRun, took time.Duration) Result {
@@ -476,6 +618,23 @@ func scaleResult(runs []scaleRun, took time.Duration) Result {
 				float64(r.reaped)/r.reapTook.Seconds(), perNode(r.reapCmds, func(c int64) string { return strconv.FormatInt(c, 10) }))
 		}),
 		row("reaper pass, nothing expired", func(r scaleRun) string { return ms(r.reapIdleTook) + " ms" }),
+		row(fmt.Sprintf("bucket leases after every replica's lease pass: of %d buckets", scaleBuckets), func(r scaleRun) string {
+			most, holders := 0, 0
+			for h, n := range r.leaseHeld {
+				if h != "" {
+					holders++
+					most = max(most, n)
+				}
+			}
+			return fmt.Sprintf("%d replicas of %d hold any, the most held by one replica %d, unheld %d", holders, len(r.splitTimes),
+				most, r.leaseHeld[""])
+		}),
+		row(fmt.Sprintf("reaper passes of all %d replicas at once, buckets split by bucket leases, another 1 %% expired", opts.ScaleReplicas), func(r scaleRun) string {
+			st, lt := summarize(r.splitTimes), summarize(r.leaseTimes)
+			return fmt.Sprintf("all done in %s ms, %d of %d reaped; per replica p50 %s, max %s ms; commands per node %s "+
+				"(bucket lease pass before: p50 %s, max %s ms)", ms(r.splitWall), r.splitReaped, opts.ScaleRecords/100,
+				ms(st.P50), ms(st.Max), perNode(r.splitCmds, func(c int64) string { return strconv.FormatInt(c, 10) }), ms(lt.P50), ms(lt.Max))
+		}),
 	}
 	figures := map[string]float64{
 		figScaleBalanceCPU: spread(three.cpu), figScaleBalanceCmds: spread(three.cmds),
@@ -484,6 +643,7 @@ func scaleResult(runs []scaleRun, took time.Duration) Result {
 		figScaleCPURatio: three.cpuThroughput() / one.cpuThroughput(),
 		figScaleWall1:    float64(one.ops()) / secs(one), figScaleWall3: float64(three.ops()) / secs(three),
 		figScaleReap1: msF(one.reapTook), figScaleReap3: msF(three.reapTook), figScaleRecords: float64(opts.ScaleRecords),
+		figScaleSplit1: msF(one.splitWall), figScaleSplit3: msF(three.splitWall),
 	}
 	for k, v := range figures { // JSON has no Inf: a node that did nothing is a spread of 1e9
 		if math.IsInf(v, 0) {
@@ -494,9 +654,10 @@ func scaleResult(runs []scaleRun, took time.Duration) Result {
 		fmt.Sprintf("Real redis-server processes (%s) started by the suite with `--cluster-enabled yes`: 1 node holding all 16384 slots "+
 			"(CLUSTER ADDSLOTSRANGE), and 3 masters joined by `redis-cli --cluster create --cluster-replicas 0`; each configuration is "+
 			"started fresh, seeded, measured and killed before the next (its memory freed). Keys are those internal/lease builds "+
-			"(prefix `%s`); %d records (%d users' threads) are seeded through Store.PutActive from %d goroutines, %d of them (1 %%) "+
-			"with activity %s old, the rest at the start of the run.",
-			redisVersion(), scalePrefix, opts.ScaleRecords, scaleUsers, scaleSeeders, opts.ScaleRecords/100, scaleExpiredAge),
+			"(prefix `%s`, layout 2 with %d buckets); %d records (%d users' threads) are seeded through Store.PutActive from %d goroutines (go-redis's "+
+			"autopipeliner batches their concurrent calls per node), 2 %% of them in the past (the reaper rows), the rest with "+
+			"activity at the start of the run.",
+			redisVersion(), scalePrefix, scaleBuckets, opts.ScaleRecords, scaleUsers, scaleSeeders),
 		fmt.Sprintf("The simulation: %d replicas, each a real pool.Pool (its own instance name and its own go-redis Cluster client) "+
 			"over a backend that creates nothing and answers every liveness check alive, run for %s. Each replica runs %d loops "+
 			"that acquire a random existing thread among the unexpired records (a cache miss nearly always: a Redis read and an "+
@@ -514,8 +675,15 @@ func scaleResult(runs []scaleRun, took time.Duration) Result {
 			"by the busiest node's measured CPU seconds instead; a lightly loaded node spends more CPU per command (fewer " +
 			"commands per event-loop wakeup), so on this shared machine that figure is the noisier one. Goals: per-node load " +
 			"(commands processed) within 1.5× across the 3 nodes, and 3-node modelled throughput ≥ 2.5× 1 node's.",
-		fmt.Sprintf("The reaper row times one pass by one replica over the whole pool (every index): the %d expired records are "+
-			"claimed, destroyed (null backend) and forgotten, 4 at a time; then a pass with nothing expired.", opts.ScaleRecords/100),
+		fmt.Sprintf("The reaper rows: %d records (1 %%) were seeded %s old and %d more %s old. One replica whose clock runs %s "+
+			"behind (so only the older group is past the %s idle timeout) times one pass over the whole pool, every index: the "+
+			"expired records are locked, claimed, destroyed (null backend) and forgotten, 4 at a time; then a pass with nothing "+
+			"expired. Then all %d replicas beat (Store.Beat) and run one bucket lease pass each (pool.BucketLeases: every replica "+
+			"takes the leases of its rendezvous share of the %d buckets), and on the real clock run one reaper pass each at the "+
+			"same moment over the younger group: the row gives when the last one ended, each replica's own pass time and the "+
+			"commands each node served; a sandbox is reaped at most once, and a bucket no replica got a lease on would be left.",
+			opts.ScaleRecords/100, scaleOldAge, opts.ScaleRecords/100, scaleExpiredAge, scaleReaperLag, scaleIdle,
+			opts.ScaleReplicas, scaleBuckets),
 		fmt.Sprintf("The suite took %s: seeding %s (1 node) and %s (3 nodes).", took.Round(time.Second),
 			one.seedTook.Round(time.Second), three.seedTook.Round(time.Second)),
 	}
