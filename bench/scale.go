@@ -63,6 +63,8 @@ type scaleRun struct {
 	seedTook time.Duration
 	// memory per node: empty, after seeding, after the workload
 	memEmpty, memSeeded, memAfter, keys []int64
+	seedCmds                            []int64   // per node, while seeding
+	seedCPU                             []float64 // per node, seconds, while seeding
 	wall                                time.Duration
 	acquires, warm, releases, flushes   int64
 	errs                                int64
@@ -154,6 +156,7 @@ func scaleConfig(ctx context.Context, tmp string, n int) (scaleRun, error) {
 		return run, err
 	}
 	run.memEmpty = memOf(st)
+	before := st
 
 	records, expired := opts.ScaleRecords, opts.ScaleRecords/100
 	t0 := time.Now()
@@ -177,6 +180,10 @@ func scaleConfig(ctx context.Context, tmp string, n int) (scaleRun, error) {
 		return run, err
 	}
 	run.memSeeded = memOf(st)
+	for i := range st {
+		run.seedCmds = append(run.seedCmds, st[i].commands-before[i].commands-1)
+		run.seedCPU = append(run.seedCPU, st[i].cpu-before[i].cpu)
+	}
 	for _, s := range st {
 		run.keys = append(run.keys, s.keys)
 	}
@@ -564,6 +571,13 @@ func scaleResult(runs []scaleRun, took time.Duration) Result {
 	rows := [][]string{
 		row(fmt.Sprintf("seed %d records (PutActive, %d goroutines)", opts.ScaleRecords, scaleSeeders), func(r scaleRun) string {
 			return fmt.Sprintf("%s (%.0f/s)", r.seedTook.Round(10*time.Millisecond), float64(opts.ScaleRecords)/r.seedTook.Seconds())
+		}),
+		row("seeding: commands and CPU seconds per node (every create commits to the fleet-wide keys)", func(r scaleRun) string {
+			s := make([]string, len(r.seedCmds))
+			for i := range s {
+				s[i] = fmt.Sprintf("%d, %.1f s", r.seedCmds[i], r.seedCPU[i])
+			}
+			return strings.Join(s, " / ")
 		}),
 		row("keys per node after seeding", func(r scaleRun) string {
 			return perNode(r.keys, func(k int64) string { return strconv.FormatInt(k, 10) })
