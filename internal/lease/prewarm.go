@@ -68,7 +68,7 @@ func (s *Store) TakePrewarm(ctx context.Context, pw, sid, user string, deadline 
 	if err := s.step("take_prewarm", 2); err != nil {
 		return Record{}, false, err
 	}
-	if _, err := s.index(ctx, pw, "drop", time.Time{}, ""); err != nil {
+	if err := s.move(ctx, pw, "drop", time.Time{}, ""); err != nil {
 		return Record{}, false, fmt.Errorf("take prewarm sandbox: %w", err)
 	}
 	return rec, true, nil

@@ -158,7 +158,7 @@ func (s *Store) reindex(ctx context.Context, rec Record, at time.Time) error {
 // SyncCount reports bucket b's count to the fleet (the reconciler's pass:
 // a report a dying replica did not make is made here).
 func (s *Store) SyncCount(ctx context.Context, b int) error {
-	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), "", "register", 0, "").Int64Slice()
+	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), "", "register", 0, "", "1").Int64Slice()
 	if err != nil {
 		return fmt.Errorf("read bucket %d's count: %w", b, err)
 	}

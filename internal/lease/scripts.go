@@ -96,7 +96,10 @@ return rec
 // of the registry too: the record is gone), 'register' (the registry only,
 // before a record is written). ARGV: sid, state, score,
 // registry value ("ms|incarnation"; ” = keep, 'nx' prefix = only if
-// absent). Returns {count, seq} of the bucket after the change.
+// absent), report. With report '1' (a change of the bucket's count the
+// caller reports to the fleet) the seq is bumped and {count, seq} of the
+// bucket after the change returned; moves between active and warm, which
+// leave the count as it was, skip that work.
 var scriptIndex = redis.NewScript(`
 local sid, state = ARGV[1], ARGV[2]
 if state == 'drop' then
@@ -118,6 +121,7 @@ elseif state ~= 'register' then
   redis.call('ZREM', KEYS[2], sid)
   redis.call('ZREM', KEYS[3], sid)
 end
+if ARGV[5] ~= '1' then return {0, 0} end
 local seq = redis.call('INCR', KEYS[4])
 return {redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]), seq}
 `)

@@ -73,10 +73,21 @@ func (s *Store) Get(ctx context.Context, sid string) (Record, bool, error) {
 }
 
 // index runs scriptIndex on sid's bucket and returns the bucket's count
-// and seq after it.
+// and seq after it, for the caller to report.
 func (s *Store) index(ctx context.Context, sid, state string, at time.Time, reg string) (bucketCount, error) {
+	return s.indexReport(ctx, sid, state, at, reg, "1")
+}
+
+// move runs scriptIndex for a change that leaves the bucket's count as it
+// was (active and warm, the registry alone).
+func (s *Store) move(ctx context.Context, sid, state string, at time.Time, reg string) error {
+	_, err := s.indexReport(ctx, sid, state, at, reg, "0")
+	return err
+}
+
+func (s *Store) indexReport(ctx context.Context, sid, state string, at time.Time, reg, report string) (bucketCount, error) {
 	b := s.keys.Bucket(sid)
-	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), sid, state, ms(at), reg).Int64Slice()
+	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), sid, state, ms(at), reg, report).Int64Slice()
 	if err != nil {
 		return bucketCount{}, fmt.Errorf("index sandbox: %w", err)
 	}
@@ -167,7 +178,7 @@ func (s *Store) PutWarm(ctx context.Context, rec Record, now time.Time) (bool, e
 // PutPrewarm. A crash between them leaves a registry entry Repair drops.
 func (s *Store) putAbsent(ctx context.Context, rec Record, state State, now time.Time) (bool, error) {
 	sid := rec.SandboxID
-	if _, err := s.index(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
+	if err := s.move(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
 		return false, fmt.Errorf("write %s record: %w", state, err)
 	}
 	args := append([]any{"absent", string(state), rec.Incarnation}, rec.fields()...)
@@ -194,7 +205,7 @@ func (s *Store) Activate(ctx context.Context, sid, incarnation string, now time.
 	if err := s.step("activate", 1); err != nil {
 		return false, err
 	}
-	if _, err := s.index(ctx, sid, "active", now, ""); err != nil {
+	if err := s.move(ctx, sid, "active", now, ""); err != nil {
 		return false, fmt.Errorf("activate warm sandbox: %w", err)
 	}
 	return true, nil
@@ -221,7 +232,7 @@ func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.
 	if err := s.step("release", 1); err != nil {
 		return false, err
 	}
-	if _, err := s.index(ctx, sid, "warm", now, ""); err != nil {
+	if err := s.move(ctx, sid, "warm", now, ""); err != nil {
 		return false, fmt.Errorf("release sandbox: %w", err)
 	}
 	return true, nil
@@ -293,7 +304,10 @@ func (s *Store) ClaimExpired(ctx context.Context, sid string, index Index, cutof
 		return Record{}, false, err
 	}
 	if ok {
-		return rec, true, s.unindex(ctx, sid, rec)
+		// Already out of its index; its user and the fleet count it until
+		// Forget, which the destroy runs next (or the reconciler, which
+		// finishes a destroy that failed).
+		return rec, true, nil
 	}
 	if st.State != "" && st.State != StateDestroying {
 		// Not what the index said: back where its record says.
@@ -426,6 +440,36 @@ func (s *Store) Expired(ctx context.Context, b int, index Index, cutoff time.Tim
 		return nil, fmt.Errorf("list expired: %w", err)
 	}
 	return ids, nil
+}
+
+// Due names a bucket's index that holds sandboxes expired at a cutoff.
+type Due struct {
+	Bucket int
+	Index  Index
+}
+
+// Due returns the active and warm indexes of buckets that hold a sandbox
+// scored at or below cutoff: one ZCOUNT each, one round trip per node, so
+// a reaper pass with nothing expired costs no more than that.
+func (s *Store) Due(ctx context.Context, buckets []int, cutoff time.Time) ([]Due, error) {
+	pipe := s.rdb.Pipeline()
+	upTo := strconv.FormatInt(ms(cutoff), 10)
+	cmds := make([]*redis.IntCmd, 0, 2*len(buckets))
+	for _, b := range buckets {
+		cmds = append(cmds, pipe.ZCount(ctx, s.keys.Active(b), "-inf", upTo), pipe.ZCount(ctx, s.keys.Warm(b), "-inf", upTo))
+	}
+	if len(buckets) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("count expired: %w", err)
+		}
+	}
+	var due []Due
+	for i, c := range cmds {
+		if c.Val() > 0 {
+			due = append(due, Due{Bucket: buckets[i/2], Index: Index(i % 2)})
+		}
+	}
+	return due, nil
 }
 
 // Counts are the fleet-wide pool sizes.

@@ -20,8 +20,10 @@ const (
 
 // Reaper destroys sandboxes idle past IdleTimeout: active ones untouched that
 // long, warm ones that long after release. Every replica runs one; the lock
-// plus the claim script make exactly one replica destroy each sandbox. A pass
-// reads only the expired range of each index: O(expired), not O(pool).
+// plus the claim script make exactly one replica destroy each sandbox, and
+// the bucket leases split the buckets between replicas. A pass counts what
+// is expired in each of its buckets' indexes (one round trip per node),
+// then reads only those expired ranges: O(buckets + expired), not O(pool).
 type Reaper struct{ p *Pool }
 
 // NewReaper returns the reaper of p.
@@ -52,12 +54,14 @@ func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 		end(span, err)
 	}()
 	cutoff := p.clock.Now().Add(-p.cfg.IdleTimeout)
+	due, err := p.store.Due(ctx, p.buckets(), cutoff)
+	if err != nil {
+		return 0, err
+	}
 	var reaped atomic.Int64
-	for _, b := range p.buckets() {
-		for _, index := range []lease.Index{lease.IndexActive, lease.IndexWarm} {
-			if err := r.reapIndex(ctx, b, index, cutoff, &reaped); err != nil {
-				return int(reaped.Load()), err
-			}
+	for _, d := range due {
+		if err := r.reapIndex(ctx, d.Bucket, d.Index, cutoff, &reaped); err != nil {
+			return int(reaped.Load()), err
 		}
 	}
 	return int(reaped.Load()), nil
