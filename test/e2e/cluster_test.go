@@ -278,8 +278,8 @@ func logEntries(t *testing.T, g *gateway) []map[string]any {
 // processes, whose cost has nothing to do with key placement, is left out.
 // A thousand real process sandboxes would take minutes on two cores.
 //
-// Today's layout puts every key in the slot of {default}: one node holds
-// them all and this test fails until issue 22's layout lands.
+// Layout 1 put every key in the slot of {default}: one node held them all
+// (measured 0 % / 100 % / 0 % of 1,005 keys); layout 2 spreads them.
 func TestClusterSpreadsThousandThreadsKeysOverEveryNode(t *testing.T) {
 	t.Parallel()
 	c := testutil.StartRedisCluster(t, 3)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/lease"
 )
 
 // TestColonSubjectCannotTakeAnotherUsersThread: sha256(user:thread) would
@@ -72,10 +73,11 @@ func TestMismatchedRecordIsNeverServed(t *testing.T) {
 		sid := identity.SandboxID("alice", thread)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		err := rdb.HSet(ctx, "sandgate:{default}:sbx:"+sid, "user", tc.user, "thread", tc.thread, "backend", "process",
+		keys := lease.NewKeys("", 0)
+		err := rdb.HSet(ctx, keys.Sandbox(sid), "user", tc.user, "thread", tc.thread, "backend", "process",
 			"incarnation", "planted", "url", decoy.URL, "state", "active", "created_ms", now).Err()
 		if err == nil {
-			err = rdb.ZAdd(ctx, "sandgate:{default}:active", redis.Z{Score: float64(time.Now().UnixMilli()), Member: sid}).Err()
+			err = rdb.ZAdd(ctx, keys.Active(keys.Bucket(sid)), redis.Z{Score: float64(time.Now().UnixMilli()), Member: sid}).Err()
 		}
 		cancel()
 		if err != nil {
@@ -102,7 +104,7 @@ func TestMismatchedRecordIsNeverServed(t *testing.T) {
 		if !strings.Contains(g.logs.String(), `"sandbox_id":"`+sid+`"`) || !strings.Contains(g.logs.String(), "identity conflict") {
 			t.Errorf("%s: conflict not logged with its sandbox_id", tc.name)
 		}
-		if n, _ := rdb.Exists(t.Context(), "sandgate:{default}:sbx:"+sid).Result(); n != 1 {
+		if n, _ := rdb.Exists(t.Context(), keys.Sandbox(sid)).Result(); n != 1 {
 			t.Errorf("%s: the conflicting record was removed by a caller it does not belong to", tc.name)
 		}
 	}

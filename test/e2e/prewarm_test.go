@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/lease"
 )
 
 // prewarmed lists the fleet's pre-started sandboxes no thread has claimed.
@@ -200,7 +201,7 @@ func TestReconcilerAdoptsPrewarmedSandboxesBack(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	index := "sandgate:{default}:prewarm"
+	index := lease.NewKeys("", 0).Prewarm()
 	for {
 		n, err := rdb.ZCard(ctx, index).Result()
 		if err != nil {
