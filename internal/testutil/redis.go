@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -67,4 +69,19 @@ func (r *Redis) Stop() {
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
 	r.cmd = nil
+}
+
+// Restore restarts the server on the RDB file at path (a state saved by
+// another server), as a restore from a backup would.
+func (r *Redis) Restore(path string) {
+	r.t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		r.t.Fatalf("read %s: %v", path, err)
+	}
+	r.Stop()
+	if err := os.WriteFile(filepath.Join(r.dir, "dump.rdb"), data, 0o600); err != nil {
+		r.t.Fatalf("write dump.rdb: %v", err)
+	}
+	r.Start()
 }
