@@ -113,8 +113,8 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// Slot is the Redis Cluster slot of key (its hash tag's, if it has one).
-func Slot(key string) int {
+// slot is the Redis Cluster slot of key (its hash tag's, if it has one).
+func slot(key string) int {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			key = key[s+1 : s+1+e]
@@ -122,9 +122,6 @@ func Slot(key string) int {
 	}
 	return int(crc16(key)) % clusterSlots
 }
-
-// Prefix is the common prefix of all keys (without braces).
-func (k Keys) Prefix() string { return k.prefix }
 
 // Buckets is the number of buckets N.
 func (k Keys) Buckets() int { return len(k.buckets) }

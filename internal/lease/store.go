@@ -497,16 +497,6 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	return out, nil
 }
 
-// All returns every record, whatever its state, found from the buckets'
-// registries: O(pool), for listings, never for a request.
-func (s *Store) All(ctx context.Context) ([]Record, error) {
-	all := make([]int, s.keys.Buckets())
-	for b := range all {
-		all[b] = b
-	}
-	return s.BucketRecords(ctx, all)
-}
-
 // BucketRecords returns the records registered in buckets.
 func (s *Store) BucketRecords(ctx context.Context, buckets []int) ([]Record, error) {
 	pipe := s.rdb.Pipeline()
