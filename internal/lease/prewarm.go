@@ -51,27 +51,39 @@ func (s *Store) PutPrewarm(ctx context.Context, rec Record, now time.Time) (bool
 // (2), a registry entry Repair drops. If the taker dies before recording
 // sid, pw runs without a record: the reconciler adopts it back.
 func (s *Store) TakePrewarm(ctx context.Context, pw, sid, user string, deadline time.Time) (Record, bool, error) {
-	err := scriptTakePrewarm.Run(ctx, s.rdb, s.keys.fleetKeys(), pw, sid, ms(deadline), user).Err()
-	if errors.Is(err, redis.Nil) {
-		return Record{}, false, nil
-	}
-	if err != nil {
-		return Record{}, false, fmt.Errorf("take prewarm sandbox: %w", err)
-	}
-	if err := s.step("take_prewarm", 1); err != nil {
-		return Record{}, false, err
-	}
-	rec, ok, err := s.deleteRecord(ctx, pw, "", StatePrewarm)
+	rec, forget, ok, err := s.TakePrewarmRecord(ctx, pw, sid, user, deadline)
 	if err != nil || !ok {
 		return Record{}, false, err
 	}
+	return rec, true, forget(ctx)
+}
+
+// TakePrewarmRecord runs TakePrewarm's steps (1) and (2) and returns step
+// (3), which only tidies pw's bucket, for the caller to run once it has
+// answered.
+func (s *Store) TakePrewarmRecord(ctx context.Context, pw, sid, user string, deadline time.Time) (rec Record, forget func(context.Context) error, ok bool, err error) {
+	err = scriptTakePrewarm.Run(ctx, s.rdb, s.keys.fleetKeys(), pw, sid, ms(deadline), user).Err()
+	if errors.Is(err, redis.Nil) {
+		return Record{}, nil, false, nil
+	}
+	if err != nil {
+		return Record{}, nil, false, fmt.Errorf("take prewarm sandbox: %w", err)
+	}
+	if err := s.step("take_prewarm", 1); err != nil {
+		return Record{}, nil, false, err
+	}
+	if rec, ok, err = s.deleteRecord(ctx, pw, "", StatePrewarm); err != nil || !ok {
+		return Record{}, nil, false, err
+	}
 	if err := s.step("take_prewarm", 2); err != nil {
-		return Record{}, false, err
+		return Record{}, nil, false, err
 	}
-	if err := s.move(ctx, pw, "drop", time.Time{}, ""); err != nil {
-		return Record{}, false, fmt.Errorf("take prewarm sandbox: %w", err)
-	}
-	return rec, true, nil
+	return rec, func(ctx context.Context) error {
+		if err := s.move(ctx, pw, "drop", time.Time{}, ""); err != nil {
+			return fmt.Errorf("take prewarm sandbox: %w", err)
+		}
+		return nil
+	}, true, nil
 }
 
 // PrewarmRecords returns the pre-started sandboxes' records, oldest first.

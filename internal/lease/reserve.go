@@ -213,26 +213,53 @@ type ReserveResult struct {
 // oldest warm one; soft mode with nothing to evict goes over the cap. A
 // refusal by the fleet gives the user's unit back.
 func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (ReserveResult, error) {
-	mine := 0
 	userStep := req.User != "" // its creates in progress count for its quotas, set or not
-	if userStep {
+	var first []string
+	mine := 0
+	switch {
+	case userStep && req.MaxPerUser <= 0 && req.MaxCreatesPerUser <= 0 && !(req.Hard && req.Max > 0):
+		// The user's step can refuse nothing and the fleet needs no count
+		// of it (no fair share): both in one round trip.
+		user, fleet := s.userReserveCall(req), s.fleetReserveCall(req, 0, 0)
+		if err := s.batch(ctx, []*call{user, fleet}, nil); err != nil {
+			return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
+		}
+		var err error
+		if first, err = fleet.cmd.StringSlice(); err != nil {
+			return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
+		}
+	case userStep:
 		res, err := s.reserveUser(ctx, req)
 		if err != nil || res.Outcome != "ok" {
 			return res, err
 		}
 		mine = res.Held
 	}
-	res, err := s.reserveFleet(ctx, req, mine)
+	res, err := s.reserveFleet(ctx, req, mine, first)
 	if err == nil && userStep && res.Outcome != "ok" && res.Outcome != "over" && res.Outcome != "prewarm" {
 		err = s.userMember(ctx, req.User, req.SandboxID, "unreserve")
 	}
 	return res, err
 }
 
+func (s *Store) userReserveCall(req ReserveRequest) *call {
+	return &call{script: scriptUserReserve, keys: []string{s.keys.User(req.User)},
+		args: []any{req.SandboxID, ms(req.Now), ms(req.Deadline), req.MaxPerUser, req.MaxCreatesPerUser}}
+}
+
+func (s *Store) fleetReserveCall(req ReserveRequest, mine, force int) *call {
+	mode := "soft"
+	if req.Hard {
+		mode = "hard"
+	}
+	return &call{script: scriptFleetReserve, keys: s.keys.fleetKeys(),
+		args: []any{req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode, req.User, mine, req.Kind, force}}
+}
+
 func (s *Store) reserveUser(ctx context.Context, req ReserveRequest) (ReserveResult, error) {
 	for pruned := false; ; pruned = true {
-		out, err := scriptUserReserve.Run(ctx, s.rdb, []string{s.keys.User(req.User)}, req.SandboxID, ms(req.Now),
-			ms(req.Deadline), req.MaxPerUser, req.MaxCreatesPerUser).StringSlice()
+		c := s.userReserveCall(req)
+		out, err := c.script.Run(ctx, s.rdb, c.keys, c.args...).StringSlice()
 		if err != nil {
 			return ReserveResult{}, fmt.Errorf("reserve user quota: %w", err)
 		}
@@ -259,16 +286,16 @@ func (s *Store) reserveUser(ctx context.Context, req ReserveRequest) (ReserveRes
 	}
 }
 
-func (s *Store) reserveFleet(ctx context.Context, req ReserveRequest, mine int) (ReserveResult, error) {
-	mode := "soft"
-	if req.Hard {
-		mode = "hard"
-	}
+// reserveFleet runs the fleet's step (first: its outcome already read).
+func (s *Store) reserveFleet(ctx context.Context, req ReserveRequest, mine int, first []string) (ReserveResult, error) {
 	for force := 0; ; force++ {
-		out, err := scriptFleetReserve.Run(ctx, s.rdb, s.keys.fleetKeys(), req.SandboxID, req.Max, ms(req.Now),
-			ms(req.Deadline), mode, req.User, mine, req.Kind, force).StringSlice()
-		if err != nil {
-			return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
+		out := first
+		if force > 0 || out == nil {
+			c := s.fleetReserveCall(req, mine, force)
+			var err error
+			if out, err = c.script.Run(ctx, s.rdb, c.keys, c.args...).StringSlice(); err != nil {
+				return ReserveResult{}, fmt.Errorf("reserve capacity: %w", err)
+			}
 		}
 		res := ReserveResult{Outcome: out[0]}
 		switch res.Outcome {
@@ -276,6 +303,7 @@ func (s *Store) reserveFleet(ctx context.Context, req ReserveRequest, mine int) 
 			res.Victim = out[1]
 			return res, nil
 		case "share":
+			var err error
 			if res.Held, err = strconv.Atoi(out[1]); err != nil {
 				return ReserveResult{}, fmt.Errorf("reserve capacity: bad share %q: %w", out[1], err)
 			}

@@ -113,23 +113,34 @@ func regValue(now time.Time, incarnation string) string {
 // reservation expires, the bucket's count reaches the fleet with its next
 // change or sync, Repair restores the user's membership.
 func (s *Store) PutActive(ctx context.Context, rec Record, now time.Time) error {
+	commit, err := s.RecordActive(ctx, rec, now)
+	if err != nil {
+		return err
+	}
+	return commit(ctx)
+}
+
+// RecordActive runs PutActive's steps (1) and (2), after which the record
+// serves, and returns step (3) for the caller to run once it has answered:
+// until then the fleet counts the sandbox by its reservation, exactly once.
+func (s *Store) RecordActive(ctx context.Context, rec Record, now time.Time) (commit func(context.Context) error, err error) {
 	sid := rec.SandboxID
 	bc, err := s.index(ctx, sid, "active", now, regValue(now, rec.Incarnation))
 	if err != nil {
-		return fmt.Errorf("write active record: %w", err)
+		return nil, fmt.Errorf("write active record: %w", err)
 	}
 	if err := s.step("put_active", 1); err != nil {
-		return err
+		return nil, err
 	}
 	args := append([]any{"replace", string(StateActive), rec.Incarnation}, rec.fields()...)
 	oldCap, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Text()
 	if err != nil {
-		return fmt.Errorf("write active record: %w", err)
+		return nil, fmt.Errorf("write active record: %w", err)
 	}
 	if err := s.step("put_active", 2); err != nil {
-		return err
+		return nil, err
 	}
-	return s.commit(ctx, sid, rec.User, oldCap, "hold", bc, "")
+	return func(ctx context.Context) error { return s.commit(ctx, sid, rec.User, oldCap, "hold", bc, "") }, nil
 }
 
 // commit is the last step of a create or a destroy: the capability index

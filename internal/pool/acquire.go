@@ -97,7 +97,8 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	if err != nil {
 		return nil, "", lockErr(err)
 	}
-	defer p.unlockLater(held)
+	ctx, after := withAfterAnswer(ctx)
+	defer p.unlockAfter(held, after)
 	// A lost lock means another replica may start the same sandbox; stop.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -270,7 +271,11 @@ func (p *Pool) record(ctx context.Context, info backend.Info, user, thread strin
 		info.CreatedAt = p.clock.Now()
 	}
 	rec := lease.RecordFromInfo(info, lease.StateActive)
-	if err := p.store.PutActive(ctx, rec, p.clock.Now()); err != nil {
+	commit, err := p.store.RecordActive(ctx, rec, p.clock.Now())
+	if err == nil {
+		err = afterAnswer(ctx, commit)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
 	return p.newRoute(rec)

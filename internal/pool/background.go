@@ -1,6 +1,12 @@
 package pool
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/lease"
+)
 
 // background runs what an acquire leaves to do after it answered: releasing
 // its locks and publishing its events. Each is a Redis round trip that a
@@ -55,3 +61,48 @@ func (b *background) drain() {
 
 // wait returns once everything given to run and inOrder is done.
 func (b *background) wait() { b.wg.Wait() }
+
+// after holds what a provision leaves for once its caller is answered: the
+// last step of writing its record (lease.Store.RecordActive), which must
+// land before the sandbox's lock is released.
+type after struct {
+	mu  sync.Mutex
+	fns []func(context.Context) error
+}
+
+type afterKey struct{}
+
+func withAfterAnswer(ctx context.Context) (context.Context, *after) {
+	a := &after{}
+	return context.WithValue(ctx, afterKey{}, a), a
+}
+
+// afterAnswer leaves fn to the provision of ctx, or runs it now outside one.
+func afterAnswer(ctx context.Context, fn func(context.Context) error) error {
+	a, _ := ctx.Value(afterKey{}).(*after)
+	if a == nil {
+		return fn(ctx)
+	}
+	a.mu.Lock()
+	a.fns = append(a.fns, fn)
+	a.mu.Unlock()
+	return nil
+}
+
+// unlockAfter runs what the provision left, then releases its lock, after
+// the caller answered.
+func (p *Pool) unlockAfter(h *lease.Held, a *after) {
+	p.bg.run(func() {
+		a.mu.Lock()
+		fns := a.fns
+		a.mu.Unlock()
+		for _, fn := range fns {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := fn(ctx); err != nil {
+				p.log.Warn("finish recording a sandbox (the reconciler repairs it)", "err", err)
+			}
+			cancel()
+		}
+		p.unlock(h)
+	})
+}

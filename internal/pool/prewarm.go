@@ -204,7 +204,10 @@ func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (lease.Rec
 	if err != nil {
 		return lease.Record{}, nil, false, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	rec, ok, err := p.store.TakePrewarm(ctx, pw, sid, user, p.clock.Now().Add(p.cfg.CreateTimeout+p.cfg.LockTTL))
+	rec, forget, ok, err := p.store.TakePrewarmRecord(ctx, pw, sid, user, p.clock.Now().Add(p.cfg.CreateTimeout+p.cfg.LockTTL))
+	if err == nil && ok {
+		err = afterAnswer(ctx, forget)
+	}
 	if err != nil || !ok {
 		p.unlock(held)
 		if err != nil {
