@@ -33,48 +33,10 @@ func TestClusterReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 	f := newFleetOn(t, c.URL(), "--max-sandboxes", "0")
 	replicas := []*gateway{f.start(), f.start(), f.start()}
 	// Each thread gets 6 requests, two through each replica.
-	const threads, requests = 12, 72
-	var wg sync.WaitGroup
-	errs := make(chan string, requests)
-	start := make(chan struct{})
-	for i := range requests {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := replicas[i%len(replicas)]
-			thread := fmt.Sprintf("cburst-%02d", (i/len(replicas))%threads)
-			<-start
-			r := <-execAsync(g.URL, thread, "echo ok")
-			if r.err != nil || r.code != 200 || !strings.Contains(string(r.body), `"output":"ok\n"`) {
-				errs <- fmt.Sprintf("%s via %s: %d %v %s", thread, g.URL, r.code, r.err, r.body)
-			}
-		}()
-	}
-	close(start)
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("%d first requests for %d threads not all answered in 2 minutes", requests, threads)
-	}
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
-	live := f.sandboxes()
-	ids := map[string]int{}
-	for _, s := range live {
-		ids[s.SandboxID]++
-	}
-	if len(live) != threads || len(ids) != threads {
-		t.Fatalf("%d sandbox processes, %d distinct ids, want %d of each", len(live), len(ids), threads)
-	}
+	const threads = 12
+	firstRequestBurst(t, f, replicas, "cburst", threads, 72, 2*time.Minute)
 	for i := range threads {
 		thread := fmt.Sprintf("cburst-%02d", i)
-		if n := ids[identity.SandboxID("default", thread)]; n != 1 {
-			t.Errorf("thread %s has %d sandboxes", thread, n)
-		}
 		// Every replica resolves the thread to that one sandbox.
 		for _, g := range replicas {
 			if v := sandboxOf(t, g.URL, thread); v.SandboxID != identity.SandboxID("default", thread) || v.State != "active" {

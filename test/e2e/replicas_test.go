@@ -19,8 +19,14 @@ import (
 func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, "--max-sandboxes", "0")
-	replicas := []*gateway{f.start(), f.start(), f.start()}
-	const threads, requests = 30, 300
+	firstRequestBurst(t, f, []*gateway{f.start(), f.start(), f.start()}, "burst", 30, 300, 3*time.Minute)
+}
+
+// firstRequestBurst sends requests concurrent first requests for threads
+// new threads ({prefix}-NN), round robin over replicas, and checks that
+// every one answered and each thread got exactly one sandbox.
+func firstRequestBurst(t *testing.T, f *fleet, replicas []*gateway, prefix string, threads, requests int, wait time.Duration) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan string, requests)
 	start := make(chan struct{})
@@ -29,7 +35,7 @@ func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			g := replicas[i%len(replicas)]
-			thread := fmt.Sprintf("burst-%02d", (i/len(replicas))%threads)
+			thread := fmt.Sprintf("%s-%02d", prefix, (i/len(replicas))%threads)
 			<-start
 			// Errors travel back on errs: t.Fatal is for the test's goroutine.
 			r := <-execAsync(g.URL, thread, "echo ok")
@@ -43,8 +49,8 @@ func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 	go func() { wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("300 first requests for 30 threads not all answered in 3 minutes")
+	case <-time.After(wait):
+		t.Fatalf("%d first requests for %d threads not all answered in %s", requests, threads, wait)
 	}
 	close(errs)
 	for e := range errs {
@@ -59,9 +65,8 @@ func TestReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 		t.Fatalf("%d sandbox processes, %d distinct ids, want %d of each", len(live), len(ids), threads)
 	}
 	for i := range threads {
-		sid := identity.SandboxID("default", fmt.Sprintf("burst-%02d", i))
-		if ids[sid] != 1 {
-			t.Errorf("thread burst-%02d has %d sandboxes", i, ids[sid])
+		if sid := identity.SandboxID("default", fmt.Sprintf("%s-%02d", prefix, i)); ids[sid] != 1 {
+			t.Errorf("thread %s-%02d has %d sandboxes", prefix, i, ids[sid])
 		}
 	}
 }
