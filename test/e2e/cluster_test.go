@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,56 +51,7 @@ func TestClusterReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 func TestClusterReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	t.Parallel()
 	c := testutil.StartRedisCluster(t, 3)
-	f := newFleetOn(t, c.URL(), "--lock-ttl", "1s", "--process-isolation", "none") // slowSandbox is a script: see there
-	slow, pids := slowSandbox(t, f, "1")
-	a := f.start("--process-binary", slow)
-	b := f.start("--process-binary", slow)
-
-	res := make(chan error, 1)
-	go func() {
-		req, _ := http.NewRequest("PUT", a.URL+"/threads/cvictim/sandbox", nil)
-		resp, err := clientFor(req.URL.String()).Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		res <- err
-	}()
-	// Kill replica a once its create is under way: the child runs and a
-	// recorded it, and it cannot answer for another second.
-	waitFor(t, func() bool {
-		started, _ := os.ReadFile(pids)
-		return len(started) > 0 && len(f.sandboxes()) > 0
-	})
-	a.kill()
-	select {
-	case <-res:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the request to the killed replica did not end in 30s")
-	}
-
-	if d := shell(t, b.URL, "cvictim", "echo alive"); strings.TrimSpace(d.Output) != "alive" {
-		t.Fatalf("via replica b: %+v", d)
-	}
-	// Every sandbox process any create started has either exited or become
-	// a sandbox (exec'd the binary): no create is still on its way.
-	waitFor(t, func() bool {
-		started, _ := os.ReadFile(pids)
-		for _, s := range strings.Fields(string(started)) {
-			pid, _ := strconv.Atoi(s)
-			if running(pid) && !strings.HasPrefix(cmdline(pid), f.bin+" ") {
-				return false
-			}
-		}
-		return true
-	})
-	live := f.sandboxes()
-	if len(live) != 1 {
-		t.Fatalf("%d sandboxes for one thread after a replica died mid-create: %+v", len(live), live)
-	}
-	v := sandboxOf(t, b.URL, "cvictim")
-	if v.SandboxID != live[0].SandboxID || v.State != "active" {
-		t.Fatalf("record %+v does not match the live sandbox %+v (orphan)", v, live[0])
-	}
+	killMidCreate(t, newFleetOn(t, c.URL(), "--lock-ttl", "1s", "--process-isolation", "none"), "cvictim") // slowSandbox is a script: see there
 }
 
 // Three replicas reap six idle sandboxes on the Cluster, each exactly once,

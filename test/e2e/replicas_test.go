@@ -75,7 +75,14 @@ func firstRequestBurst(t *testing.T, f *fleet, replicas []*gateway, prefix strin
 // once its lock expires, another replica adopts the sandbox it started.
 func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, "--lock-ttl", "1s", "--process-isolation", "none") // slowSandbox is a script: see there
+	killMidCreate(t, newFleet(t, "--lock-ttl", "1s", "--process-isolation", "none"), "victim") // slowSandbox is a script: see there
+}
+
+// killMidCreate kills (SIGKILL) one of two replicas of f while it creates
+// thread's sandbox, then checks that the other serves it from exactly the
+// one sandbox that was started, and that its record names that sandbox.
+func killMidCreate(t *testing.T, f *fleet, thread string) {
+	t.Helper()
 	// A sandbox binary that takes a while to start, so the kill lands mid-create.
 	slow, pids := slowSandbox(t, f, "1")
 	a := f.start("--process-binary", slow)
@@ -83,7 +90,7 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 
 	res := make(chan error, 1)
 	go func() {
-		req, _ := http.NewRequest("PUT", a.URL+"/threads/victim/sandbox", nil)
+		req, _ := http.NewRequest("PUT", a.URL+"/threads/"+thread+"/sandbox", nil)
 		resp, err := clientFor(req.URL.String()).Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -103,7 +110,7 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 		t.Fatal("the request to the killed replica did not end in 30s")
 	}
 
-	d := shell(t, b.URL, "victim", "echo alive")
+	d := shell(t, b.URL, thread, "echo alive")
 	if strings.TrimSpace(d.Output) != "alive" {
 		t.Fatalf("via replica b: %+v", d)
 	}
@@ -123,7 +130,7 @@ func TestReplicaKilledMidCreateLeavesNoDuplicateOrOrphan(t *testing.T) {
 	if len(live) != 1 {
 		t.Fatalf("%d sandboxes for one thread after a replica died mid-create: %+v", len(live), live)
 	}
-	v := sandboxOf(t, b.URL, "victim")
+	v := sandboxOf(t, b.URL, thread)
 	if v.SandboxID != live[0].SandboxID || v.State != "active" {
 		t.Fatalf("record %+v does not match the live sandbox %+v (orphan)", v, live[0])
 	}
