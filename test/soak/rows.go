@@ -22,7 +22,7 @@ var rows = []row{
 	{
 		failure:   "Many first requests for one thread, on many replicas",
 		happens:   "exactly one sandbox",
-		mechanism: "single-flight per replica; `{p}lock:{sid}` (bsm/redislock, refreshed while held) across replicas; re-check of the record and `Discover` under the lock before `Create`",
+		mechanism: "single-flight per replica; `p{sid}:lock` (bsm/redislock, refreshed while held) across replicas; re-check of the record and `Discover` under the lock before `Create`",
 		tests:     []testRef{{e2e, "TestReplicasCreateExactlyOneSandboxPerThread"}, {poolPkg, "TestConcurrentAcquiresCreateOncePerThread"}},
 		note:      "(3 replicas, 300 requests, 30 threads → 30 sandboxes, 0 errors)",
 	},
@@ -36,7 +36,7 @@ var rows = []row{
 	{
 		failure:   "Two replicas reap the same expired sandbox",
 		happens:   "destroyed once",
-		mechanism: "per-sandbox lock, then `scriptClaim` (Lua) re-checks the expiry and takes it out of the index atomically",
+		mechanism: "each bucket reaped by the replica holding its lease; per-sandbox lock, then `scriptTake` (Lua) takes it out of its bucket's index only if still expired, and `scriptRecClaim` claims the record only in that index's state",
 		tests:     []testRef{{poolPkg, "TestThreeReapersDestroyEachExactlyOnce"}},
 		note:      "(3 replicas, 200 expired sandboxes)",
 	},
@@ -105,7 +105,7 @@ var rows = []row{
 	{
 		failure:   "One user creates sandboxes until the fleet is full",
 		happens:   "429 `user_quota` + `Retry-After` past `max_sandboxes_per_user` / `max_creates_per_user`, or past its fair share of a full hard cap; other users still get theirs; admins exempt",
-		mechanism: "the reserve script (Lua) counts each user's active + warm + creating sandboxes from `{p}owners` in the same step as the fleet count; the create rate is a per-user GCRA in Redis",
+		mechanism: "each user's quota set (`p{u:user}:sbx`: held sandboxes and reservations with deadlines) is checked and reserved in one script, then the fleet's count; the create rate is a per-user GCRA in Redis",
 		tests:     []testRef{{e2e, "TestPerUserQuotaUnderHardCap"}, {poolPkg, "TestUserQuota"}, {poolPkg, "TestFairShareRefusesOverShareUser"}, {e2e, "TestPerUserLimits"}, {leasePkg, "TestCreateRateIsFleetWideGCRA"}},
 		note:      "(3 replicas, hard cap 10, 5 per user)",
 	},
@@ -150,8 +150,36 @@ var rows = []row{
 	{
 		failure:   "The pool is full",
 		happens:   "soft: least recently released warm sandbox evicted, else created beyond the cap with a warning; hard: 503 `capacity` + `Retry-After`",
-		mechanism: "`scriptReserve` counts active + warm + creating fleet-wide; reservations of dead replicas expire",
+		mechanism: "the fleet's script (`{fleet}` slot) counts every bucket's reported active + warm, the pre-started sandboxes and the reservations; reservations of dead replicas expire",
 		tests:     []testRef{{poolPkg, "TestSoftCapEvictsLeastRecentlyReleased"}, {poolPkg, "TestHardCap"}, {e2e, "TestHardCapAnswers503"}, {leasePkg, "TestReserve"}},
+	},
+	{
+		failure:   "The state outgrows one Redis: a Redis Cluster of 3 masters",
+		happens:   "the keys spread over every master (33.1 / 33.6 / 33.4 % of 2,262 keys after 1,000 threads; layout 1: 0 / 100 / 0 %); still exactly one sandbox per thread, no duplicate or orphan after a kill -9 mid-create, each idle sandbox reaped once",
+		mechanism: "key layout 2: a sandbox's keys under its own hash tag, the indexes in N buckets whose tags sit at evenly spaced slots, every script in one slot",
+		tests: []testRef{{e2e, "TestClusterSpreadsThousandThreadsKeysOverEveryNode"}, {e2e, "TestClusterReplicasCreateExactlyOneSandboxPerThread"},
+			{e2e, "TestClusterReplicaKilledMidCreateLeavesNoDuplicateOrOrphan"}, {e2e, "TestClusterReapsEachIdleSandboxExactlyOnce"}, {leasePkg, "TestKeysSpreadOverSlots"}},
+	},
+	{
+		failure:   "A replica dies between the steps of a change that spans Redis slots",
+		happens:   "the reconciler of the bucket repairs it: no sandbox reaped early, none counted twice or lost by the cap or its user",
+		mechanism: "a fixed order (the bucket registers before the record is written and forgets after it is deleted; the record decides, the indexes follow; the limits last, idempotent); `Store.Inconsistent` then `Store.Repair` under the sandbox's lock, and `SyncCount`",
+		tests:     []testRef{{leasePkg, "TestCrashBetweenStepsIsRepaired"}},
+		note:      "(each of 11 step boundaries, on redis-server and miniredis)",
+	},
+	{
+		failure:   "A replica dies: its share of reaping and reconciling",
+		happens:   "taken over by the others once its bucket leases expire (`bucket_lease_ttl`)",
+		mechanism: "rendezvous hashing of the buckets over the replicas that beat within a TTL, with a `SET … PX` lease per bucket",
+		tests:     []testRef{{poolPkg, "TestBucketLeasesSplitTheWorkAndMoveOnDeath"}},
+		note:      "(3 replicas: no bucket held twice or left, 60 idle sandboxes reaped once each)",
+	},
+	{
+		failure:   "A deployment upgrades from the single-slot layout (layout 1)",
+		happens:   "the first replica to start migrates the state once before it reports ready; records, index scores, aliases, capabilities and egress policies carry over",
+		mechanism: "a layout stamp (`p{layout}`), a migration lock, idempotent writes with the stamp last; a stamp with another bucket count is refused",
+		tests:     []testRef{{leasePkg, "TestMigrateFromLayout1"}, {e2e, "TestGatewayMigratesLayout1StateAtStart"}},
+		note:      "(from a state written by layout 1's code)",
 	},
 	{
 		failure:   "A create takes longer than the client waits",
