@@ -99,7 +99,7 @@ func TestCrashBetweenStepsIsRepaired(t *testing.T) {
 				later := t0.Add(time.Hour) // past the grace of a registry entry without a record
 				b := s.keys.Bucket("a")
 				for pass := 0; pass < 2; pass++ {
-					bad, err := s.Inconsistent(ctx, b, later, time.Minute)
+					bad, err := s.Inconsistent(ctx, []int{b}, later, time.Minute)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -111,7 +111,7 @@ func TestCrashBetweenStepsIsRepaired(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					if err := s.SyncCount(ctx, b); err != nil {
+					if err := s.SyncCounts(ctx, []int{b}); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -168,10 +168,12 @@ func (s *Store) migrateV1(ctx context.Context, now time.Time) (MigrateReport, []
 		}
 		rep.Egress++
 	}
-	for b := range s.keys.Buckets() {
-		if err := s.SyncCount(ctx, b); err != nil {
-			return rep, nil, err
-		}
+	buckets := make([]int, s.keys.Buckets())
+	for b := range buckets {
+		buckets[b] = b
+	}
+	if err := s.SyncCounts(ctx, buckets); err != nil {
+		return rep, nil, err
 	}
 	return rep, rest, nil
 }

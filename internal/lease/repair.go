@@ -22,37 +22,51 @@ import (
 //	                                now: never reaped early)
 //	pre-started record, not indexed back into the fleet's pre-started index
 //	record, its user lost it        the user holds it again
-//	bucket count behind the fleet   reported again (SyncCount)
+//	bucket count behind the fleet   reported again (SyncCounts)
 
-// Inconsistent returns the sandboxes of bucket b whose bucket entries, user
+// Inconsistent returns the sandboxes of buckets whose bucket entries, user
 // membership or pre-started index entry disagree with their records (or
-// that are registered without a record for longer than grace). O(bucket).
-func (s *Store) Inconsistent(ctx context.Context, b int, now time.Time, grace time.Duration) ([]string, error) {
+// that are registered without a record for longer than grace): three
+// pipelined reads, each one round trip per node. O(buckets' sandboxes).
+func (s *Store) Inconsistent(ctx context.Context, buckets []int, now time.Time, grace time.Duration) ([]string, error) {
 	pipe := s.rdb.Pipeline()
-	reg := pipe.HGetAll(ctx, s.keys.Reg(b))
-	act := pipe.ZRange(ctx, s.keys.Active(b), 0, -1)
-	warm := pipe.ZRange(ctx, s.keys.Warm(b), 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read bucket %d: %w", b, err)
+	regs := make([]*redis.MapStringStringCmd, len(buckets))
+	acts, warms := make([]*redis.StringSliceCmd, len(buckets)), make([]*redis.StringSliceCmd, len(buckets))
+	for i, b := range buckets {
+		regs[i] = pipe.HGetAll(ctx, s.keys.Reg(b))
+		acts[i] = pipe.ZRange(ctx, s.keys.Active(b), 0, -1)
+		warms[i] = pipe.ZRange(ctx, s.keys.Warm(b), 0, -1)
 	}
+	if len(buckets) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read buckets: %w", err)
+	}
+	reg := map[string]string{}
 	in := map[string]State{}
 	var bad []string
-	for _, sid := range act.Val() {
-		in[sid] = StateActive
-	}
-	for _, sid := range warm.Val() {
-		if _, dup := in[sid]; dup {
-			bad = append(bad, sid) // in both
+	for i := range buckets {
+		for sid, v := range regs[i].Val() {
+			reg[sid] = v
 		}
-		in[sid] = StateWarm
+		for _, sid := range acts[i].Val() {
+			in[sid] = StateActive
+		}
+		for _, sid := range warms[i].Val() {
+			if _, dup := in[sid]; dup {
+				bad = append(bad, sid) // in both
+			}
+			in[sid] = StateWarm
+		}
 	}
 	for sid := range in {
-		if _, ok := reg.Val()[sid]; !ok {
+		if _, ok := reg[sid]; !ok {
 			bad = append(bad, sid) // indexed, not registered
 		}
 	}
-	ids := make([]string, 0, len(reg.Val()))
-	for sid := range reg.Val() {
+	ids := make([]string, 0, len(reg))
+	for sid := range reg {
 		ids = append(ids, sid)
 	}
 	pipe = s.rdb.Pipeline()
@@ -62,14 +76,14 @@ func (s *Store) Inconsistent(ctx context.Context, b int, now time.Time, grace ti
 	}
 	if len(ids) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("read bucket %d's records: %w", b, err)
+			return nil, fmt.Errorf("read buckets' records: %w", err)
 		}
 	}
 	for i, sid := range ids {
 		v := recs[i].Val()
 		state, _ := v[0].(string)
 		inc, _ := v[1].(string)
-		at, regInc, _ := strings.Cut(reg.Val()[sid], "|")
+		at, regInc, _ := strings.Cut(reg[sid], "|")
 		if state == "" {
 			registered, _ := strconv.ParseInt(at, 10, 64)
 			if now.Sub(time.UnixMilli(registered)) > grace {
@@ -107,7 +121,7 @@ func (s *Store) Inconsistent(ctx context.Context, b int, now time.Time, grace ti
 	}
 	if len(checks) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("read bucket %d's memberships: %w", b, err)
+			return nil, fmt.Errorf("read buckets' memberships: %w", err)
 		}
 	}
 	for _, m := range checks {
@@ -155,12 +169,27 @@ func (s *Store) reindex(ctx context.Context, rec Record, at time.Time) error {
 	return s.commit(ctx, rec.SandboxID, user, "", op, bc, prewarm)
 }
 
-// SyncCount reports bucket b's count to the fleet (the reconciler's pass:
-// a report a dying replica did not make is made here).
-func (s *Store) SyncCount(ctx context.Context, b int) error {
-	v, err := scriptIndex.Run(ctx, s.rdb, s.keys.bucketKeys(b), "", "register", 0, "", "1").Int64Slice()
-	if err != nil {
-		return fmt.Errorf("read bucket %d's count: %w", b, err)
+// SyncCounts reports buckets' counts to the fleet (the reconciler's pass:
+// a report a dying replica did not make is made here): one batch to the
+// buckets, one to the fleet.
+func (s *Store) SyncCounts(ctx context.Context, buckets []int) error {
+	reads := make([]*call, len(buckets))
+	for i, b := range buckets {
+		reads[i] = &call{script: scriptIndex, keys: s.keys.bucketKeys(b), args: []any{"", "register", 0, "", "1"}}
 	}
-	return s.commit(ctx, "", "", "", "", bucketCount{bucket: b, count: v[0], seq: v[1]}, "")
+	if err := s.batch(ctx, reads, nil); err != nil {
+		return fmt.Errorf("read bucket counts: %w", err)
+	}
+	reports := make([]*call, len(buckets))
+	for i, b := range buckets {
+		v, err := reads[i].cmd.Int64Slice()
+		if err != nil {
+			return fmt.Errorf("read bucket %d's count: %w", b, err)
+		}
+		reports[i] = &call{script: scriptFleetCommit, keys: s.keys.fleetKeys(), args: []any{"", b, v[0], v[1], "", "", ""}}
+	}
+	if err := s.batch(ctx, reports, nil); err != nil {
+		return fmt.Errorf("report bucket counts: %w", err)
+	}
+	return nil
 }

@@ -23,7 +23,7 @@ import (
 // bucket holding its new sandbox, so a create is never counted zero or two
 // times once that step has run; a replica dying before it leaves the bucket's
 // copy behind by one until the next report (any change in that bucket, or
-// the reconciler's sync of it: Store.SyncCount).
+// the reconciler's sync of it: Store.SyncCounts).
 //
 // A user ({u:user}) keeps its sandboxes as members: held (score heldScore)
 // or reserved (score = deadline). Membership is idempotent, so a repeated

@@ -64,10 +64,8 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		mine[b] = true
 	}
 	now := p.clock.Now()
-	for _, b := range buckets {
-		if err := r.repair(ctx, b, now, &rep); err != nil {
-			return rep, err
-		}
+	if err := r.repair(ctx, buckets, now, &rep); err != nil {
+		return rep, err
 	}
 	live, records, err := p.bothSides(ctx, buckets)
 	if err != nil {
@@ -217,11 +215,11 @@ func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
 }
 
 // repair puts right what a replica dying between the steps of a change
-// left in bucket b, each sandbox under its lock, then reports the bucket's
-// count to the fleet.
-func (r *Reconciler) repair(ctx context.Context, b int, now time.Time, rep *ReconcileReport) error {
+// left in buckets, each sandbox under its lock, then reports the buckets'
+// counts to the fleet.
+func (r *Reconciler) repair(ctx context.Context, buckets []int, now time.Time, rep *ReconcileReport) error {
 	p := r.p
-	bad, err := p.store.Inconsistent(ctx, b, now, p.cfg.ReconcileGrace)
+	bad, err := p.store.Inconsistent(ctx, buckets, now, p.cfg.ReconcileGrace)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -249,7 +247,7 @@ func (r *Reconciler) repair(ctx context.Context, b int, now time.Time, rep *Reco
 	if p.cfg.ReconcileDryRun {
 		return nil
 	}
-	if err := p.store.SyncCount(ctx, b); err != nil {
+	if err := p.store.SyncCounts(ctx, buckets); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	return nil

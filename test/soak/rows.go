@@ -163,7 +163,7 @@ var rows = []row{
 	{
 		failure:   "A replica dies between the steps of a change that spans Redis slots",
 		happens:   "the reconciler of the bucket repairs it: no sandbox reaped early, none counted twice or lost by the cap or its user",
-		mechanism: "a fixed order (the bucket registers before the record is written and forgets after it is deleted; the record decides, the indexes follow; the limits last, idempotent); `Store.Inconsistent` then `Store.Repair` under the sandbox's lock, and `SyncCount`",
+		mechanism: "a fixed order (the bucket registers before the record is written and forgets after it is deleted; the record decides, the indexes follow; the limits last, idempotent); `Store.Inconsistent` then `Store.Repair` under the sandbox's lock, and `SyncCounts`",
 		tests:     []testRef{{leasePkg, "TestCrashBetweenStepsIsRepaired"}},
 		note:      "(each of 11 step boundaries, on redis-server and miniredis)",
 	},
