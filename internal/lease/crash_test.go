@@ -149,6 +149,9 @@ func TestCrashBetweenStepsIsRepaired(t *testing.T) {
 	}
 }
 
+// errCrash is what the crash hook returns: the replica "died" there.
+var errCrash = errors.New("crashed between steps (test)")
+
 func mustPut(t *testing.T, s *Store, sid string, at time.Time) {
 	t.Helper()
 	r := rec(sid, "i1")

@@ -51,9 +51,6 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// errCrash is what a test's crash hook returns.
-var errCrash = errors.New("crashed between steps (test)")
-
 // step reports the end of step n of op to the test hook.
 func (s *Store) step(op string, n int) error {
 	if s.crash == nil {
