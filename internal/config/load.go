@@ -69,6 +69,7 @@ func (c *Config) settings() []setting {
 		{"bucket-lease-ttl", "how long a replica's lease on a bucket (its share of reaping and reconciling) outlives it (0 = the default)", (*durationValue)(&p.BucketLeaseTTL)},
 		{"prewarm", "pre-started sandboxes kept ready fleet-wide for new threads' first requests (process and docker backends; 0 = none)", (*intValue)(&p.Prewarm)},
 		{"pause-warm", "pause warm sandboxes (container backends) and unpause them on reclaim", (*boolValue)(&p.PauseWarm)},
+		{"freeze-after", "freeze a sandbox (process, docker) with no request and no running command for this long: processes stopped, memory kept, thawed by its next request on any replica (0 = never)", (*durationValue)(&p.FreezeAfter)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
 		{"sandbox-api-key", "shared API key sent as X-AIO-API-Key to sandboxes without a secret of their own (third-party images)", (*stringValue)(&c.Proxy.SandboxAPIKey)},

@@ -176,6 +176,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for _, run := range []func(context.Context){
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
+		pool.NewFreezer(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
 		pool.NewPrewarmer(g.pool).Run,
 		pool.NewHeartbeat(g.pool).Run,

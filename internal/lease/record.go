@@ -40,6 +40,9 @@ type Record struct {
 	// one is first handed out (Store.Capability). Never log it.
 	Capability string
 	capSum     string // the capability's index key (hex SHA-256)
+	// Frozen is when the freezer stopped the sandbox's processes (zero =
+	// running); a replica thaws it under the lock before it routes to it.
+	Frozen time.Time
 }
 
 // RecordFromInfo builds the record of a live sandbox.
@@ -81,13 +84,15 @@ func (r Record) Info() backend.Info {
 	}
 }
 
-// fields flattens the record for HSET (state is written by the scripts).
-func (r Record) fields() []any {
+// fields flattens the record for HSET (state is written by the scripts);
+// seen_ms is now: a record being written is about to be routed to.
+func (r Record) fields(now time.Time) []any {
 	return []any{
 		"user", r.User, "thread", r.Thread, "backend", r.Backend,
 		"incarnation", r.Incarnation, "url", r.URL,
 		"created_ms", strconv.FormatInt(r.CreatedAt.UnixMilli(), 10),
 		"secret", r.Secret, "prewarm", r.Prewarm,
+		"seen_ms", strconv.FormatInt(now.UnixMilli(), 10),
 	}
 }
 
@@ -110,7 +115,17 @@ func recordFromHash(sid string, h map[string]string) (Record, bool) {
 		Prewarm:     h["prewarm"],
 		Capability:  h["cap"],
 		capSum:      h["cap_sum"],
+		Frozen:      msTime(h["frozen"]),
 	}, true
+}
+
+// msTime parses a unix-ms field; "" or garbage is the zero time.
+func msTime(v string) time.Time {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
 }
 
 // recordFromPairs parses the flat field/value array a script returns.

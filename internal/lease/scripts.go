@@ -20,17 +20,19 @@ import "github.com/redis/go-redis/v9"
 
 // scriptRecPut writes a record. ARGV: mode, state, incarnation, field/value
 // pairs... Mode "replace" (the caller holds the sandbox's lock) writes it
-// whatever was there; a record of the same incarnation keeps its capability,
-// a new incarnation drops it and returns its index sum for the caller to
+// whatever was there; a record of the same incarnation keeps its capability
+// and its freeze mark (the processes are still frozen), a new incarnation
+// drops both and returns the old capability's index sum for the caller to
 // delete. Mode "absent" writes only if there is no record (returns 1 or 0).
 var scriptRecPut = redis.NewScript(`
-local old = redis.call('HMGET', KEYS[1], 'incarnation', 'cap', 'cap_sum')
+local old = redis.call('HMGET', KEYS[1], 'incarnation', 'cap', 'cap_sum', 'frozen')
 if ARGV[1] == 'absent' and old[1] then return 0 end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(fields))
 if ARGV[1] == 'absent' then return 1 end
+if old[1] == ARGV[3] and old[4] then redis.call('HSET', KEYS[1], 'frozen', old[4]) end
 if old[3] then
   if old[1] == ARGV[3] then
     redis.call('HSET', KEYS[1], 'cap', old[2], 'cap_sum', old[3])
@@ -43,14 +45,23 @@ return ''
 
 // scriptRecMove moves a record from one state to another, only if it holds
 // the given incarnation (” = any) and, for a release, the given user and
-// thread. ARGV: from, to, incarnation, user, thread. Returns 1 (moved, or
-// already in state to with that incarnation), 0 (no record, or not in
-// state from) or -1 (the record is another user's or thread's).
+// thread. ARGV: from, to, incarnation, user, thread, now (ms). Returns 1
+// (moved, or already in state to with that incarnation), 0 (no record, or
+// not in state from) or -1 (the record is another user's or thread's).
+// A move to active is what every replica does before it caches a route
+// (Activate), so it stamps seen_ms, which scriptRecFreeze compares with its
+// cutoff, and refuses a frozen record: that one is thawed under the lock
+// first.
 var scriptRecMove = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation', 'user', 'thread')
+local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation', 'user', 'thread', 'frozen')
 if not st[1] then return 0 end
 if ARGV[4] ~= '' and (st[3] ~= ARGV[4] or st[4] ~= ARGV[5]) then return -1 end
 if ARGV[3] ~= '' and st[2] ~= ARGV[3] then return 0 end
+if ARGV[2] == 'active' then
+  if st[5] or (st[1] ~= 'active' and st[1] ~= ARGV[1]) then return 0 end
+  redis.call('HSET', KEYS[1], 'state', 'active', 'seen_ms', ARGV[6])
+  return 1
+end
 if st[1] == ARGV[2] then return 1 end
 if st[1] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2])

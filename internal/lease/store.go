@@ -129,7 +129,7 @@ func (s *Store) RecordActive(ctx context.Context, rec Record, now time.Time) (co
 	if err := s.step("put_active", 1); err != nil {
 		return nil, err
 	}
-	args := append([]any{"replace", string(StateActive), rec.Incarnation}, rec.fields()...)
+	args := append([]any{"replace", string(StateActive), rec.Incarnation}, rec.fields(now)...)
 	oldCap, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Text()
 	if err != nil {
 		return nil, fmt.Errorf("write active record: %w", err)
@@ -189,7 +189,7 @@ func (s *Store) putAbsent(ctx context.Context, rec Record, state State, now time
 	if err := s.move(ctx, sid, "register", now, "nx"+regValue(now, rec.Incarnation)); err != nil {
 		return false, fmt.Errorf("write %s record: %w", state, err)
 	}
-	args := append([]any{"absent", string(state), rec.Incarnation}, rec.fields()...)
+	args := append([]any{"absent", string(state), rec.Incarnation}, rec.fields(now)...)
 	n, err := scriptRecPut.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("write %s record: %w", state, err)
@@ -203,7 +203,7 @@ func (s *Store) putAbsent(ctx context.Context, rec Record, state State, now time
 // (which wants a warm record) refuses it and Repair re-indexes it.
 func (s *Store) Activate(ctx context.Context, sid, incarnation string, now time.Time) (bool, error) {
 	n, err := scriptRecMove.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, string(StateWarm), string(StateActive),
-		incarnation, "", "").Int()
+		incarnation, "", "", ms(now)).Int()
 	if err != nil || n != 1 {
 		if err != nil {
 			err = fmt.Errorf("activate warm sandbox: %w", err)
@@ -227,7 +227,7 @@ var ErrIdentity = errors.New("sandbox record belongs to another user or thread")
 // Steps as Activate's.
 func (s *Store) Release(ctx context.Context, sid, user, thread string, now time.Time) (bool, error) {
 	n, err := scriptRecMove.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, string(StateActive), string(StateWarm),
-		"", user, thread).Int()
+		"", user, thread, "").Int()
 	if err != nil {
 		return false, fmt.Errorf("release sandbox: %w", err)
 	}

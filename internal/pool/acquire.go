@@ -25,8 +25,8 @@ func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify
 	if ok && (rec.User != user || rec.Thread != thread) {
 		return nil, "", p.conflict(ctx, rec, user, thread)
 	}
-	// A paused warm sandbox is thawed under the lock, in provision.
-	if ok && !(rec.State == lease.StateWarm && p.pauser() != nil) {
+	// A frozen or paused warm sandbox is thawed under the lock, in provision.
+	if ok && !p.thawsUnderLock(rec) {
 		r, outcome, err := p.reuse(ctx, rec, verify)
 		if r != nil || err != nil {
 			return r, outcome, err
@@ -60,14 +60,9 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 			return nil, "", nil
 		}
 	}
-	if rec.State == lease.StateWarm {
-		if pz := p.pauser(); pz != nil {
-			sctx, span := p.span(ctx, spanResume, rec.SandboxID, rec.Thread)
-			err := pz.Resume(sctx, rec.Info())
-			end(span, err)
-			if err != nil {
-				return nil, "", fmt.Errorf("%w: resume warm sandbox: %w", backend.ErrUnavailable, err)
-			}
+	if p.thawsUnderLock(rec) {
+		if err := p.thaw(ctx, rec); err != nil {
+			return nil, "", err
 		}
 	}
 	ok, err := p.store.Activate(ctx, rec.SandboxID, rec.Incarnation, p.clock.Now())
@@ -86,7 +81,17 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 		p.ready(ctx, r)
 		return r, OutcomeWarm, nil
 	}
+	if !rec.Frozen.IsZero() {
+		return r, OutcomeThawed, nil
+	}
 	return r, OutcomeHit, nil
+}
+
+// thawsUnderLock: rec's sandbox must be thawed before it is routed to (it
+// is frozen, or paused in the warm pool), which is done under its lock so
+// it cannot interleave with a freeze or a pause.
+func (p *Pool) thawsUnderLock(rec lease.Record) bool {
+	return !rec.Frozen.IsZero() || rec.State == lease.StateWarm && p.pauser() != nil
 }
 
 // provision runs under the sandbox's lock: re-check the record (another

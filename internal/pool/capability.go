@@ -68,8 +68,8 @@ func (p *Pool) capabilitySlow(ctx context.Context, sum lease.CapabilitySum, veri
 		return nil, "", p.conflict(ctx, rec, rec.User, rec.Thread)
 	}
 	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)
-	if rec.State == lease.StateWarm && p.pauser() != nil {
-		// Thawing a paused sandbox must not interleave with a pause.
+	if p.thawsUnderLock(rec) {
+		// Thawing a frozen or paused sandbox must not interleave with a freeze.
 		held, err := p.lock(ctx, rec.SandboxID, p.cfg.ProvisionWait)
 		if err != nil {
 			p.acquired(span, start, "", err)

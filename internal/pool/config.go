@@ -65,6 +65,13 @@ type Config struct {
 	// PauseWarm freezes warm sandboxes (backends that implement
 	// backend.Pauser) and thaws them on reclaim.
 	PauseWarm bool
+	// FreezeAfter freezes an active sandbox (backends that implement
+	// backend.Pauser: process, docker) that has had no request and runs
+	// no command for this long: its processes stop, its memory stays, and
+	// the next request on any replica thaws it. 0 = never. It must exceed
+	// cache_ttl plus touch_interval (see lease.Store.Freeze) and stay
+	// under idle_timeout.
+	FreezeAfter time.Duration
 
 	// Instance names this replica in labels and logs.
 	Instance string
@@ -107,6 +114,7 @@ func (c Config) Validate() error {
 		{"create_timeout", c.CreateTimeout}, {"cache_ttl", c.CacheTTL},
 		{"touch_interval", c.TouchInterval}, {"reap_interval", c.ReapInterval},
 		{"lock_ttl", c.LockTTL}, {"reconcile_grace", c.ReconcileGrace}, {"bucket_lease_ttl", c.BucketLeaseTTL},
+		{"freeze_after", c.FreezeAfter},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: must not be negative", d.name)
@@ -121,6 +129,13 @@ func (c Config) Validate() error {
 	w := c.withDefaults()
 	if w.IdleTimeout > 0 && w.IdleTimeout < 2*w.TouchInterval {
 		return fmt.Errorf("idle_timeout: %s must be at least twice touch_interval (%s)", w.IdleTimeout, w.TouchInterval)
+	}
+	if w.FreezeAfter > 0 && w.FreezeAfter <= w.CacheTTL+w.TouchInterval {
+		return fmt.Errorf("freeze_after: %s must exceed cache_ttl + touch_interval (%s): a replica may route to a sandbox that long without reading Redis",
+			w.FreezeAfter, w.CacheTTL+w.TouchInterval)
+	}
+	if w.FreezeAfter > 0 && w.IdleTimeout > 0 && w.FreezeAfter >= w.IdleTimeout {
+		return fmt.Errorf("freeze_after: %s must be shorter than idle_timeout (%s)", w.FreezeAfter, w.IdleTimeout)
 	}
 	if w.LockTTL < 300*time.Millisecond {
 		return errors.New("lock_ttl: must be at least 300ms")
@@ -160,4 +175,10 @@ func (c Config) withDefaults() Config {
 		c.Fleet = backend.DefaultFleet
 	}
 	return c
+}
+
+// freezeInterval is how often the freezer looks: a tenth of FreezeAfter,
+// between 100ms and ReapInterval, so a sandbox freezes at most ~10% late.
+func (c Config) freezeInterval() time.Duration {
+	return min(max(c.FreezeAfter/10, 100*time.Millisecond), c.ReapInterval)
 }

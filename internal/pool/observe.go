@@ -40,6 +40,7 @@ const (
 	spanDiscover  = "sandgate.backend.discover"
 	spanAlive     = "sandgate.backend.alive"
 	spanResume    = "sandgate.backend.resume"
+	spanFreeze    = "sandgate.backend.freeze"
 	spanReapPass  = "sandgate.reaper.pass"
 	spanReconcile = "sandgate.reconciler.pass"
 )

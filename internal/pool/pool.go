@@ -43,6 +43,7 @@ const (
 	OutcomeCold    Outcome = "cold"    // created
 	OutcomeAdopted Outcome = "adopted" // found running without a record
 	OutcomePrewarm Outcome = "prewarm" // a pre-started sandbox, claimed
+	OutcomeThawed  Outcome = "thawed"  // frozen while idle, thawed for this request
 )
 
 // Deps are the pool's collaborators.

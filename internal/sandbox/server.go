@@ -64,7 +64,8 @@ type Server struct {
 	stopNow   context.CancelFunc
 	wsPing    time.Duration
 	mux       *http.ServeMux
-	secret    []byte // SHA-256 of Config.Secret; nil = open
+	secret    []byte       // SHA-256 of Config.Secret; nil = open
+	inflight  atomic.Int64 // requests being handled (activity.go)
 
 	shellOnce sync.Once
 	shellInfo shellInfo
@@ -193,6 +194,7 @@ func (s *Server) shell() (shellInfo, error) {
 func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.Handle("GET /v1/sandbox", s.api(s.handleSandbox))
+	m.Handle("GET /v1/sandgate/activity", s.api(s.handleActivity))
 	m.Handle("GET /v1/sandbox/packages/python", s.api(s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")))
 	m.Handle("GET /v1/sandbox/packages/nodejs", s.api(s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")))
 	m.Handle("POST /v1/code/execute", s.api(bodyType(jsonBody, s.handleCodeExecute)))
@@ -306,6 +308,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inflight.Add(1)
+		defer s.inflight.Add(-1)
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}

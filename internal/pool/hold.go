@@ -1,0 +1,183 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// ActivityPath is the sandbox server's answer to "does anything run in
+// you": its running commands and its requests in flight besides this one,
+// in the data of its usual envelope.
+const ActivityPath = "/v1/sandgate/activity"
+
+// Activity is what ActivityPath answers.
+type Activity struct {
+	Commands int `json:"commands"`
+	Requests int `json:"requests"`
+}
+
+// busyProbeTimeout bounds the activity probe: a sandbox too slow to answer
+// it is not idle.
+const busyProbeTimeout = 2 * time.Second
+
+// busy asks rec's sandbox whether it runs anything: ErrBusy if so, or if
+// it cannot tell (a third-party image without ActivityPath is never frozen
+// or restored under: unknown is not idle).
+func (p *Pool) busy(ctx context.Context, rec lease.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, busyProbeTimeout)
+	defer cancel()
+	base, socket := backend.HTTPBase(rec.URL)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+ActivityPath, nil)
+	if err != nil {
+		return fmt.Errorf("%w: activity probe: %w", ErrBusy, err)
+	}
+	if rec.Secret != "" {
+		req.Header.Set(backend.SecretHeader, rec.Secret)
+	}
+	rt := p.newRT(socket)
+	defer func() {
+		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}()
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("%w: activity probe: %w", ErrBusy, err)
+	}
+	defer resp.Body.Close()
+	var a struct {
+		Data Activity `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: activity probe answered %d", ErrBusy, resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&a); err != nil {
+		return fmt.Errorf("%w: activity probe: %w", ErrBusy, err)
+	}
+	if a.Data.Commands > 0 || a.Data.Requests > 0 {
+		return fmt.Errorf("%w: %d command(s) running, %d request(s) in flight", ErrBusy, a.Data.Commands, a.Data.Requests)
+	}
+	return nil
+}
+
+// FreezeThread freezes (user, thread)'s sandbox now, as the freezer would
+// once it is idle: the record is marked at once (no replica routes to it
+// from then on), and the processes stop once every replica's cached route
+// has expired (cache_ttl and a touch interval) unused and the sandbox runs
+// nothing: otherwise ErrBusy and nothing changes. Frozen already is nil.
+func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
+	pz, ok := p.backend.(backend.Pauser)
+	if !ok {
+		return fmt.Errorf("%w: backend %s cannot freeze", ErrUnsupported, p.name)
+	}
+	sid := identity.SandboxID(user, thread)
+	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
+	if err != nil {
+		return lockErr(err)
+	}
+	defer p.unlock(held)
+	rec, err := p.threadRecord(ctx, sid, user, thread)
+	if err != nil {
+		return err
+	}
+	if !rec.Frozen.IsZero() {
+		return nil
+	}
+	if rec.State != lease.StateActive {
+		return fmt.Errorf("%w: sandbox is %s", ErrNotFound, rec.State)
+	}
+	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+		return fmt.Errorf("%w: a request is in flight", ErrBusy)
+	}
+	// Marked first, with "now" as cutoff, so nothing routes to it anew;
+	// then the routes cached before the mark run out.
+	mark := p.clock.Now()
+	marked, err := p.store.Freeze(ctx, sid, rec.Incarnation, mark, mark)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !marked {
+		return fmt.Errorf("%w: sandbox changed", ErrNotFound)
+	}
+	p.cache.drop(sid, nil)
+	select {
+	case <-time.After(p.cfg.CacheTTL + p.cfg.TouchInterval):
+	case <-ctx.Done():
+		_, _ = p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
+		return ctx.Err()
+	}
+	err = p.stopMarked(ctx, pz, rec, mark)
+	if errors.Is(err, errActivated) {
+		return fmt.Errorf("%w: it was used meanwhile", ErrBusy)
+	}
+	return err
+}
+
+// threadRecord is (user, thread)'s record at sid: ErrNotFound without one.
+func (p *Pool) threadRecord(ctx context.Context, sid, user, thread string) (lease.Record, error) {
+	rec, ok, err := p.store.Get(ctx, sid)
+	if err != nil {
+		return rec, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok || rec.State == lease.StateDestroying {
+		return rec, ErrNotFound
+	}
+	if rec.User != user || rec.Thread != thread {
+		return rec, p.conflict(ctx, rec, user, thread)
+	}
+	return rec, nil
+}
+
+// Hold runs fn with (user, thread)'s sandbox, if it has a running one,
+// stopped: under its lock, its processes frozen for fn's length and thawed
+// after (one frozen already stays so). Checkpoints and restores run in it,
+// so the sandbox never sees half a tree. Unless force, a sandbox that runs
+// a command or serves a request is refused with ErrBusy first.
+func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn func() error) error {
+	sid := identity.SandboxID(user, thread)
+	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
+	if err != nil {
+		return lockErr(err)
+	}
+	defer p.unlock(held)
+	rec, err := p.threadRecord(ctx, sid, user, thread)
+	if errors.Is(err, ErrNotFound) {
+		return fn() // no sandbox: nothing runs against the files
+	}
+	if err != nil {
+		return err
+	}
+	pz, ok := p.backend.(backend.Pauser)
+	if !rec.Frozen.IsZero() || !ok {
+		return fn()
+	}
+	if !force {
+		if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+			return fmt.Errorf("%w: a request is in flight", ErrBusy)
+		}
+		if err := p.busy(ctx, rec); err != nil {
+			return err
+		}
+	}
+	sctx, span := p.span(ctx, spanFreeze, sid, thread)
+	err = pz.Pause(sctx, rec.Info())
+	end(span, err)
+	if err != nil {
+		return fmt.Errorf("%w: freeze sandbox: %w", backend.ErrUnavailable, err)
+	}
+	defer func() {
+		if err := pz.Resume(context.WithoutCancel(ctx), rec.Info()); err != nil {
+			p.log.ErrorContext(ctx, "thaw sandbox after hold", "sandbox_id", sid, "thread", thread, "err", err)
+		}
+	}()
+	return fn()
+}
