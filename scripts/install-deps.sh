@@ -19,6 +19,9 @@ want+=(curl:curl python3:python3 node:nodejs)
 # docker-registry: the docker pull-progress test pushes to and pulls from a
 # local registry, which this package runs without pulling any image.
 want+=(chromium:chromium docker-registry:docker-registry)
+# mkfs.xfs: internal/checkpoint's reflink test mounts an XFS image made
+# with reflink=1 (as root); under CI=true it fails without it.
+want+=(mkfs.xfs:xfsprogs)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}

@@ -1,0 +1,321 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxDepth bounds how deep a tree is copied: a deeper one is refused with
+// ErrTooDeep (each level holds open descriptors while it is copied).
+const MaxDepth = 256
+
+const (
+	// checkEvery is how many entries pass between context checks.
+	checkEvery = 64
+	// copyChunk is how much of a file is copied between context checks.
+	copyChunk = 64 << 20
+)
+
+// copier copies one tree into another: directories, regular files,
+// symlinks (as links) and FIFOs (recreated), each with its mode, times and,
+// as root, owner. Sockets and devices are skipped and counted.
+type copier struct {
+	ctx      context.Context
+	reflink  bool // try FICLONE; cleared on the first refusal
+	fellBack bool // some file was copied after a refusal
+	chown    bool // root: keep uid/gid
+
+	// linkBefore enables hard links to the previous checkpoint's copy of an
+	// unchanged file (Create only): a file qualifies when its mtime (unix
+	// ns) is before linkBefore, so a write in the same timestamp tick as
+	// the previous snapshot cannot go unnoticed. 0 disables linking.
+	linkBefore int64
+
+	steps                  int
+	files, linked, skipped int
+	size                   int64
+}
+
+func newCopier(ctx context.Context, m Method) *copier {
+	return &copier{ctx: ctx, reflink: m == MethodReflink, chown: isRoot()}
+}
+
+// isRoot: only root can give copies their original owners.
+func isRoot() bool { return os.Geteuid() == 0 }
+
+// method is how the file data was copied.
+func (c *copier) method() Method {
+	if c.reflink && !c.fellBack {
+		return MethodReflink
+	}
+	return MethodCopy
+}
+
+func (c *copier) tick() error {
+	c.steps++
+	if c.steps%checkEvery == 0 {
+		return c.ctx.Err()
+	}
+	return nil
+}
+
+// root copies the directory src's entries into the existing directory dst
+// (prev: the same directory in the previous checkpoint, or -1) and then
+// gives dst, which is name in dstParent, src's attributes.
+func (c *copier) root(src, dstParent int, name string, prev int) error {
+	st, err := fstat(src)
+	if err != nil {
+		return err
+	}
+	dst, err := openDirAt(dstParent, name)
+	if err != nil {
+		return err
+	}
+	err = c.dir(src, dst, prev, 1)
+	unix.Close(dst)
+	if err != nil {
+		return err
+	}
+	return c.attrs(dstParent, name, -1, st)
+}
+
+// dir copies the entries of src into dst.
+func (c *copier) dir(src, dst, prev, depth int) error {
+	if depth > MaxDepth {
+		return ErrTooDeep
+	}
+	names, err := readNames(src)
+	if err != nil {
+		return fmt.Errorf("read dir: %w", err)
+	}
+	for _, name := range names {
+		if err := c.tick(); err != nil {
+			return err
+		}
+		if err := c.entry(src, dst, prev, name, depth); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// entry copies one entry of src into dst by its type, never following a
+// symlink and never opening anything but a regular file or a directory.
+func (c *copier) entry(src, dst, prev int, name string, depth int) error {
+	st, err := lstatAt(src, name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // gone since the listing (only when the caller does not freeze)
+	}
+	if err != nil {
+		return err
+	}
+	switch st.typ() {
+	case unix.S_IFDIR:
+		return c.subdir(src, dst, prev, name, depth)
+	case unix.S_IFREG:
+		return c.file(src, dst, prev, name, st)
+	case unix.S_IFLNK:
+		target, err := readlinkAt(src, name)
+		if err != nil {
+			return err
+		}
+		if err := unix.Symlinkat(target, dst, name); err != nil {
+			return err
+		}
+		return c.attrs(dst, name, -1, st)
+	case unix.S_IFIFO:
+		err := mkfifoAt(dst, name)
+		if errors.Is(err, unix.ENOTSUP) {
+			c.skipped++
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return c.attrs(dst, name, -1, st)
+	default: // sockets and devices: meaningless or dangerous in a copy
+		c.skipped++
+		return nil
+	}
+}
+
+func (c *copier) subdir(src, dst, prev int, name string, depth int) error {
+	sfd, err := openDirAt(src, name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(sfd)
+	st, err := fstat(sfd) // what was opened, if it changed since the lstat
+	if err != nil {
+		return err
+	}
+	if err := unix.Mkdirat(dst, name, 0o700); err != nil {
+		return err
+	}
+	dfd, err := openDirAt(dst, name)
+	if err != nil {
+		return err
+	}
+	pfd := -1
+	if prev >= 0 {
+		if fd, err := openDirAt(prev, name); err == nil {
+			pfd = fd
+			defer unix.Close(pfd)
+		}
+	}
+	err = c.dir(sfd, dfd, pfd, depth+1)
+	unix.Close(dfd)
+	if err != nil {
+		return err
+	}
+	return c.attrs(dst, name, -1, st)
+}
+
+func (c *copier) file(src, dst, prev int, name string, st stat) error {
+	if c.linkPrev(dst, prev, name, st) {
+		return nil
+	}
+	in, err := openFileAt(src, name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(in)
+	if st, err = fstat(in); err != nil {
+		return err
+	}
+	if st.typ() != unix.S_IFREG { // swapped since the lstat; opened non-blocking, so no hang
+		c.skipped++
+		return nil
+	}
+	if err := unix.SetNonblock(in, false); err != nil {
+		return err
+	}
+	out, err := unix.Openat(dst, name, createFlags, 0o600)
+	if err != nil {
+		return err
+	}
+	err = c.fill(out, in)
+	if err == nil {
+		err = c.attrs(dst, name, out, st)
+	}
+	if cerr := unix.Close(out); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	c.files++
+	c.size += st.size
+	return nil
+}
+
+func openFileAt(dir int, name string) (int, error) {
+	var fd int
+	err := ignoringEINTR(func() (err error) {
+		fd, err = unix.Openat(dir, name, readFlags, 0)
+		return err
+	})
+	return fd, err
+}
+
+// linkPrev hard-links name to the previous checkpoint's copy when that copy
+// has st's size, mtime, mode (and owner, as root) and st is not racy. Both
+// ends are checkpoint files, never written after creation.
+func (c *copier) linkPrev(dst, prev int, name string, st stat) bool {
+	if prev < 0 || st.mtim.Nano() >= c.linkBefore {
+		return false
+	}
+	p, err := lstatAt(prev, name)
+	if err != nil || p.typ() != unix.S_IFREG || p.size != st.size || p.mtim != st.mtim ||
+		p.perm() != st.perm() || (c.chown && (p.uid != st.uid || p.gid != st.gid)) {
+		return false
+	}
+	if unix.Linkat(prev, name, dst, name, 0) != nil {
+		return false // EMLINK and the like: copy instead
+	}
+	c.files++
+	c.linked++
+	c.size += st.size
+	return true
+}
+
+// fill copies in's data into the new, empty out: a clone where the
+// filesystem can, else an in-kernel copy (copy_file_range) in chunks.
+func (c *copier) fill(out, in int) error {
+	if c.reflink {
+		if clone(out, in) == nil {
+			return nil
+		}
+		// Another filesystem, or none that clones: copy from now on.
+		c.reflink, c.fellBack = false, true
+		if err := unix.Ftruncate(out, 0); err != nil {
+			return err
+		}
+	}
+	// Own descriptors for os.File, which closes what it wraps.
+	ifd, err := unix.Dup(in)
+	if err != nil {
+		return err
+	}
+	ofd, err := unix.Dup(out)
+	if err != nil {
+		unix.Close(ifd)
+		return err
+	}
+	r, w := os.NewFile(uintptr(ifd), "src"), os.NewFile(uintptr(ofd), "dst")
+	defer r.Close()
+	defer w.Close()
+	for {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(w, r, copyChunk); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// attrs gives name in dir (fd: the open file, or -1) st's owner (as
+// root), permission bits (not for symlinks, which have none that count)
+// and times. Owner goes first: chown clears set-id bits.
+func (c *copier) attrs(dir int, name string, fd int, st stat) error {
+	link := st.typ() == unix.S_IFLNK
+	if c.chown {
+		var err error
+		if fd >= 0 {
+			err = unix.Fchown(fd, int(st.uid), int(st.gid))
+		} else {
+			err = unix.Fchownat(dir, name, int(st.uid), int(st.gid), unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if !link {
+		var err error
+		if fd >= 0 {
+			err = unix.Fchmod(fd, st.perm())
+		} else {
+			// dir is a tree of ours and name was just made: not a symlink.
+			err = unix.Fchmodat(dir, name, st.perm(), 0)
+		}
+		if err != nil {
+			return fmt.Errorf("chmod: %w", err)
+		}
+	}
+	if err := setTimes(dir, name, st); err != nil {
+		return fmt.Errorf("set times: %w", err)
+	}
+	return nil
+}
