@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/checkpoint"
+
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/docker"
@@ -40,6 +42,9 @@ type Config struct {
 	// ThreadDataQuota is the measured soft limit on a thread's data in
 	// bytes (-1 = none), for the backends that keep it under DataDir.
 	ThreadDataQuota int64
+	// Checkpoints are the retention and copy method of threads'
+	// workspace checkpoints (process and docker backends).
+	Checkpoints checkpoint.Config
 	// RedisURL is empty for the embedded, non-durable Redis-protocol server.
 	RedisURL    string
 	RedisPrefix string
@@ -133,6 +138,7 @@ func Default() Config {
 		Listen:          "127.0.0.1:8080",
 		DataDir:         "./.sandgate",
 		ThreadDataQuota: -1,
+		Checkpoints:     checkpoint.Config{Keep: checkpoint.DefaultKeep, MaxAge: checkpoint.DefaultMaxAge},
 		RedisPrefix:     lease.DefaultPrefix,
 		Backend:         "process",
 		ShutdownTimeout: 30 * time.Second,
@@ -208,6 +214,9 @@ func (c Config) Validate() error {
 	}
 	if !contains(Backends, c.Backend) {
 		return fmt.Errorf("backend: %q is not one of %s", c.Backend, strings.Join(Backends, ", "))
+	}
+	if err := c.Checkpoints.Validate(); err != nil {
+		return fmt.Errorf("checkpoint_method: %w", err)
 	}
 	if c.RedisPrefix == "" {
 		return errors.New("redis_prefix: must not be empty")

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"fmt"
 	"log/slog"
 	"path"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/router"
 	"github.com/sandgate/sandgate/internal/usage"
@@ -46,4 +48,21 @@ func threadMeter(cfg config.Config, backendName string, log *slog.Logger) router
 		log.Warn("thread_data_quota is ignored: the backend keeps thread data off the gateway host", "backend", backendName)
 	}
 	return nil
+}
+
+// threadCheckpoints keeps workspace checkpoints where the gateway reaches
+// the thread data and can freeze the sandbox around the copy (process,
+// docker); nil elsewhere (the routes answer 501).
+func threadCheckpoints(cfg config.Config, backendName string, log *slog.Logger) (router.Checkpoints, error) {
+	switch backendName {
+	case "process", "docker":
+	default:
+		return nil, nil
+	}
+	t, err := checkpoint.NewThreads(cfg.DataDir, cfg.Checkpoints)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	log.Info("workspace checkpoints", "method", t.Method(), "keep", cfg.Checkpoints.Keep, "max_age", cfg.Checkpoints.MaxAge)
+	return t, nil
 }

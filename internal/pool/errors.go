@@ -31,9 +31,6 @@ var (
 	// ErrUserQuota: the user is at a per-user limit or, under a full hard
 	// cap, at its fair share (429 + Retry-After); always a *QuotaError.
 	ErrUserQuota = errors.New("per-user sandbox limit reached")
-	// ErrUnsupported: this backend cannot do what was asked (freeze a
-	// Kubernetes Pod, say) (501).
-	ErrUnsupported = errors.New("not supported by this backend")
 )
 
 // RateLimitError is a create refused by the CreateLimiter.

@@ -77,7 +77,7 @@ func (p *Pool) busy(ctx context.Context, rec lease.Record) error {
 func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 	pz, ok := p.backend.(backend.Pauser)
 	if !ok {
-		return fmt.Errorf("%w: backend %s cannot freeze", ErrUnsupported, p.name)
+		return fmt.Errorf("%w: backend %s cannot freeze", backend.ErrNotSupported, p.name)
 	}
 	sid := identity.SandboxID(user, thread)
 	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)

@@ -276,6 +276,13 @@ func (rt *Router) adminThreadRemove(c echo.Context, p *auth.Principal) error {
 		}
 		out["data"] = map[bool]string{true: "removed", false: "none"}[removed]
 	}
+	if rt.checkpoints != nil {
+		removed, err := rt.checkpoints.RemoveThread(ctx, user, thread)
+		if err != nil {
+			return errors.Join(pool.ErrStorage, err)
+		}
+		out["checkpoints"] = map[bool]string{true: "removed", false: "none"}[removed]
+	}
 	rt.log.InfoContext(ctx, "thread removed by an admin", "user", user, "thread", thread, "admin", p.User,
 		"sandbox_destroyed", destroyed, "data", out["data"])
 	return c.JSON(http.StatusOK, out)

@@ -26,6 +26,9 @@ type sandboxView struct {
 	// SandboxURL is the capability URL: it needs no other credential.
 	SandboxURL string    `json:"sandbox_url"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Frozen: the freezer stopped its processes while it was idle (GET
+	// only); its next request thaws it.
+	Frozen bool `json:"frozen,omitempty"`
 	// Data is the thread's data on the gateway host (GET only; absent when
 	// the backend keeps it elsewhere).
 	Data *dataView `json:"data,omitempty"`
@@ -46,21 +49,30 @@ func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
+	view, err := rt.acquireView(c, p, thread)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+// acquireView provisions (p's user, thread)'s sandbox and describes it.
+func (rt *Router) acquireView(c echo.Context, p *auth.Principal, thread string) (sandboxView, error) {
 	ctx := c.Request().Context()
 	route, outcome, err := rt.acquire(ctx, p, p.User, thread)
 	if err != nil {
-		return err
+		return sandboxView{}, err
 	}
 	id := route.Identity()
 	capURL, err := rt.capabilityURL(ctx, c, id.SandboxID, "")
 	if err != nil {
-		return err
+		return sandboxView{}, err
 	}
-	return c.JSON(http.StatusOK, sandboxView{
+	return sandboxView{
 		SandboxID: id.SandboxID, Thread: id.Thread, User: id.User, Backend: id.Backend,
 		State: string(lease.StateActive), Outcome: string(outcome),
 		URL: rt.sandboxURL(c, id.SandboxID), SandboxURL: capURL, CreatedAt: id.CreatedAt.UTC(),
-	})
+	}, nil
 }
 
 // getThread is GET /threads/{thread}/sandbox: the record, or 404.
@@ -87,7 +99,7 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	return c.JSON(http.StatusOK, sandboxView{
 		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
 		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), SandboxURL: capURL,
-		CreatedAt: rec.CreatedAt.UTC(), Data: rt.threadData(ctx, rec.User, rec.Thread),
+		CreatedAt: rec.CreatedAt.UTC(), Frozen: !rec.Frozen.IsZero(), Data: rt.threadData(ctx, rec.User, rec.Thread),
 	})
 }
 

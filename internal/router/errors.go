@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
@@ -58,7 +59,9 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
 		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress),
-		errors.Is(err, errBadFilter), errors.Is(err, errBadTail), errors.Is(err, errBadUntil):
+		errors.Is(err, errBadFilter), errors.Is(err, errBadTail), errors.Is(err, errBadUntil),
+		errors.Is(err, errBadCheckpointBody), errors.Is(err, errForkSelf), errors.Is(err, checkpoint.ErrBadID),
+		errors.Is(err, checkpoint.ErrBadLabel):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
 	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser),
 		errors.Is(err, errEgressAdmin):
@@ -79,6 +82,14 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "status_streams", err.Error(), 5}
 	case errors.Is(err, proxy.ErrUpgradeCapacity):
 		return apiError{http.StatusServiceUnavailable, "upgrade_capacity", "too many open WebSocket connections; retry later", 5}
+	case errors.Is(err, checkpoint.ErrNotFound):
+		return apiError{http.StatusNotFound, "checkpoint_not_found", "no such checkpoint, or the thread has no workspace yet", 0}
+	case errors.Is(err, checkpoint.ErrNotEmpty):
+		return apiError{http.StatusConflict, "thread_exists", "the fork's thread already has a sandbox or files; fork onto a new thread", 0}
+	case errors.Is(err, pool.ErrBusy):
+		return apiError{http.StatusConflict, "sandbox_busy", "the sandbox is running a command or serving a request; retry when it is idle (restore: or force)", 0}
+	case errors.Is(err, checkpoint.ErrTooDeep):
+		return apiError{http.StatusUnprocessableEntity, "workspace_too_deep", "the workspace's directory tree is too deep to checkpoint", 0}
 	case errors.Is(err, pool.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such sandbox", 0}
 	case errors.Is(err, pool.ErrProvisioning):

@@ -90,6 +90,12 @@ type Deps struct {
 	// Admin serves the operator API's logs, stats and prune (admin.go);
 	// nil = those answer 501.
 	Admin Admin
+	// Checkpoints keeps threads' workspace checkpoints and forks
+	// (checkpoints.go); nil = those answer 501.
+	Checkpoints Checkpoints
+	// Holder stops a thread's sandbox around checkpoint work and freezes it
+	// on demand (the pool); nil = freeze and checkpoints answer 501.
+	Holder Holder
 }
 
 // Router serves the gateway's HTTP API.
@@ -114,6 +120,8 @@ type Router struct {
 	meter           Meter // nil: no thread data here
 	bodyIdle        time.Duration
 	admin           Admin       // nil: no logs, stats or prune
+	checkpoints     Checkpoints // nil: no checkpoints or forks
+	holder          Holder      // nil: no freeze on demand
 	events          *events.Bus // nil: no lifecycle events here
 	streams         *sseStreams // the open event streams, ended on drain
 }
@@ -125,7 +133,8 @@ func New(d Deps) *Router {
 	}
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
-		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, events: d.Events, streams: newSSEStreams()}
+		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, events: d.Events, streams: newSSEStreams(),
+		checkpoints: d.Checkpoints, holder: d.Holder}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
@@ -169,6 +178,13 @@ func New(d Deps) *Router {
 	e.GET("/threads/:thread/sandbox", rt.need(threads, rt.getThread))
 	e.DELETE("/threads/:thread/sandbox", rt.need(threads, rt.releaseThread))
 	e.GET("/threads/:thread/sandbox/events", rt.need(threads, rt.threadEvents))
+	e.POST("/threads/:thread/sandbox/freeze", rt.need(threads, rt.freezeThread))
+	e.POST("/threads/:thread/checkpoints", rt.need(threads, rt.createCheckpoint))
+	e.GET("/threads/:thread/checkpoints", rt.need(threads, rt.listCheckpoints))
+	e.GET("/threads/:thread/checkpoints/:id", rt.need(threads, rt.getCheckpoint))
+	e.DELETE("/threads/:thread/checkpoints/:id", rt.need(threads, rt.deleteCheckpoint))
+	e.POST("/threads/:thread/checkpoints/:id/restore", rt.need(threads, rt.restoreCheckpoint))
+	e.POST("/threads/:thread/fork", rt.need(threads, rt.forkThread))
 
 	e.GET("/api/capabilities", rt.need(provisioner, rt.provisionerCapabilities))
 	e.POST("/api/sandboxes", rt.need(provisioner, rt.provisionerCreate))

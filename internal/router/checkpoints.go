@@ -1,0 +1,256 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/checkpoint"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// Checkpoints keeps threads' workspace checkpoints on the gateway host
+// (checkpoint.Threads); nil = the backend keeps thread data where the
+// gateway cannot reach it, and the checkpoint and fork routes answer 501.
+type Checkpoints interface {
+	Method() checkpoint.Method
+	Create(ctx context.Context, user, thread, label string, hold checkpoint.Hold) (checkpoint.Info, error)
+	List(ctx context.Context, user, thread string) ([]checkpoint.Info, error)
+	Get(ctx context.Context, user, thread, id string) (checkpoint.Info, error)
+	Delete(ctx context.Context, user, thread, id string) error
+	Restore(ctx context.Context, user, thread, id string, hold checkpoint.Hold) error
+	Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo checkpoint.Hold) error
+	RemoveThread(ctx context.Context, user, thread string) (bool, error)
+}
+
+// Holder stops a thread's sandbox around work on its files, and freezes it
+// on demand (pool.Pool).
+type Holder interface {
+	Hold(ctx context.Context, user, thread string, force bool, fn func() error) error
+	FreezeThread(ctx context.Context, user, thread string) error
+}
+
+// maxCheckpointBody bounds the small JSON bodies of these routes.
+const maxCheckpointBody = 16 << 10
+
+var (
+	errBadCheckpointBody = errors.New("request body must be a JSON object")
+	errForkSelf          = errors.New("a thread cannot be forked onto itself")
+)
+
+// checkpointList is GET /threads/{thread}/checkpoints.
+type checkpointList struct {
+	Thread      string            `json:"thread"`
+	Method      checkpoint.Method `json:"method"`
+	Checkpoints []checkpoint.Info `json:"checkpoints"`
+}
+
+// decodeOptional reads a small JSON object body into dst; an empty body
+// leaves dst as it is.
+func decodeOptional(c echo.Context, dst any) error {
+	r := c.Request()
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, maxCheckpointBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return tooLarge
+		}
+		return fmt.Errorf("%w: %w", errBadCheckpointBody, err)
+	}
+	if len(body) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return fmt.Errorf("%w: %w", errBadCheckpointBody, err)
+	}
+	return nil
+}
+
+// checkpointsFor is the thread of a checkpoint route, once the backend
+// keeps its data here.
+func (rt *Router) checkpointsFor(c echo.Context, p *auth.Principal) (string, error) {
+	if rt.checkpoints == nil || rt.holder == nil {
+		return "", fmt.Errorf("%w: checkpoints need thread data on the gateway host (process, docker)", backend.ErrNotSupported)
+	}
+	return threadParam(c, p)
+}
+
+// hold is the Hold of (user, thread)'s sandbox for this request.
+func (rt *Router) hold(ctx context.Context, user, thread string, force bool) checkpoint.Hold {
+	return func(fn func() error) error { return rt.holder.Hold(ctx, user, thread, force, fn) }
+}
+
+// createCheckpoint is POST /threads/{thread}/checkpoints {"label"}: the
+// sandbox is frozen while its workspace is copied (a consistent tree; a
+// running command is paused, not refused).
+func (rt *Router) createCheckpoint(c echo.Context, p *auth.Principal) error {
+	thread, err := rt.checkpointsFor(c, p)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Label string `json:"label"`
+	}
+	if err := decodeOptional(c, &req); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	start := time.Now()
+	info, err := rt.checkpoints.Create(ctx, p.User, thread, req.Label, rt.hold(ctx, p.User, thread, true))
+	if errors.Is(err, checkpoint.ErrRetention) {
+		rt.log.WarnContext(ctx, "checkpoint retention", "user", p.User, "thread", thread, "err", err)
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	rt.log.InfoContext(ctx, "checkpoint created", "user", p.User, "thread", thread, "checkpoint", info.ID,
+		"method", info.Method, "files", info.Files, "bytes", info.Size, "took", time.Since(start).Round(time.Millisecond))
+	return c.JSON(http.StatusCreated, info)
+}
+
+// listCheckpoints is GET /threads/{thread}/checkpoints, newest first.
+func (rt *Router) listCheckpoints(c echo.Context, p *auth.Principal) error {
+	thread, err := rt.checkpointsFor(c, p)
+	if err != nil {
+		return err
+	}
+	list, err := rt.checkpoints.List(c.Request().Context(), p.User, thread)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []checkpoint.Info{}
+	}
+	return c.JSON(http.StatusOK, checkpointList{Thread: thread, Method: rt.checkpoints.Method(), Checkpoints: list})
+}
+
+// getCheckpoint is GET /threads/{thread}/checkpoints/{id}.
+func (rt *Router) getCheckpoint(c echo.Context, p *auth.Principal) error {
+	thread, err := rt.checkpointsFor(c, p)
+	if err != nil {
+		return err
+	}
+	info, err := rt.checkpoints.Get(c.Request().Context(), p.User, thread, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, info)
+}
+
+// deleteCheckpoint is DELETE /threads/{thread}/checkpoints/{id}.
+func (rt *Router) deleteCheckpoint(c echo.Context, p *auth.Principal) error {
+	thread, err := rt.checkpointsFor(c, p)
+	if err != nil {
+		return err
+	}
+	if err := rt.checkpoints.Delete(c.Request().Context(), p.User, thread, c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// restoreCheckpoint is POST /threads/{thread}/checkpoints/{id}/restore
+// {"force"}: the workspace becomes the checkpoint's tree; the sandbox keeps
+// running. One that runs a command or serves a request is refused (409)
+// unless force, which swaps the files with its processes frozen.
+func (rt *Router) restoreCheckpoint(c echo.Context, p *auth.Principal) error {
+	thread, err := rt.checkpointsFor(c, p)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Force bool `json:"force"`
+	}
+	if err := decodeOptional(c, &req); err != nil {
+		return err
+	}
+	ctx, id := c.Request().Context(), c.Param("id")
+	info, err := rt.checkpoints.Get(ctx, p.User, thread, id)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := rt.checkpoints.Restore(ctx, p.User, thread, id, rt.hold(ctx, p.User, thread, req.Force)); err != nil {
+		return err
+	}
+	rt.log.InfoContext(ctx, "checkpoint restored", "user", p.User, "thread", thread, "checkpoint", id,
+		"force", req.Force, "took", time.Since(start).Round(time.Millisecond))
+	return c.JSON(http.StatusOK, map[string]any{"thread": thread, "restored": info})
+}
+
+// forkThread is POST /threads/{thread}/fork {"thread": t2, "checkpoint"}:
+// t2, of the same user and new (no sandbox, no files), gets a copy of the
+// thread's workspace (its current state, or a checkpoint) and a sandbox of
+// its own; from then on the two diverge.
+func (rt *Router) forkThread(c echo.Context, p *auth.Principal) error {
+	from, err := rt.checkpointsFor(c, p)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Thread     string `json:"thread"`
+		Checkpoint string `json:"checkpoint"`
+	}
+	if err := decodeOptional(c, &req); err != nil {
+		return err
+	}
+	if err := identity.ValidThread(req.Thread); err != nil {
+		return err
+	}
+	if err := open(p, req.Thread); err != nil {
+		return err
+	}
+	if req.Thread == from {
+		return errForkSelf
+	}
+	ctx := c.Request().Context()
+	rec, ok, err := rt.pool.Record(ctx, identity.SandboxID(p.User, req.Thread))
+	if err != nil {
+		return err
+	}
+	if ok && rec.State != lease.StateDestroying {
+		return fmt.Errorf("%w: thread %s already has a sandbox", checkpoint.ErrNotEmpty, req.Thread)
+	}
+	start := time.Now()
+	err = rt.checkpoints.Fork(ctx, p.User, from, req.Thread, req.Checkpoint,
+		rt.hold(ctx, p.User, from, true), rt.hold(ctx, p.User, req.Thread, true))
+	if err != nil {
+		return err
+	}
+	rt.log.InfoContext(ctx, "thread forked", "user", p.User, "thread", from, "fork", req.Thread,
+		"checkpoint", req.Checkpoint, "took", time.Since(start).Round(time.Millisecond))
+	view, err := rt.acquireView(c, p, req.Thread)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, view)
+}
+
+// freezeThread is POST /threads/{thread}/sandbox/freeze: freeze it now, as
+// freeze_after would once it is idle; its next request thaws it.
+func (rt *Router) freezeThread(c echo.Context, p *auth.Principal) error {
+	thread, err := threadParam(c, p)
+	if err != nil {
+		return err
+	}
+	if rt.holder == nil {
+		return backend.ErrNotSupported
+	}
+	if err := rt.holder.FreezeThread(c.Request().Context(), p.User, thread); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"thread": thread, "frozen": true})
+}
