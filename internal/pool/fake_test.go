@@ -33,13 +33,21 @@ type fakeBackend struct {
 	paused    map[string]bool
 	// progress is reported by every Create, as a backend pulling an image would.
 	progress []backend.Progress
+	// commands is what every sandbox reports running (ActivityPath).
+	commands atomic.Int64
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	f := &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{},
+		clock: realClock{}, paused: map[string]bool{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == ActivityPath { // what the sandbox server answers the freezer
+			fmt.Fprintf(w, `{"success":true,"data":{"commands":%d,"requests":0}}`, f.commands.Load())
+		}
+	}))
 	t.Cleanup(srv.Close)
-	return &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{},
-		url: srv.URL, clock: realClock{}, paused: map[string]bool{}}
+	f.url = srv.URL
+	return f
 }
 
 func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {

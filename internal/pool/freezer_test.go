@@ -1,0 +1,114 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/identity"
+)
+
+// The freezer's decisions on a fake backend and a real Redis: a sandbox is
+// frozen only once unused for FreezeAfter, once; one running a command is
+// left running (and touched, so idle expiry spares it too); one with a
+// request in flight on a replica is left; the next acquire on another
+// replica thaws it.
+func TestFreezerFreezesIdleAndThawsOnAcquire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{FreezeAfter: 10 * time.Second, CacheTTL: time.Second, TouchInterval: time.Second, IdleTimeout: time.Hour})
+	p1, p2 := e.replica(), e.replica()
+	ctx := context.Background()
+	sid := identity.SandboxID("u", "t")
+	r, _, err := p1.Acquire(ctx, "u", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1.Wait() // the create's lock is let go after the answer
+	pass := func(want int) {
+		t.Helper()
+		if n, err := NewFreezer(p1).Pass(ctx); n != want || err != nil {
+			t.Fatalf("freezer pass: froze %d (err %v), want %d", n, err, want)
+		}
+	}
+	freezer := NewFreezer(p1)
+	e.clock.Advance(5 * time.Second)
+	if n, _ := freezer.Pass(ctx); n != 0 || e.be.isPaused(sid) {
+		t.Fatal("froze a sandbox used 5 s ago (freeze_after 10 s)")
+	}
+
+	// Busy: a command runs. Left running, and touched.
+	e.be.commands.Store(1)
+	e.clock.Advance(20 * time.Second)
+	pass(0)
+	if e.be.isPaused(sid) {
+		t.Fatal("froze a sandbox running a command")
+	}
+	if seen, _, _ := p1.store.Activity(ctx, sid); !seen.Equal(e.clock.Now()) {
+		t.Fatalf("a busy sandbox's activity was not renewed: %v, now %v", seen, e.clock.Now())
+	}
+	e.be.commands.Store(0)
+
+	// In flight here: left.
+	r.Begin()
+	e.clock.Advance(20 * time.Second)
+	pass(0)
+	r.End()
+
+	e.clock.Advance(20 * time.Second)
+	if n, err := freezer.Pass(ctx); n != 1 || err != nil || !e.be.isPaused(sid) {
+		t.Fatalf("idle sandbox not frozen: %d %v", n, err)
+	}
+	if rec, _, _ := p1.store.Get(ctx, sid); rec.Frozen.IsZero() {
+		t.Fatal("frozen sandbox not marked in its record")
+	}
+	if n, _ := freezer.Pass(ctx); n != 0 {
+		t.Fatal("froze a frozen sandbox again")
+	}
+
+	r2, outcome, err := p2.Acquire(ctx, "u", "t")
+	if err != nil || outcome != OutcomeThawed || r2 == nil {
+		t.Fatalf("acquire of a frozen sandbox: %v %v", outcome, err)
+	}
+	if e.be.isPaused(sid) {
+		t.Fatal("acquire did not thaw the sandbox")
+	}
+	if rec, _, _ := p1.store.Get(ctx, sid); !rec.Frozen.IsZero() {
+		t.Fatal("thawed sandbox still marked frozen")
+	}
+	if e.be.creates[sid] != 1 {
+		t.Fatalf("%d creates, want 1", e.be.creates[sid])
+	}
+}
+
+// Hold freezes a running sandbox around fn and thaws it after; it refuses
+// a busy one unless forced; a thread without a sandbox just runs fn.
+func TestHold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	p := e.replica()
+	ctx := context.Background()
+	sid := identity.SandboxID("u", "h")
+	ran := false
+	if err := p.Hold(ctx, "u", "h", false, func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("hold without a sandbox: %v %v", ran, err)
+	}
+	if _, _, err := p.Acquire(ctx, "u", "h"); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	var pausedInside bool
+	if err := p.Hold(ctx, "u", "h", false, func() error { pausedInside = e.be.isPaused(sid); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !pausedInside || e.be.isPaused(sid) {
+		t.Fatalf("hold: paused inside %v, paused after %v", pausedInside, e.be.isPaused(sid))
+	}
+	e.be.commands.Store(2)
+	if err := p.Hold(ctx, "u", "h", false, func() error { t.Fatal("ran under a busy sandbox"); return nil }); !errors.Is(err, ErrBusy) {
+		t.Fatalf("hold of a busy sandbox: %v, want ErrBusy", err)
+	}
+	if err := p.Hold(ctx, "u", "h", true, func() error { pausedInside = e.be.isPaused(sid); return nil }); err != nil || !pausedInside {
+		t.Fatalf("forced hold: %v, paused inside %v", err, pausedInside)
+	}
+}
