@@ -1,8 +1,10 @@
 // Package cli is the operator CLI of the gateway binary (`gateway sandboxes
 // ls`, `threads rm`, `prune`, `version`): a client of any gateway's
-// /admin/v1 API with an admin credential. Conventions follow kubectl and
-// docker: exit 0 on success, 1 on an error, 2 on a usage error; tables
-// for people, -o json for scripts; no color, so no TTY question.
+// /admin/v1 API with an admin credential. Its thread commands (`checkpoint`,
+// `fork`, `freeze`) call the /threads routes instead, as the credential's
+// own user. Conventions follow kubectl and docker: exit 0 on success, 1 on
+// an error, 2 on a usage error; tables for people, -o json for scripts; no
+// color, so no TTY question.
 package cli
 
 import (
@@ -36,7 +38,8 @@ type Env struct {
 }
 
 // Commands are the first arguments Main handles.
-var Commands = []string{"sandboxes", "threads", "prune", "version", "--version", "-version"}
+var Commands = []string{"sandboxes", "threads", "prune", "checkpoint", "checkpoints", "fork", "freeze",
+	"version", "--version", "-version"}
 
 // IsCommand reports whether arg names a CLI command.
 func IsCommand(arg string) bool {
@@ -95,6 +98,14 @@ const topUsage = `Operator commands (talk to a gateway with an admin credential)
   gateway prune [--force]
   gateway version
 
+Thread commands (act on the credential's own user's threads; any threads-scoped credential):
+  gateway checkpoint create THREAD [--label L]
+  gateway checkpoint ls THREAD
+  gateway checkpoint restore THREAD ID [--force]
+  gateway checkpoint rm THREAD ID...
+  gateway fork THREAD NEW_THREAD [--checkpoint ID]
+  gateway freeze THREAD
+
 Every command takes --url (default $SANDGATE_URL, else http://127.0.0.1:8080),
 --token (default $SANDGATE_TOKEN), --timeout and -o table|json.
 `
@@ -118,13 +129,28 @@ func dispatch(ctx context.Context, env Env) error {
 			return runThreadsRm(ctx, env, args[2:])
 		}
 		return usagef("threads: unknown subcommand %q (want rm)", args[1])
+	case "checkpoint", "checkpoints":
+		if err := wantSubcommand(env, args, "create, ls, restore, rm"); err != nil {
+			return err
+		}
+		switch args[1] {
+		case "create":
+			return runCheckpointCreate(ctx, env, args[2:])
+		case "ls", "list":
+			return runCheckpointList(ctx, env, args[2:])
+		case "restore":
+			return runCheckpointRestore(ctx, env, args[2:])
+		case "rm", "delete":
+			return runCheckpointRm(ctx, env, args[2:])
+		}
+		return usagef("checkpoint: unknown subcommand %q (want create, ls, restore, rm)", args[1])
+	case "fork":
+		return runFork(ctx, env, args[1:])
+	case "freeze":
+		return runFreeze(ctx, env, args[1:])
 	case "sandboxes", "sandbox", "sb":
-		if len(args) < 2 || args[1] == "-h" || args[1] == "--help" {
-			fmt.Fprint(env.Stderr, topUsage)
-			if len(args) < 2 {
-				return usagef("sandboxes: want a subcommand: ls, inspect, destroy, logs, top")
-			}
-			return flag.ErrHelp
+		if err := wantSubcommand(env, args, "ls, inspect, destroy, logs, top"); err != nil {
+			return err
 		}
 		switch args[1] {
 		case "ls", "list":
@@ -141,6 +167,19 @@ func dispatch(ctx context.Context, env Env) error {
 		return usagef("sandboxes: unknown subcommand %q (want ls, inspect, destroy, logs, top)", args[1])
 	}
 	return usagef("unknown command %q", args[0])
+}
+
+// wantSubcommand answers a command word without a subcommand, or with -h,
+// with the usage of every command.
+func wantSubcommand(env Env, args []string, want string) error {
+	if len(args) >= 2 && args[1] != "-h" && args[1] != "--help" {
+		return nil
+	}
+	fmt.Fprint(env.Stderr, topUsage)
+	if len(args) < 2 {
+		return usagef("%s: want a subcommand: %s", args[0], want)
+	}
+	return flag.ErrHelp
 }
 
 // common are the flags every command that calls a gateway takes.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,12 +13,14 @@ import (
 	"time"
 )
 
-// client calls one gateway's /admin/v1 API.
+// client calls one gateway's API: /admin/v1, or a user's /threads routes.
 type client struct {
 	base    *url.URL
 	token   string
 	timeout time.Duration
 	http    *http.Client
+	// credential names, in the 401 hint, the credential the calls need.
+	credential string
 }
 
 func newClient(c common) (*client, error) {
@@ -25,14 +28,15 @@ func newClient(c common) (*client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usagef("--url %q: want http(s)://host[:port]", c.url)
 	}
-	return &client{base: u, token: c.token, timeout: c.timeout, http: &http.Client{}}, nil
+	return &client{base: u, token: c.token, timeout: c.timeout, http: &http.Client{}, credential: "an admin credential"}, nil
 }
 
 // apiError is a gateway's JSON error answer.
 type apiError struct {
-	Status  int
-	Code    string
-	Message string
+	Status     int
+	Code       string
+	Message    string
+	credential string // for the 401 hint
 }
 
 func (e *apiError) Error() string {
@@ -41,14 +45,15 @@ func (e *apiError) Error() string {
 		msg = http.StatusText(e.Status)
 	}
 	if e.Status == http.StatusUnauthorized {
-		msg += " (set SANDGATE_TOKEN or --token to an admin credential)"
+		msg += " (set SANDGATE_TOKEN or --token to " + e.credential + ")"
 	}
 	return fmt.Sprintf("%s (HTTP %d %s)", msg, e.Status, e.Code)
 }
 
-// do sends one request; stream leaves the body open for the caller (and
-// the timeout then bounds only the wait for the response head).
-func (c *client) do(ctx context.Context, method, path string, q url.Values, stream bool) (*http.Response, context.CancelFunc, error) {
+// do sends one request with body (nil: none; else JSON); stream leaves the
+// answer's body open for the caller (and the timeout then bounds only the
+// wait for the response head).
+func (c *client) do(ctx context.Context, method, path string, q url.Values, body []byte, stream bool) (*http.Response, context.CancelFunc, error) {
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
@@ -58,10 +63,17 @@ func (c *client) do(ctx context.Context, method, path string, q url.Values, stre
 	} else {
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		cancel()
 		return nil, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -82,7 +94,9 @@ func (c *client) do(ctx context.Context, method, path string, q url.Values, stre
 	if resp.StatusCode >= 300 {
 		defer cancel()
 		defer resp.Body.Close()
-		return nil, nil, decodeError(resp)
+		e := decodeError(resp)
+		e.credential = c.credential
+		return nil, nil, e
 	}
 	return resp, cancel, nil
 }
@@ -96,7 +110,7 @@ func unwrapURL(err error) error {
 	return err
 }
 
-func decodeError(resp *http.Response) error {
+func decodeError(resp *http.Response) *apiError {
 	var body struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -114,14 +128,30 @@ func decodeError(resp *http.Response) error {
 	return e
 }
 
-// getJSON decodes a JSON answer into out.
+// call decodes a JSON answer into out.
 func (c *client) call(ctx context.Context, method, path string, q url.Values, out any) error {
-	resp, cancel, err := c.do(ctx, method, path, q, false)
+	return c.send(ctx, method, path, q, nil, out)
+}
+
+// send sends in as JSON (nil: no body) and decodes the answer into out
+// (nil, or a 204: nothing to decode).
+func (c *client) send(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return fmt.Errorf("%s %s: encode request: %w", method, path, err)
+		}
+	}
+	resp, cancel, err := c.do(ctx, method, path, q, body, false)
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	defer resp.Body.Close()
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}

@@ -219,7 +219,7 @@ func runLogs(ctx context.Context, env Env, args []string) error {
 	if tail > 0 {
 		q.Set("tail", strconv.Itoa(tail))
 	}
-	resp, cancel, err := cl.do(ctx, "GET", "/admin/v1/sandboxes/"+url.PathEscape(ids[0])+"/logs", q, true)
+	resp, cancel, err := cl.do(ctx, "GET", "/admin/v1/sandboxes/"+url.PathEscape(ids[0])+"/logs", q, nil, true)
 	if err != nil {
 		return err
 	}

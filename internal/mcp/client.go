@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ const (
 // touch, quotas, metrics and every backend work as for /threads/{t}/v1.
 type sandbox struct {
 	gateway http.Handler
+	thread  string
 	prefix  string // "/threads/{thread}"
 	host    string
 	auth    string // the caller's Authorization header; "" = none
@@ -54,19 +56,66 @@ func (e *apiError) Error() string {
 // call POSTs req as JSON to /v1/{endpoint} and decodes the envelope's data
 // into out.
 func (s *sandbox) call(ctx context.Context, timeout time.Duration, endpoint string, req, out any) error {
-	body, err := json.Marshal(req)
+	w, err := s.serve(ctx, timeout, http.MethodPost, "/v1/"+endpoint, req)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", endpoint, err)
+		return err
+	}
+	return decodeEnvelope(w.code(), w.body.Bytes(), out)
+}
+
+// control sends req (nil: no body) as JSON to the thread's control-plane
+// route /threads/{thread}{route} and decodes its JSON answer into out (nil,
+// or a 204: nothing to decode). Same caller, same handler as call: the
+// gateway authorizes it as it would the caller's own request.
+func (s *sandbox) control(ctx context.Context, timeout time.Duration, method, route string, req, out any) error {
+	w, err := s.serve(ctx, timeout, method, route, req)
+	if err != nil {
+		return err
+	}
+	status := w.code()
+	if status >= 300 {
+		var env struct {
+			Error *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(w.body.Bytes(), &env) != nil || env.Error == nil {
+			return &apiError{status: status, code: "error", message: http.StatusText(status)}
+		}
+		return &apiError{status: status, code: env.Error.Code, message: env.Error.Message}
+	}
+	if out == nil || status == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(w.body.Bytes(), out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, route, err)
+	}
+	return nil
+}
+
+// serve runs one request of the caller, method prefix+route with req as
+// JSON (nil: no body), through the gateway's handler.
+func (s *sandbox) serve(ctx context.Context, timeout time.Duration, method, route string, req any) (*recorder, error) {
+	var body io.Reader = http.NoBody
+	if req != nil {
+		data, err := json.Marshal(req)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", route, err)
+		}
+		body = bytes.NewReader(data)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, s.prefix+"/v1/"+endpoint, bytes.NewReader(body))
+	r, err := http.NewRequestWithContext(ctx, method, s.prefix+route, body)
 	if err != nil {
-		return fmt.Errorf("build %s: %w", endpoint, err)
+		return nil, fmt.Errorf("build %s: %w", route, err)
 	}
 	r.Host = s.host
 	r.RemoteAddr = s.remote
-	r.Header.Set("Content-Type", "application/json")
+	if req != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
 	r.Header.Set("Accept", "application/json")
 	if s.auth != "" {
 		r.Header.Set("Authorization", s.auth)
@@ -74,12 +123,12 @@ func (s *sandbox) call(ctx context.Context, timeout time.Duration, endpoint stri
 	w := &recorder{header: http.Header{}}
 	s.gateway.ServeHTTP(w, r)
 	if w.overflow {
-		return fmt.Errorf("%s: the sandbox answered with more than %d bytes", endpoint, maxResponse)
+		return nil, fmt.Errorf("%s: the sandbox answered with more than %d bytes", route, maxResponse)
 	}
 	if err := ctx.Err(); err != nil && w.status == 0 {
-		return fmt.Errorf("%s: %w", endpoint, err)
+		return nil, fmt.Errorf("%s: %w", route, err)
 	}
-	return decodeEnvelope(w.code(), w.body.Bytes(), out)
+	return w, nil
 }
 
 // decodeEnvelope reads the sandbox's {"success","message","data"} or the

@@ -1,12 +1,16 @@
 // Package mcp serves a thread's sandbox as an MCP server (streamable HTTP,
 // github.com/modelcontextprotocol/go-sdk) with the agent tools DeerFlow
 // gives its agents: bash, ls, read_file, write_file, str_replace, glob and
-// grep, with DeerFlow's names, parameters, output shapes and limits.
+// grep, with DeerFlow's names, parameters, output shapes and limits; and
+// Sandgate's own checkpoint, list_checkpoints, restore_checkpoint and
+// fork_thread.
 //
-// Every tool calls the thread's sandbox /v1 API through the gateway's own
-// handler, in-process, as the MCP caller (its credential and Host): auth,
-// provisioning on first use, idle touch, quotas, metrics and all backends
-// are the data plane's. The package knows nothing of pools or backends.
+// Every tool calls the gateway's own handler, in-process, as the MCP caller
+// (its credential and Host): DeerFlow's tools the thread's sandbox /v1 API,
+// so auth, provisioning on first use, idle touch, quotas, metrics and all
+// backends are the data plane's; the checkpoint tools the thread's
+// /threads/{thread}/checkpoints and /fork routes, authorized as the
+// caller's own requests. The package knows nothing of pools or backends.
 //
 // The server is stateless: each POST is a whole MCP exchange on a
 // throwaway session, so any replica behind a load balancer can answer any
@@ -35,7 +39,7 @@ type Server struct {
 const toolsVersion = "1.0.0"
 
 // New returns the MCP endpoints over gateway, the handler that serves
-// /threads/{thread}/v1/....
+// /threads/{thread}/v1/... and the thread's control-plane routes.
 func New(gateway http.Handler, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
@@ -55,10 +59,10 @@ func (h warnings) WithAttrs(a []slog.Attr) slog.Handler { return warnings{h.Hand
 func (h warnings) WithGroup(g string) slog.Handler      { return warnings{h.Handler.WithGroup(g)} }
 
 // ServeThread answers one MCP request of r for thread, which the caller
-// has validated and authorized. Tool calls go to /threads/{thread}/v1/...
+// has validated and authorized. Tool calls go to /threads/{thread}/...
 // with r's Authorization header, Host and remote address.
 func (s *Server) ServeThread(w http.ResponseWriter, r *http.Request, thread string) {
-	sb := &sandbox{gateway: s.gateway, prefix: "/threads/" + thread, host: r.Host,
+	sb := &sandbox{gateway: s.gateway, thread: thread, prefix: "/threads/" + thread, host: r.Host,
 		auth: r.Header.Get("Authorization"), remote: r.RemoteAddr}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "sandgate", Title: "Sandgate thread sandbox", Version: toolsVersion},
 		&sdk.ServerOptions{Logger: s.log, SchemaCache: s.schemas})

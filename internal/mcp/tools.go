@@ -85,7 +85,7 @@ type (
 // tools are DeerFlow's agent tools over one thread's sandbox.
 type tools struct{ sb *sandbox }
 
-// addTools registers the seven tools on srv.
+// addTools registers DeerFlow's seven tools and the checkpoint tools on srv.
 func addTools(srv *sdk.Server, sb *sandbox) {
 	t := tools{sb}
 	sdk.AddTool(srv, &sdk.Tool{Name: "bash", Description: "Execute a bash command in the thread's sandbox. " +
@@ -106,6 +106,7 @@ func addTools(srv *sdk.Server, sb *sandbox) {
 		"A pattern without `/` matches the file name at any depth.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.glob)
 	sdk.AddTool(srv, &sdk.Tool{Name: "grep", Description: "Search for matching lines inside a text file or files under a root directory.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.grep)
+	addCheckpointTools(srv, t)
 }
 
 // text is a successful result; fail an isError one. DeerFlow returns its

@@ -90,9 +90,18 @@ func TestToolsList(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"bash", "glob", "grep", "ls", "read_file", "str_replace", "write_file"}
+	want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "ls", "read_file",
+		"restore_checkpoint", "str_replace", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
+	}
+	// The checkpoint tools tell an agent when to use them.
+	for name, when := range map[string]string{"checkpoint": "before a risky change", "restore_checkpoint": "undo a bad turn",
+		"list_checkpoints": "to restore", "fork_thread": "alternative approach"} {
+		i := slices.IndexFunc(res.Tools, func(tool *sdk.Tool) bool { return tool.Name == name })
+		if i < 0 || !strings.Contains(res.Tools[i].Description, when) {
+			t.Errorf("%s's description does not say when to use it (%q)", name, when)
+		}
 	}
 	for _, tool := range res.Tools {
 		if tool.Name != "read_file" {
