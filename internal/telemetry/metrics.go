@@ -38,7 +38,7 @@ type Metrics struct {
 // Label values. Every series exists from the start (at 0), so rate() and
 // absent-series alerts work before the first event.
 var (
-	outcomes       = [...]string{"hit", "warm", "cold", "adopted", "prewarm", "error"}
+	outcomes       = [...]string{"hit", "warm", "cold", "adopted", "prewarm", "thawed", "error"}
 	routeKinds     = [...]string{"thread", "sandbox", "capability"}
 	statusClasses  = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 	createResults  = []string{"ok", "error"}
@@ -169,6 +169,8 @@ func (m *Metrics) Acquired(outcome string, took time.Duration) {
 		i = 3
 	case "prewarm":
 		i = 4
+	case "thawed":
+		i = 5
 	}
 	m.acquire[i].Observe(took.Seconds())
 }
