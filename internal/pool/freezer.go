@@ -7,10 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 const (
@@ -56,11 +58,18 @@ func (f *Freezer) Run(ctx context.Context) {
 }
 
 // Pass freezes what is idle now and returns how many sandboxes it froze.
-func (f *Freezer) Pass(ctx context.Context) (int, error) {
+func (f *Freezer) Pass(ctx context.Context) (frozen int, err error) {
 	p := f.p
 	if p.cfg.FreezeAfter <= 0 || f.pz == nil {
 		return 0, nil
 	}
+	ctx, span := telemetry.Root(ctx, p.tracer, spanFreezePass)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("frozen", frozen))
+		}
+		end(span, err)
+	}()
 	cutoff := p.clock.Now().Add(-p.cfg.FreezeAfter)
 	buckets := p.buckets()
 	f.mu.Lock()
@@ -87,7 +96,6 @@ func (f *Freezer) Pass(ctx context.Context) (int, error) {
 	f.mu.Unlock()
 
 	var mu sync.Mutex
-	frozen := 0
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(freezeConcurrency)
 	for _, sid := range todo {

@@ -30,19 +30,20 @@ const (
 // Span names: one trace explains a slow first call (acquire, lock wait,
 // discover, create with its readiness wait, then the proxy round trip).
 const (
-	spanAcquire   = "sandgate.acquire"
-	spanLockWait  = "sandgate.lock.wait"
-	spanReserve   = "sandgate.capacity.reserve"
-	spanEvict     = "sandgate.capacity.evict"
-	spanCreate    = "sandgate.backend.create"
-	spanClaim     = "sandgate.backend.claim"
-	spanDestroy   = "sandgate.backend.destroy"
-	spanDiscover  = "sandgate.backend.discover"
-	spanAlive     = "sandgate.backend.alive"
-	spanResume    = "sandgate.backend.resume"
-	spanFreeze    = "sandgate.backend.freeze"
-	spanReapPass  = "sandgate.reaper.pass"
-	spanReconcile = "sandgate.reconciler.pass"
+	spanAcquire    = "sandgate.acquire"
+	spanLockWait   = "sandgate.lock.wait"
+	spanReserve    = "sandgate.capacity.reserve"
+	spanEvict      = "sandgate.capacity.evict"
+	spanCreate     = "sandgate.backend.create"
+	spanClaim      = "sandgate.backend.claim"
+	spanDestroy    = "sandgate.backend.destroy"
+	spanDiscover   = "sandgate.backend.discover"
+	spanAlive      = "sandgate.backend.alive"
+	spanResume     = "sandgate.backend.resume"
+	spanFreeze     = "sandgate.backend.freeze"
+	spanReapPass   = "sandgate.reaper.pass"
+	spanFreezePass = "sandgate.freezer.pass"
+	spanReconcile  = "sandgate.reconciler.pass"
 )
 
 // hit records a cached acquire. The hot path: the metric is an atomic add
