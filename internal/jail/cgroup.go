@@ -2,11 +2,13 @@ package jail
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,12 +17,17 @@ import (
 )
 
 // Cgroups puts sandboxes into cgroups of their own that bound their memory
-// and process count, with cgroup v2 or v1, whichever the gateway can use.
-// The zero value and a nil *Cgroups mean none: Place and Remove do nothing,
-// and the caller bounds memory by RLIMIT_AS instead.
+// and process count, with cgroup v2 or v1, whichever the gateway can use,
+// and that can freeze them (CanFreeze). The zero value and a nil *Cgroups
+// mean none: Place and Remove do nothing, and the caller bounds memory by
+// RLIMIT_AS instead.
 type Cgroups struct {
 	mode string
 	dirs []cgroupDir
+	// freezer is the parent of the sandboxes' cgroups that freeze: the v2
+	// parent (cgroup.freeze) or, with v1, the parent in the freezer
+	// hierarchy (freezer.state); "" = none.
+	freezer string
 }
 
 // cgroupDir is a parent under which each sandbox gets a directory, and the
@@ -55,13 +62,23 @@ const cgroupParent = "sandgate"
 // <root>/sandgate, which it creates. Else cgroup v1 when root/memory and
 // root/pids are v1 hierarchies: sandboxes go under sandgate in the gateway's
 // own cgroup there (so limits on the gateway's cgroup cover its sandboxes
-// too), or at the top when that is not visible under root. Else none.
+// too), or at the top when that is not visible under root; and into the
+// root/freezer hierarchy the same way, when there is one. Else none.
 func OpenCgroups(root string) *Cgroups {
 	if dir, err := openV2(root); err == nil {
-		return &Cgroups{mode: CgroupV2, dirs: []cgroupDir{dir}}
+		c := &Cgroups{mode: CgroupV2, dirs: []cgroupDir{dir}}
+		if _, err := os.Stat(filepath.Join(dir.path, "cgroup.freeze")); err == nil { // Linux 5.2 on
+			c.freezer = dir.path
+		}
+		return c
 	}
 	if dirs, err := openV1(root); err == nil {
-		return &Cgroups{mode: CgroupV1, dirs: dirs}
+		c := &Cgroups{mode: CgroupV1, dirs: dirs}
+		if dir, err := openV1Freezer(root); err == nil {
+			c.dirs = append(c.dirs, dir)
+			c.freezer = dir.path
+		}
+		return c
 	}
 	return &Cgroups{mode: CgroupNone}
 }
@@ -118,6 +135,24 @@ func openV1(root string) ([]cgroupDir, error) {
 		dirs = append(dirs, cgroupDir{path: parent, limits: c.limits})
 	}
 	return dirs, nil
+}
+
+// openV1Freezer makes the sandboxes' parent in the v1 freezer hierarchy,
+// beside openV1's: optional, as a host may not mount it (the process
+// backend then freezes by signals).
+func openV1Freezer(root string) (cgroupDir, error) {
+	hierarchy := filepath.Join(root, "freezer")
+	if _, err := os.Stat(filepath.Join(hierarchy, "cgroup.procs")); err != nil {
+		return cgroupDir{}, err
+	}
+	if own := ownCgroups()["freezer"]; own != "" && isDir(filepath.Join(hierarchy, own)) {
+		hierarchy = filepath.Join(hierarchy, own)
+	}
+	parent := filepath.Join(hierarchy, cgroupParent)
+	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return cgroupDir{}, err
+	}
+	return cgroupDir{path: parent}, nil
 }
 
 // ownCgroups maps each v1 controller to this process's cgroup path in it,
@@ -236,6 +271,120 @@ func removeCgroup(dir string) error {
 			return fmt.Errorf("cgroup: remove %s: %w", dir, err)
 		}
 	}
+}
+
+// ErrNoFreezer: the sandbox has no cgroup that freezes (no freezer on this
+// machine, or a sandbox placed before there was one).
+var ErrNoFreezer = errors.New("cgroup: no freezer for this sandbox")
+
+// CanFreeze reports whether sandboxes placed from now on get a cgroup that
+// Freeze can freeze: cgroup v2, or v1 with a freezer hierarchy.
+func (c *Cgroups) CanFreeze() bool { return c != nil && c.freezer != "" }
+
+// freezeFiles names the freezer's control file, the value that freezes
+// (frozen) or thaws, and the file and line that report it done.
+func (c *Cgroups) freezeFiles(frozen bool) (control, value, report, done string) {
+	if c.mode == CgroupV2 {
+		// cgroup.events says "frozen 1" once every task is frozen.
+		if frozen {
+			return "cgroup.freeze", "1", "cgroup.events", "frozen 1"
+		}
+		return "cgroup.freeze", "0", "cgroup.events", "frozen 0"
+	}
+	// v1's freezer.state reads FREEZING until every task is frozen.
+	if frozen {
+		return "freezer.state", "FROZEN", "freezer.state", "FROZEN"
+	}
+	return "freezer.state", "THAWED", "freezer.state", "THAWED"
+}
+
+// freezeDir is the sandbox's freezing cgroup, or ErrNoFreezer.
+func (c *Cgroups) freezeDir(name string) (string, error) {
+	if !c.CanFreeze() {
+		return "", ErrNoFreezer
+	}
+	if !validName(name) {
+		return "", fmt.Errorf("cgroup: invalid sandbox name %q", name)
+	}
+	dir := filepath.Join(c.freezer, name)
+	if !isDir(dir) {
+		return "", ErrNoFreezer
+	}
+	return dir, nil
+}
+
+// Freeze freezes (frozen) or thaws the sandbox's cgroup, and waits until
+// the kernel reports every task in it frozen or thawed. A frozen task
+// keeps its memory and uses no CPU. Freezing what is frozen and thawing
+// what runs succeed. Should ctx end before a freeze is done, the cgroup is
+// thawed again: a sandbox is left either frozen or running. ErrNoFreezer
+// when the sandbox has no freezing cgroup.
+func (c *Cgroups) Freeze(ctx context.Context, name string, frozen bool) error {
+	dir, err := c.freezeDir(name)
+	if err != nil {
+		return err
+	}
+	control, value, report, done := c.freezeFiles(frozen)
+	if err := writeControl(dir, control, value); err != nil {
+		return err
+	}
+	err = waitControl(ctx, dir, report, done)
+	if err != nil && frozen {
+		_, thaw, _, _ := c.freezeFiles(false)
+		_ = writeControl(dir, control, thaw)
+	}
+	return err
+}
+
+// spinFor is how long waitControl polls back to back before it sleeps
+// between reads: a freeze is done in tens to hundreds of microseconds,
+// and a Go timer wakes no sooner than about a millisecond.
+const spinFor = time.Millisecond
+
+// waitControl polls a control file until it holds line (a whole line of
+// it) or ctx ends: back to back for spinFor, then 1 to 5 ms apart.
+func waitControl(ctx context.Context, dir, name, line string) error {
+	path := filepath.Join(dir, name)
+	began := time.Now()
+	for interval := time.Millisecond; ; {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		if slices.Contains(strings.Split(strings.TrimSpace(string(data)), "\n"), line) {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cgroup: wait for %q in %s: %w", line, path, err)
+		}
+		if time.Since(began) < spinFor {
+			runtime.Gosched()
+			continue
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("cgroup: wait for %q in %s: %w", line, path, ctx.Err())
+		case <-t.C:
+		}
+		interval = min(interval*2, 5*time.Millisecond)
+	}
+}
+
+// Frozen reports whether the sandbox's cgroup is frozen or being frozen
+// (asked to freeze, not yet done); ErrNoFreezer when it has none.
+func (c *Cgroups) Frozen(name string) (bool, error) {
+	dir, err := c.freezeDir(name)
+	if err != nil {
+		return false, err
+	}
+	control, thawed, _, _ := c.freezeFiles(false)
+	data, err := os.ReadFile(filepath.Join(dir, control))
+	if err != nil {
+		return false, fmt.Errorf("cgroup: %w", err)
+	}
+	return strings.TrimSpace(string(data)) != thawed, nil
 }
 
 // writeControl writes value to a cgroup control file, which must exist:

@@ -35,27 +35,35 @@ func TestOpenCgroups(t *testing.T) {
 	t.Parallel()
 	own := ownCgroups()
 	tests := []struct {
-		name  string
-		files map[string]string
-		mode  string
-		dirs  []string // parents of the sandboxes' cgroups, under root
+		name    string
+		files   map[string]string
+		mode    string
+		dirs    []string // parents of the sandboxes' cgroups, under root
+		freezer string   // the one that freezes, "" = none
 	}{
-		{"empty", nil, CgroupNone, nil},
+		{"empty", nil, CgroupNone, nil, ""},
 		{"v2", map[string]string{
 			"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "",
+			"sandgate/cgroup.subtree_control": "", "sandgate/cgroup.freeze": "0\n",
+		}, CgroupV2, []string{"sandgate"}, "sandgate"},
+		{"v2 before Linux 5.2", map[string]string{
+			"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "",
 			"sandgate/cgroup.subtree_control": "",
-		}, CgroupV2, []string{"sandgate"}},
+		}, CgroupV2, []string{"sandgate"}, ""},
 		{"v2 without pids", map[string]string{
 			"cgroup.controllers": "cpu memory\n", "cgroup.subtree_control": "",
-		}, CgroupNone, nil},
+		}, CgroupNone, nil, ""},
 		{"v1", map[string]string{
 			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "",
-		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate"}},
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate"}, ""},
+		{"v1 with freezer", map[string]string{
+			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "", "freezer/cgroup.procs": "",
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate", "freezer/sandgate"}, "freezer/sandgate"},
 		{"v1 in own cgroup", map[string]string{
 			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "",
 			"memory" + own["memory"] + "/cgroup.procs": "", "pids" + own["pids"] + "/cgroup.procs": "",
-		}, CgroupV1, []string{filepath.Join("memory", own["memory"], "sandgate"), filepath.Join("pids", own["pids"], "sandgate")}},
-		{"v1 without pids", map[string]string{"memory/memory.limit_in_bytes": ""}, CgroupNone, nil},
+		}, CgroupV1, []string{filepath.Join("memory", own["memory"], "sandgate"), filepath.Join("pids", own["pids"], "sandgate")}, ""},
+		{"v1 without pids", map[string]string{"memory/memory.limit_in_bytes": "", "freezer/cgroup.procs": ""}, CgroupNone, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,6 +80,9 @@ func TestOpenCgroups(t *testing.T) {
 			}
 			if strings.Join(dirs, " ") != strings.Join(tt.dirs, " ") {
 				t.Errorf("parents %q, want %q", dirs, tt.dirs)
+			}
+			if got := strings.TrimPrefix(c.freezer, root+"/"); got != tt.freezer || c.CanFreeze() != (tt.freezer != "") {
+				t.Errorf("freezer %q (CanFreeze %v), want %q", got, c.CanFreeze(), tt.freezer)
 			}
 			for _, d := range tt.dirs {
 				if !isDir(filepath.Join(root, d)) {
@@ -91,6 +102,9 @@ func TestOpenCgroups(t *testing.T) {
 				}
 				if err := c.Remove("abc"); err != nil {
 					t.Errorf("Remove without cgroups: %v", err)
+				}
+				if err := c.Freeze(t.Context(), "abc", true); !errors.Is(err, ErrNoFreezer) {
+					t.Errorf("Freeze without cgroups: %v, want ErrNoFreezer", err)
 				}
 			}
 		})

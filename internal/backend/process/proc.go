@@ -16,6 +16,7 @@ type proc struct {
 	PID, PPID, PGID int
 	Start           string
 	Dead            bool // zombie: exited, not yet reaped
+	Stopped         bool // stopped by a signal (SIGSTOP: a paused sandbox)
 }
 
 // Destroy gives the sandbox server this long after SIGTERM to stop its

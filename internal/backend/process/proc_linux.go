@@ -52,11 +52,12 @@ func parseStat(data []byte) (proc, error) {
 		return proc{}, fmt.Errorf("malformed stat: %w", err)
 	}
 	return proc{
-		PID:   pid,
-		PPID:  ppid,
-		PGID:  pgid,
-		Start: f[19],                      // field 22: start time in clock ticks after boot
-		Dead:  f[0] == "Z" || f[0] == "X", // zombie or exiting: gone for our purposes
+		PID:     pid,
+		PPID:    ppid,
+		PGID:    pgid,
+		Start:   f[19],                      // field 22: start time in clock ticks after boot
+		Dead:    f[0] == "Z" || f[0] == "X", // zombie or exiting: gone for our purposes
+		Stopped: f[0] == "T",
 	}, nil
 }
 

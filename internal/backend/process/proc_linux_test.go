@@ -18,6 +18,7 @@ func TestParseStat(t *testing.T) {
 		{"plain", "42 (gateway) S 1 42 42" + tail, proc{PID: 42, PPID: 1, PGID: 42, Start: "98765"}, false},
 		{"name with spaces and parens", "7 (a b) c) R 3 5 5" + tail, proc{PID: 7, PPID: 3, PGID: 5, Start: "98765"}, false},
 		{"zombie", "9 (x) Z 1 9 9" + tail, proc{PID: 9, PPID: 1, PGID: 9, Start: "98765", Dead: true}, false},
+		{"stopped", "9 (x) T 1 9 9" + tail, proc{PID: 9, PPID: 1, PGID: 9, Start: "98765", Stopped: true}, false},
 		{"short", "9 (x) S 1 9", proc{}, true},
 		{"no parens", "9 x S 1 9 9" + tail, proc{}, true},
 		{"bad pid", "x (y) S 1 9 9" + tail, proc{}, true},

@@ -35,11 +35,12 @@ func readProc(ctx context.Context, pid int) (proc, bool, error) {
 		return proc{}, false, fmt.Errorf("ps %d: %w", pid, err)
 	}
 	return proc{
-		PID:   pid,
-		PPID:  ppid,
-		PGID:  pgid,
-		Start: strconv.FormatInt(started.Unix(), 10),
-		Dead:  strings.HasPrefix(f[2], "Z"),
+		PID:     pid,
+		PPID:    ppid,
+		PGID:    pgid,
+		Start:   strconv.FormatInt(started.Unix(), 10),
+		Dead:    strings.HasPrefix(f[2], "Z"),
+		Stopped: strings.HasPrefix(f[2], "T"),
 	}, true, nil
 }
 

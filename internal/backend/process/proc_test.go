@@ -1,10 +1,11 @@
 package process
 
 import (
-	"github.com/sandgate/sandgate/internal/testutil"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/testutil"
 
 	"github.com/sandgate/sandgate/internal/identity"
 )

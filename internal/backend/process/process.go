@@ -62,6 +62,10 @@ type Config struct {
 	// proxy mode then lets nothing out). IsolationNone cannot enforce an
 	// egress policy: its sandboxes share the gateway's network.
 	Egress backend.EgressGate
+
+	// signalFreeze pauses by SIGSTOP even where a cgroup freezer is
+	// available (tests of that path).
+	signalFreeze bool
 }
 
 // Isolation modes.
@@ -133,13 +137,14 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 	if cfg.Isolation == IsolationNone {
 		p.log.Warn("process_isolation: none: sandboxes run as the gateway's user, see its files, processes and network " +
 			"(no egress policy applies); for one trusted user only")
-		return p, nil
+	} else {
+		p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup"))
+		if err := p.probe(); err != nil {
+			return nil, fmt.Errorf("process backend: process_isolation: namespaces does not work on this machine: %w; "+
+				"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
+		}
 	}
-	p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup"))
-	if err := p.probe(); err != nil {
-		return nil, fmt.Errorf("process backend: process_isolation: namespaces does not work on this machine: %w; "+
-			"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
-	}
+	p.log.Info("paused sandboxes (pause_warm) freeze by "+p.freezeMethod(), "freeze", p.freezeMethod())
 	return p, nil
 }
 
@@ -229,6 +234,9 @@ func (p *Process) adoptExisting(ctx context.Context, sid string, log *slog.Logge
 		return backend.Info{}, false, err
 	}
 	if ok {
+		if err := p.resumeFound(ctx, st); err != nil {
+			return backend.Info{}, false, err
+		}
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 		err := backend.WaitReadySecret(rctx, st.URL, st.Secret)
 		cancel()
@@ -339,7 +347,11 @@ func (p *Process) Destroy(ctx context.Context, info backend.Info) error {
 		target, thread = cmp.Or(target, st.Incarnation), cmp.Or(thread, st.Thread)
 	}
 	current := st != nil && st.Incarnation == target
-	if err := p.stop(ctx, sid, target); err != nil {
+	rid := sid
+	if current {
+		rid = st.rid()
+	}
+	if err := p.stop(ctx, sid, rid, target); err != nil {
 		l.unlock(false)
 		return fmt.Errorf("destroy sandbox %s: %w", sid, err)
 	}
@@ -354,9 +366,10 @@ func (p *Process) Destroy(ctx context.Context, info backend.Info) error {
 	return err
 }
 
-// stop kills the incarnation if it still runs, and waits for the reaper
-// when this Process is its parent, so the pid is gone when Destroy returns.
-func (p *Process) stop(ctx context.Context, sid, inc string) error {
+// stop kills the incarnation if it still runs (thawed first if paused),
+// and waits for the reaper when this Process is its parent, so the pid is
+// gone when Destroy returns. rid names its cgroups.
+func (p *Process) stop(ctx context.Context, sid, rid, inc string) error {
 	if inc == "" {
 		return nil
 	}
@@ -367,6 +380,9 @@ func (p *Process) stop(ctx context.Context, sid, inc string) error {
 	ok, err := live(ctx, pid, start)
 	if err != nil || !ok {
 		return err
+	}
+	if p.paused(ctx, rid, pid, start) {
+		p.thawToStop(ctx, sid, rid, pid, start)
 	}
 	if err := terminate(ctx, pid, start); err != nil {
 		return err
@@ -402,6 +418,13 @@ func (p *Process) Discover(ctx context.Context, sid string) (backend.Info, bool,
 	st, err := p.liveState(ctx, sid)
 	if err != nil || st == nil {
 		return backend.Info{}, false, err
+	}
+	if p.markedPaused(sid) {
+		// Its caller is about to hand it out (the pool lost its record).
+		if err := p.Resume(ctx, st.info()); err != nil {
+			return backend.Info{}, false, err
+		}
+		p.log.Info("resumed paused sandbox", "sandbox_id", sid, "thread", st.Thread, "pid", st.PID)
 	}
 	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
 	defer cancel()

@@ -63,6 +63,11 @@ func (s *state) info() backend.Info {
 
 func (p *Process) statePath(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".json") }
 func (p *Process) logPath(sid string) string   { return filepath.Join(p.cfg.StateDir, sid+".log") }
+
+// pausedPath marks a paused sandbox (Pause): a file of its own rather than
+// a field of the state, whose atomic rewrite costs a rename (hundreds of
+// microseconds on ext4) on every pause and resume.
+func (p *Process) pausedPath(sid string) string { return filepath.Join(p.cfg.StateDir, sid+".paused") }
 func (p *Process) socketPath(sid, nonce string) string {
 	return filepath.Join(p.cfg.StateDir, sid+"."+nonce+".sock")
 }
@@ -132,6 +137,7 @@ func (p *Process) removeState(sid, rid string) error {
 		p.cfg.Egress.Close(sid)
 	}
 	_ = os.RemoveAll(p.egressDir(rid))
+	_ = os.Remove(p.pausedPath(sid))
 	if p.cgroups != nil {
 		if err := p.cgroups.Remove(rid); err != nil {
 			p.log.Warn("remove sandbox cgroup", "sandbox_id", sid, "err", err)
