@@ -68,7 +68,7 @@ func (c *Config) settings() []setting {
 		{"reconcile-dry-run", "log what the reconciler would do, do nothing", (*boolValue)(&p.ReconcileDryRun)},
 		{"bucket-lease-ttl", "how long a replica's lease on a bucket (its share of reaping and reconciling) outlives it (0 = the default)", (*durationValue)(&p.BucketLeaseTTL)},
 		{"prewarm", "pre-started sandboxes kept ready fleet-wide for new threads' first requests (process and docker backends; 0 = none)", (*intValue)(&p.Prewarm)},
-		{"pause-warm", "pause warm sandboxes (container backends) and unpause them on reclaim", (*boolValue)(&p.PauseWarm)},
+		{"pause-warm", "pause warm sandboxes (process, docker) and unpause them on reclaim", (*boolValue)(&p.PauseWarm)},
 		{"checkpoint-keep", "workspace checkpoints kept per thread, newest first (0 = no limit)", (*offInt)(&c.Checkpoints.Keep)},
 		{"checkpoint-max-age", "drop workspace checkpoints older than this (0 = never)", (*offDuration)(&c.Checkpoints.MaxAge)},
 		{"checkpoint-method", "how checkpoints copy files: empty = detect (reflink where the data_dir's filesystem can, else copy) | reflink | copy", (*stringValue)(&c.Checkpoints.Method)},
