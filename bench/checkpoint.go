@@ -125,16 +125,24 @@ func checkpointOn(ctx context.Context, dir string) ([][]string, checkpoint.Metho
 	}, method, c, nil
 }
 
-// writeWorkspace writes ckFiles files of random bytes under ws.
+// writeWorkspace writes ckFiles files of random bytes under ws, dated an
+// hour back: files written in the same instant as a checkpoint are copied
+// again by the next one (their mtime cannot tell a same-size rewrite), and
+// a workspace is older than that in use.
 func writeWorkspace(ws string) error {
 	buf := make([]byte, ckFileSize)
+	old := time.Now().Add(-time.Hour)
 	for i := range ckFiles {
 		d := filepath.Join(ws, fmt.Sprintf("d%02d", i%20))
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 		_, _ = rand.Read(buf)
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%04d", i/20)), buf, 0o644); err != nil {
+		f := filepath.Join(d, fmt.Sprintf("f%04d", i/20))
+		if err := os.WriteFile(f, buf, 0o644); err != nil {
+			return err
+		}
+		if err := os.Chtimes(f, old, old); err != nil {
 			return err
 		}
 	}

@@ -11,31 +11,20 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// require skips a test whose prerequisite is missing, or fails it under
-// CI=true (CI runs as root with xfsprogs installed by `make deps`).
-func require(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is required under CI=true", what)
-	}
-	t.Skipf("%s not available", what)
-}
+	"github.com/sandgate/sandgate/internal/testutil"
+)
 
 // xfsMount mounts a fresh 512 MiB XFS image made with reflink=1 and
 // returns its mount point; Cleanup unmounts it.
 func xfsMount(t *testing.T) string {
 	t.Helper()
-	require(t, os.Geteuid() == 0, "root (to mount an XFS image)")
+	testutil.Require(t, os.Geteuid() == 0, "root (to mount an XFS image)")
 	mkfs, err := exec.LookPath("mkfs.xfs")
 	if err != nil {
 		mkfs, err = exec.LookPath("/usr/sbin/mkfs.xfs")
 	}
-	require(t, err == nil, "mkfs.xfs (xfsprogs)")
+	testutil.Require(t, err == nil, "mkfs.xfs (xfsprogs)")
 	dir := t.TempDir()
 	img, mnt := filepath.Join(dir, "xfs.img"), filepath.Join(dir, "mnt")
 	f, err := os.Create(img)
@@ -47,7 +36,7 @@ func xfsMount(t *testing.T) string {
 	}
 	must(t, os.Mkdir(mnt, 0o755))
 	out, err := exec.CommandContext(t.Context(), "mount", "-o", "loop", img, mnt).CombinedOutput()
-	require(t, err == nil, fmt.Sprintf("mount -o loop (%v: %s)", err, out))
+	testutil.Require(t, err == nil, fmt.Sprintf("mount -o loop (%v: %s)", err, out))
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", mnt, err, out)
@@ -73,7 +62,7 @@ func TestReflinkXFS(t *testing.T) {
 // left beside it.
 func TestSwapRollback(t *testing.T) {
 	t.Parallel()
-	require(t, os.Geteuid() == 0, "root (to bind-mount)")
+	testutil.Require(t, os.Geteuid() == 0, "root (to bind-mount)")
 	ctx, base := ctxT(t), tempDir(t)
 	ws := newWorkspace(t, base)
 	for i := range 20 {
