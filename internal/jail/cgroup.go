@@ -336,26 +336,22 @@ func (c *Cgroups) Freeze(ctx context.Context, name string, frozen bool) error {
 	return err
 }
 
-// spinFor is how long waitControl polls back to back before it sleeps
-// between reads: a freeze is done in tens to hundreds of microseconds,
+// spinFor is how long Poll checks back to back before it sleeps between
+// checks: a freeze or a stop is done in tens to hundreds of microseconds,
 // and a Go timer wakes no sooner than about a millisecond.
 const spinFor = time.Millisecond
 
-// waitControl polls a control file until it holds line (a whole line of
-// it) or ctx ends: back to back for spinFor, then 1 to 5 ms apart.
-func waitControl(ctx context.Context, dir, name, line string) error {
-	path := filepath.Join(dir, name)
+// Poll calls done until it is true, fails, or ctx ends (ctx's error):
+// back to back for spinFor, then 1 to 5 ms apart. Freezing a cgroup and
+// stopping a process tree both wait with it.
+func Poll(ctx context.Context, done func() (bool, error)) error {
 	began := time.Now()
 	for interval := time.Millisecond; ; {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("cgroup: %w", err)
-		}
-		if slices.Contains(strings.Split(strings.TrimSpace(string(data)), "\n"), line) {
-			return nil
+		if ok, err := done(); ok || err != nil {
+			return err
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("cgroup: wait for %q in %s: %w", line, path, err)
+			return err
 		}
 		if time.Since(began) < spinFor {
 			runtime.Gosched()
@@ -365,11 +361,28 @@ func waitControl(ctx context.Context, dir, name, line string) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("cgroup: wait for %q in %s: %w", line, path, ctx.Err())
+			return ctx.Err()
 		case <-t.C:
 		}
 		interval = min(interval*2, 5*time.Millisecond)
 	}
+}
+
+// waitControl polls a control file until it holds line (a whole line of
+// it) or ctx ends.
+func waitControl(ctx context.Context, dir, name, line string) error {
+	path := filepath.Join(dir, name)
+	err := Poll(ctx, func() (bool, error) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false, fmt.Errorf("cgroup: %w", err)
+		}
+		return slices.Contains(strings.Split(strings.TrimSpace(string(data)), "\n"), line), nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("cgroup: wait for %q in %s: %w", line, path, err)
+	}
+	return err
 }
 
 // Frozen reports whether the sandbox's cgroup is frozen or being frozen

@@ -80,12 +80,8 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 		return fmt.Errorf("%w: backend %s cannot freeze", backend.ErrNotSupported, p.name)
 	}
 	sid := identity.SandboxID(user, thread)
-	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
-	if err != nil {
-		return lockErr(err)
-	}
-	defer p.unlock(held)
-	rec, err := p.threadRecord(ctx, sid, user, thread)
+	rec, unlock, err := p.lockThread(ctx, sid, user, thread)
+	defer unlock()
 	if err != nil {
 		return err
 	}
@@ -122,19 +118,25 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 	return err
 }
 
-// threadRecord is (user, thread)'s record at sid: ErrNotFound without one.
-func (p *Pool) threadRecord(ctx context.Context, sid, user, thread string) (lease.Record, error) {
+// lockThread takes the lock of sid, (user, thread)'s sandbox, and reads its
+// record: ErrNotFound without one. unlock is never nil; call it.
+func (p *Pool) lockThread(ctx context.Context, sid, user, thread string) (_ lease.Record, unlock func(), _ error) {
+	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
+	if err != nil {
+		return lease.Record{}, func() {}, lockErr(err)
+	}
+	unlock = func() { p.unlock(held) }
 	rec, ok, err := p.store.Get(ctx, sid)
 	if err != nil {
-		return rec, fmt.Errorf("%w: %w", ErrState, err)
+		return rec, unlock, fmt.Errorf("%w: %w", ErrState, err)
 	}
 	if !ok || rec.State == lease.StateDestroying {
-		return rec, ErrNotFound
+		return rec, unlock, ErrNotFound
 	}
 	if rec.User != user || rec.Thread != thread {
-		return rec, p.conflict(ctx, rec, user, thread)
+		return rec, unlock, p.conflict(ctx, rec, user, thread)
 	}
-	return rec, nil
+	return rec, unlock, nil
 }
 
 // Hold runs fn with (user, thread)'s sandbox, if it has a running one,
@@ -144,12 +146,8 @@ func (p *Pool) threadRecord(ctx context.Context, sid, user, thread string) (leas
 // a command or serves a request is refused with ErrBusy first.
 func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn func() error) error {
 	sid := identity.SandboxID(user, thread)
-	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
-	if err != nil {
-		return lockErr(err)
-	}
-	defer p.unlock(held)
-	rec, err := p.threadRecord(ctx, sid, user, thread)
+	rec, unlock, err := p.lockThread(ctx, sid, user, thread)
+	defer unlock()
 	if errors.Is(err, ErrNotFound) {
 		return fn() // no sandbox: nothing runs against the files
 	}

@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/sandgate/sandgate/internal/jail"
 )
 
 // signalFreezer pauses a sandbox that has no freezing cgroup (isolation
@@ -85,42 +85,20 @@ func continueAll(sent map[int]string) error {
 	return errors.Join(errs...)
 }
 
-// spinFor is how long waitStopped polls back to back before it sleeps
-// between polls: a stop is done in tens of microseconds, and a Go timer
-// wakes no sooner than about a millisecond.
-const spinFor = time.Millisecond
-
-// waitStopped polls until every process in sent has stopped or is gone:
-// back to back for spinFor, then 1 to 5 ms apart.
+// waitStopped polls until every process in sent has stopped or is gone.
 func waitStopped(ctx context.Context, sent map[int]string) error {
-	began := time.Now()
-	for interval := time.Millisecond; ; {
-		done := true
+	err := jail.Poll(ctx, func() (bool, error) {
 		for pid, start := range sent {
 			if !stoppedOrGone(ctx, pid, start) {
-				done = false
-				break
+				return false, nil
 			}
 		}
-		if done {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("wait for the sandbox's processes to stop: %w", err)
-		}
-		if time.Since(began) < spinFor {
-			runtime.Gosched()
-			continue
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("wait for the sandbox's processes to stop: %w", ctx.Err())
-		case <-t.C:
-		}
-		interval = min(interval*2, 5*time.Millisecond)
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for the sandbox's processes to stop: %w", err)
 	}
+	return nil
 }
 
 // stoppedOrGone reports whether the process is gone (its pid free or
