@@ -112,3 +112,31 @@ func TestHold(t *testing.T) {
 		t.Fatalf("forced hold: %v, paused inside %v", err, pausedInside)
 	}
 }
+
+// A sandbox whose record was lost while it was frozen is adopted running:
+// the reconciler resumes it before the warm pool can hand it out.
+func TestReconcilerResumesAdoptedFrozenSandbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{ReconcileGrace: time.Minute})
+	p := e.replica()
+	ctx := context.Background()
+	r, _, err := p.Acquire(ctx, "u", "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	info, _, _ := e.be.Discover(ctx, r.SandboxID)
+	if err := e.be.Pause(ctx, info); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb().Del(ctx, p.store.Keys().Sandbox(r.SandboxID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if rep, err := NewReconciler(p).Pass(ctx); err != nil || rep.Adopted != 1 {
+		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
+	if e.be.isPaused(r.SandboxID) {
+		t.Fatal("adopted a frozen sandbox into the warm pool without resuming it")
+	}
+}

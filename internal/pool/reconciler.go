@@ -161,6 +161,14 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	if info.Backend == "" {
 		info.Backend = p.name
 	}
+	// One frozen before its record was lost would be handed out frozen:
+	// the warm pool's sandboxes run (or, with pause_warm, are resumed on
+	// reclaim anyway).
+	if pz, ok := p.backend.(backend.Pauser); ok && p.pauser() == nil {
+		if err := pz.Resume(ctx, info); err != nil {
+			return fmt.Errorf("%w: resume adopted sandbox: %w", backend.ErrUnavailable, err)
+		}
+	}
 	wrote, err := put(ctx, lease.RecordFromInfo(info, state), p.clock.Now())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
