@@ -24,12 +24,12 @@ import (
 // no replica holds a live route to a sandbox being frozen, and one that
 // read the record just before the mark is refused by Activate after it.
 
-// scriptRecFreeze marks an active record frozen if it is the given
-// incarnation, not frozen yet, and not activated since cutoff.
+// scriptRecFreeze marks an active (or warm) record frozen if it is the
+// given incarnation, not frozen yet, and not activated since cutoff.
 // ARGV: incarnation, cutoff (ms), now (ms). Returns 1 (marked) or 0.
 var scriptRecFreeze = redis.NewScript(`
 local st = redis.call('HMGET', KEYS[1], 'state', 'incarnation', 'frozen', 'seen_ms', 'created_ms')
-if st[1] ~= 'active' or st[2] ~= ARGV[1] or st[3] then return 0 end
+if (st[1] ~= 'active' and st[1] ~= 'warm') or st[2] ~= ARGV[1] or st[3] then return 0 end
 local seen = tonumber(st[4] or st[5] or '0') or 0
 if seen > tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'frozen', ARGV[3])
@@ -45,8 +45,8 @@ return redis.call('HDEL', KEYS[1], 'frozen')
 `)
 
 // Freeze marks sid's record frozen (see scriptRecFreeze): false when it
-// was activated after cutoff, is not active, is another incarnation or is
-// frozen already. Hold the sandbox's lock; freeze the processes only after
+// was activated after cutoff, is being destroyed or pre-started, is
+// another incarnation or is frozen already. Hold the sandbox's lock; freeze the processes only after
 // a true, and Thaw the mark if that fails.
 func (s *Store) Freeze(ctx context.Context, sid, incarnation string, cutoff, now time.Time) (bool, error) {
 	n, err := scriptRecFreeze.Run(ctx, s.rdb, []string{s.keys.Sandbox(sid)}, incarnation, ms(cutoff), ms(now)).Int()

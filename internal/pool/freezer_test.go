@@ -97,12 +97,22 @@ func TestHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Wait()
-	var pausedInside bool
-	if err := p.Hold(ctx, "u", "h", false, func() error { pausedInside = e.be.isPaused(sid); return nil }); err != nil {
+	var pausedInside, markedInside bool
+	err := p.Hold(ctx, "u", "h", false, func() error {
+		rec, _, _ := p.store.Get(ctx, sid)
+		pausedInside, markedInside = e.be.isPaused(sid), !rec.Frozen.IsZero()
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !pausedInside || e.be.isPaused(sid) {
-		t.Fatalf("hold: paused inside %v, paused after %v", pausedInside, e.be.isPaused(sid))
+	// Marked while held: a replica dying inside leaves the next request
+	// to thaw it.
+	if !pausedInside || !markedInside || e.be.isPaused(sid) {
+		t.Fatalf("hold: paused inside %v, marked inside %v, paused after %v", pausedInside, markedInside, e.be.isPaused(sid))
+	}
+	if rec, _, _ := p.store.Get(ctx, sid); !rec.Frozen.IsZero() {
+		t.Fatal("the freeze mark outlived the hold")
 	}
 	e.be.commands.Store(2)
 	if err := p.Hold(ctx, "u", "h", false, func() error { t.Fatal("ran under a busy sandbox"); return nil }); !errors.Is(err, ErrBusy) {

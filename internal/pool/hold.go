@@ -166,14 +166,24 @@ func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn fun
 			return err
 		}
 	}
+	// Marked first, as a freeze is: a replica that dies holding the sandbox
+	// leaves it marked, and the next request thaws it once the lock lapses.
+	// Meanwhile a replica with a cached route sends requests that wait in
+	// the stopped sandbox and run after fn, in the tree fn left.
+	now := p.clock.Now()
+	if marked, err := p.store.Freeze(ctx, sid, rec.Incarnation, now, now); err != nil || !marked {
+		return cmpErr(err, fmt.Errorf("%w: sandbox changed", ErrNotFound))
+	}
+	rec.Frozen = now
 	sctx, span := p.span(ctx, spanFreeze, sid, thread)
 	err = pz.Pause(sctx, rec.Info())
 	end(span, err)
 	if err != nil {
+		_, _ = p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
 		return fmt.Errorf("%w: freeze sandbox: %w", backend.ErrUnavailable, err)
 	}
 	defer func() {
-		if err := pz.Resume(context.WithoutCancel(ctx), rec.Info()); err != nil {
+		if err := p.thaw(context.WithoutCancel(ctx), rec); err != nil {
 			p.log.ErrorContext(ctx, "thaw sandbox after hold", "sandbox_id", sid, "thread", thread, "err", err)
 		}
 	}()
