@@ -16,6 +16,7 @@ const (
 	poolPkg  = "./internal/pool"
 	leasePkg = "./internal/lease"
 	procPkg  = "./internal/backend/process"
+	ckptPkg  = "./internal/checkpoint"
 )
 
 var rows = []row{
@@ -180,6 +181,36 @@ var rows = []row{
 		mechanism: "a layout stamp (`p{layout}`), a migration lock, idempotent writes with the stamp last; a stamp with another bucket count is refused",
 		tests:     []testRef{{leasePkg, "TestMigrateFromLayout1"}, {e2e, "TestGatewayMigratesLayout1StateAtStart"}},
 		note:      "(from a state written by layout 1's code)",
+	},
+	{
+		failure:   "An idle sandbox is frozen (`freeze_after`) while replicas may still route to it",
+		happens:   "no request waits on a frozen sandbox: the next one, on any replica, thaws it first (outcome `thawed`)",
+		mechanism: "the freeze mark is written only to a record not routed to since the cutoff (`seen_ms`, read in the same script), `freeze_after` > `cache_ttl` + `touch_interval`; `Activate` refuses a marked record; the activity score is checked again after the mark; the thaw runs under the sandbox's lock",
+		tests:     []testRef{{e2e, "TestIdleSandboxFreezesAndThawsOnAnotherReplica"}, {leasePkg, "TestFreezeMark"}, {poolPkg, "TestFreezerFreezesIdleAndThawsOnAcquire"}},
+	},
+	{
+		failure:   "A sandbox runs a command, or holds a WebSocket, past `freeze_after`",
+		happens:   "not frozen, and touched, so not reaped as idle either; frozen once quiet for `freeze_after`",
+		mechanism: "the freezer asks the sandbox (`GET /v1/sandgate/activity`: commands, requests in flight; no answer counts as busy); a request in flight is touched every `touch_interval`",
+		tests:     []testRef{{e2e, "TestBusySandboxIsNotFrozen"}, {poolPkg, "TestFreezerFreezesIdleAndThawsOnAcquire"}},
+	},
+	{
+		failure:   "A replica dies while it holds a sandbox stopped (a freeze, a checkpoint, a restore)",
+		happens:   "the next request thaws it once the lock lapses",
+		mechanism: "the record is marked frozen before the processes stop, and cleared after they run again",
+		tests:     []testRef{{poolPkg, "TestHold"}, {leasePkg, "TestFreezeMark"}},
+	},
+	{
+		failure:   "A frozen sandbox's record is lost (Redis flushed)",
+		happens:   "adopted running, never handed out frozen",
+		mechanism: "the reconciler resumes what it adopts; the process and docker backends resume a paused sandbox their `Discover` finds",
+		tests:     []testRef{{poolPkg, "TestReconcilerResumesAdoptedFrozenSandbox"}, {procPkg, "TestPauseResume"}},
+	},
+	{
+		failure:   "A checkpoint restore meets a running command, a write in flight, or a failure half way",
+		happens:   "409 `sandbox_busy` and nothing changed; with `force` the files are swapped under the frozen command; a failed swap is rolled back; the sandbox never sees a mixed tree",
+		mechanism: "the checkpoint's tree is staged beside the workspace first, then swapped by renames with the sandbox frozen, journalled",
+		tests:     []testRef{{e2e, "TestCheckpointRestoreAndFork"}, {ckptPkg, "TestSwapRollback"}, {ckptPkg, "TestStagingFailureLeavesWorkspace"}},
 	},
 	{
 		failure:   "A create takes longer than the client waits",
