@@ -44,24 +44,20 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 		return nil, "", nil
 	}
 	// A warm sandbox is checked before it is handed out: it may have died
-	// while parked. An active one only when a dial to it just failed.
-	if rec.State == lease.StateWarm || verify {
-		alive, err := p.alive(ctx, rec)
-		if err != nil {
-			return nil, "", fmt.Errorf("%w: check sandbox: %w", backend.ErrUnavailable, err)
-		}
-		if !alive {
-			p.log.WarnContext(ctx, "sandbox record points to a dead sandbox; dropping it",
-				"sandbox_id", rec.SandboxID, "thread", rec.Thread, "state", rec.State)
-			if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
-				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
-			}
-			p.gone(ctx, rec, ReasonVanished)
-			return nil, "", nil
+	// while parked. An active one only when a dial to it just failed. A
+	// thaw checks by itself (it fails on a sandbox that is gone): only a
+	// failed one is followed by the liveness check.
+	thaw := p.thawsUnderLock(rec)
+	if (rec.State == lease.StateWarm || verify) && !thaw {
+		if gone, err := p.dropIfDead(ctx, rec); gone || err != nil {
+			return nil, "", err
 		}
 	}
-	if p.thawsUnderLock(rec) {
+	if thaw {
 		if err := p.thaw(ctx, rec); err != nil {
+			if gone, derr := p.dropIfDead(ctx, rec); gone || derr != nil {
+				return nil, "", derr
+			}
 			return nil, "", err
 		}
 	}
@@ -85,6 +81,25 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 		return r, OutcomeThawed, nil
 	}
 	return r, OutcomeHit, nil
+}
+
+// dropIfDead asks the backend whether rec's sandbox still runs and, if
+// not, drops its record: gone is true and the caller provisions.
+func (p *Pool) dropIfDead(ctx context.Context, rec lease.Record) (gone bool, err error) {
+	alive, err := p.alive(ctx, rec)
+	if err != nil {
+		return false, fmt.Errorf("%w: check sandbox: %w", backend.ErrUnavailable, err)
+	}
+	if alive {
+		return false, nil
+	}
+	p.log.WarnContext(ctx, "sandbox record points to a dead sandbox; dropping it",
+		"sandbox_id", rec.SandboxID, "thread", rec.Thread, "state", rec.State)
+	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
+		return true, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	p.gone(ctx, rec, ReasonVanished)
+	return true, nil
 }
 
 // thawsUnderLock: rec's sandbox must be thawed before it is routed to (it

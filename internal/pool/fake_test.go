@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -141,6 +142,9 @@ func (f *fakeBackend) Resume(_ context.Context, info backend.Info) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.paused, info.SandboxID)
+	if _, ok := f.live[info.SandboxID]; !ok {
+		return errors.New("resume: no such sandbox")
+	}
 	return nil
 }
 

@@ -79,6 +79,18 @@ func TestFreezerFreezesIdleAndThawsOnAcquire(t *testing.T) {
 	if e.be.creates[sid] != 1 {
 		t.Fatalf("%d creates, want 1", e.be.creates[sid])
 	}
+
+	// Frozen, then killed behind the gateway's back: the thaw fails, the
+	// record is dropped and the next acquire creates a new sandbox.
+	p2.Wait()
+	e.clock.Advance(20 * time.Second)
+	if n, err := NewFreezer(p1).Pass(ctx); n != 1 || err != nil {
+		t.Fatalf("refreeze: %d %v", n, err)
+	}
+	e.be.kill(sid)
+	if _, outcome, err := p1.Acquire(ctx, "u", "t"); err != nil || outcome != OutcomeCold {
+		t.Fatalf("acquire of a frozen sandbox that died: %v %v, want a cold create", outcome, err)
+	}
 }
 
 // Hold freezes a running sandbox around fn and thaws it after; it refuses
