@@ -201,10 +201,8 @@ func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec lease.Reco
 	if !ok || seen.After(cutoff) {
 		return errActivated
 	}
-	if err := p.busy(ctx, rec); err != nil {
-		if errors.Is(err, ErrBusy) {
-			// A running command keeps its sandbox from freezing and from
-			// idle expiry: it is touched, as a request in flight would be.
+	if running, err := p.busy(ctx, rec); err != nil {
+		if running {
 			_, _ = p.store.Touch(ctx, []lease.TouchEntry{{SandboxID: sid, Incarnation: rec.Incarnation}}, p.clock.Now())
 		}
 		return err

@@ -162,3 +162,31 @@ func TestReconcilerResumesAdoptedFrozenSandbox(t *testing.T) {
 		t.Fatal("adopted a frozen sandbox into the warm pool without resuming it")
 	}
 }
+
+// Idle expiry spares a sandbox that runs a command (an async exec outlives
+// its request): it is asked first, and its activity renewed; once the
+// command ends it expires as any other.
+func TestReaperSparesRunningCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: time.Minute})
+	p := e.replica()
+	ctx := context.Background()
+	r, _, err := p.Acquire(ctx, "u", "cmd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	e.be.commands.Store(1)
+	e.clock.Advance(2 * time.Minute)
+	if n, err := NewReaper(p).Pass(ctx); n != 0 || err != nil {
+		t.Fatalf("reaped %d (%v) while a command runs", n, err)
+	}
+	if seen, _, _ := p.store.Activity(ctx, r.SandboxID); !seen.Equal(e.clock.Now()) {
+		t.Fatalf("activity not renewed: %v, now %v", seen, e.clock.Now())
+	}
+	e.be.commands.Store(0)
+	e.clock.Advance(2 * time.Minute)
+	if n, err := NewReaper(p).Pass(ctx); n != 1 || err != nil {
+		t.Fatalf("reaped %d (%v) once the command ended, want 1", n, err)
+	}
+}

@@ -2,72 +2,14 @@ package pool
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 )
-
-// ActivityPath is the sandbox server's answer to "does anything run in
-// you": its running commands and its requests in flight besides this one,
-// in the data of its usual envelope.
-const ActivityPath = "/v1/sandgate/activity"
-
-// Activity is what ActivityPath answers.
-type Activity struct {
-	Commands int `json:"commands"`
-	Requests int `json:"requests"`
-}
-
-// busyProbeTimeout bounds the activity probe: a sandbox too slow to answer
-// it is not idle.
-const busyProbeTimeout = 2 * time.Second
-
-// busy asks rec's sandbox whether it runs anything: ErrBusy if so, or if
-// it cannot tell (a third-party image without ActivityPath is never frozen
-// or restored under: unknown is not idle).
-func (p *Pool) busy(ctx context.Context, rec lease.Record) error {
-	ctx, cancel := context.WithTimeout(ctx, busyProbeTimeout)
-	defer cancel()
-	base, socket := backend.HTTPBase(rec.URL)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+ActivityPath, nil)
-	if err != nil {
-		return fmt.Errorf("%w: activity probe: %w", ErrBusy, err)
-	}
-	if rec.Secret != "" {
-		req.Header.Set(backend.SecretHeader, rec.Secret)
-	}
-	rt := p.newRT(socket)
-	defer func() {
-		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
-			c.CloseIdleConnections()
-		}
-	}()
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("%w: activity probe: %w", ErrBusy, err)
-	}
-	defer resp.Body.Close()
-	var a struct {
-		Data Activity `json:"data"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: activity probe answered %d", ErrBusy, resp.StatusCode)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&a); err != nil {
-		return fmt.Errorf("%w: activity probe: %w", ErrBusy, err)
-	}
-	if a.Data.Commands > 0 || a.Data.Requests > 0 {
-		return fmt.Errorf("%w: %d command(s) running, %d request(s) in flight", ErrBusy, a.Data.Commands, a.Data.Requests)
-	}
-	return nil
-}
 
 // FreezeThread freezes (user, thread)'s sandbox now, as the freezer would
 // once it is idle: the record is marked at once (no replica routes to it
@@ -162,7 +104,7 @@ func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn fun
 		if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
 			return fmt.Errorf("%w: a request is in flight", ErrBusy)
 		}
-		if err := p.busy(ctx, rec); err != nil {
+		if _, err := p.busy(ctx, rec); err != nil {
 			return err
 		}
 	}

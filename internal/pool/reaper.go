@@ -117,6 +117,15 @@ func (r *Reaper) reap(ctx context.Context, sid string, index lease.Index, cutoff
 		return false, err
 	}
 	defer p.unlock(held)
+	// A command running in it (an async exec, a background job the API
+	// started) is no idleness: asked first, it is spared and renewed.
+	if index == lease.IndexActive {
+		if cur, ok, err := p.store.Get(ctx, sid); err != nil {
+			return false, err
+		} else if ok && p.spareRunning(ctx, cur) {
+			return false, nil
+		}
+	}
 	rec, ok, err := p.store.ClaimExpired(ctx, sid, index, cutoff, p.clock.Now())
 	if err != nil || !ok {
 		return false, err

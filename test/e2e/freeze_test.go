@@ -247,3 +247,36 @@ func TestIdleContainerFreezesAndThaws(t *testing.T) {
 		t.Fatalf("container still paused after a request thawed it: %+v", c.State)
 	}
 }
+
+// An async command outlives its request: with nothing in flight and past
+// idle_timeout, its sandbox is asked before it is reaped and spared while
+// the command runs; once it ends the sandbox expires as any other.
+func TestAsyncCommandOutlivesIdleTimeout(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--idle-timeout", "3s", "--reap-interval", "500ms")
+	g := f.start()
+	code, body, _ := call(t, "POST", g.URL+"/threads/long/v1/shell/exec",
+		map[string]any{"command": "sleep 7; echo done > /mnt/user-data/workspace/finished", "async_mode": true})
+	if code != 200 {
+		t.Fatalf("async exec: %d %s", code, body)
+	}
+	sid := sandboxOf(t, g.URL, "long").SandboxID
+	time.Sleep(6 * time.Second) // twice idle_timeout, no request
+	if v := sandboxOf(t, g.URL, "long"); v.SandboxID != sid {
+		t.Fatalf("sandbox replaced while its command ran: %s -> %s", sid, v.SandboxID)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, _ := call(t, "GET", g.URL+"/threads/long/sandbox", nil)
+		if code == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sandbox not reaped after its command ended")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if b, err := os.ReadFile(filepath.Join(f.userData("long"), "workspace", "finished")); err != nil || strings.TrimSpace(string(b)) != "done" {
+		t.Fatalf("the command did not finish before the reap: %q %v", b, err)
+	}
+}

@@ -195,6 +195,12 @@ var rows = []row{
 		tests:     []testRef{{e2e, "TestBusySandboxIsNotFrozen"}, {poolPkg, "TestFreezerFreezesIdleAndThawsOnAcquire"}},
 	},
 	{
+		failure:   "An async command (exec with `async_mode`) runs past `idle_timeout` with no request in flight",
+		happens:   "not reaped while it runs; reaped `idle_timeout` after it ends",
+		mechanism: "the reaper asks an active sandbox (`GET /v1/sandgate/activity`) before it claims it, and spares and renews one running a command",
+		tests:     []testRef{{e2e, "TestAsyncCommandOutlivesIdleTimeout"}, {poolPkg, "TestReaperSparesRunningCommand"}},
+	},
+	{
 		failure:   "A replica dies while it holds a sandbox stopped (a freeze, a checkpoint, a restore)",
 		happens:   "the next request thaws it once the lock lapses",
 		mechanism: "the record is marked frozen before the processes stop, and cleared after they run again",

@@ -1,0 +1,98 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/lease"
+)
+
+// ActivityPath is the sandbox server's answer to "does anything run in
+// you": its running commands and its requests in flight besides this one,
+// in the data of its usual envelope.
+const ActivityPath = "/v1/sandgate/activity"
+
+// Activity is what ActivityPath answers.
+type Activity struct {
+	Commands int `json:"commands"`
+	Requests int `json:"requests"`
+}
+
+// Running: a command runs, or a request other than the probe is served.
+func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
+
+// activityProbeTimeout bounds the probe: a sandbox too slow to answer it
+// cannot tell.
+const activityProbeTimeout = 2 * time.Second
+
+// activity asks rec's sandbox what runs in it. An error means it cannot
+// tell: a third-party image without ActivityPath, a sandbox that does not
+// answer (a frozen one never does: do not ask it).
+func (p *Pool) activity(ctx context.Context, rec lease.Record) (Activity, error) {
+	ctx, cancel := context.WithTimeout(ctx, activityProbeTimeout)
+	defer cancel()
+	base, socket := backend.HTTPBase(rec.URL)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+ActivityPath, nil)
+	if err != nil {
+		return Activity{}, fmt.Errorf("activity probe: %w", err)
+	}
+	if rec.Secret != "" {
+		req.Header.Set(backend.SecretHeader, rec.Secret)
+	}
+	rt := p.newRT(socket)
+	defer func() {
+		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}()
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return Activity{}, fmt.Errorf("activity probe: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Activity{}, fmt.Errorf("activity probe answered %d", resp.StatusCode)
+	}
+	var env struct {
+		Data Activity `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&env); err != nil {
+		return Activity{}, fmt.Errorf("activity probe: %w", err)
+	}
+	return env.Data, nil
+}
+
+// busy is nil when rec's sandbox runs nothing; ErrBusy when it runs
+// something or cannot tell (unknown is not idle: such a sandbox is never
+// frozen or restored under). running says which: the freezer and the
+// reaper spare a running sandbox and renew its activity.
+func (p *Pool) busy(ctx context.Context, rec lease.Record) (running bool, err error) {
+	a, err := p.activity(ctx, rec)
+	if err != nil {
+		return false, fmt.Errorf("%w: it cannot tell: %w", ErrBusy, err)
+	}
+	if a.Running() {
+		return true, fmt.Errorf("%w: %d command(s) running, %d request(s) in flight", ErrBusy, a.Commands, a.Requests)
+	}
+	return false, nil
+}
+
+// spareRunning renews the activity of rec's sandbox if it runs a command
+// or serves a request, as a request in flight through a replica would be:
+// idle expiry and the freezer leave it alone until it has been quiet that
+// long. true if it was spared.
+func (p *Pool) spareRunning(ctx context.Context, rec lease.Record) bool {
+	if !rec.Frozen.IsZero() {
+		return false // stopped: nothing runs, and it could not answer
+	}
+	running, _ := p.busy(ctx, rec)
+	if running {
+		_, _ = p.store.Touch(ctx, []lease.TouchEntry{{SandboxID: rec.SandboxID, Incarnation: rec.Incarnation}}, p.clock.Now())
+	}
+	return running
+}
