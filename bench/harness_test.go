@@ -84,14 +84,20 @@ func TestGoalVerdicts(t *testing.T) {
 		{"scale throughput met", []Result{scaleFigures(1.2, 2.8)}, 14, "met"},
 		{"scale throughput missed", []Result{scaleFigures(1e9, 1.0)}, 14, "missed by 1.50×"},
 		{"scale not run", nil, 14, "not measured"},
+		{"thaw met", []Result{{Name: "freeze", Figures: map[string]float64{figThawProcessP50: 4, figThawProcessP99: 9.5}}}, 15, "met"},
+		{"thaw missed", []Result{{Name: "freeze", Figures: map[string]float64{figThawProcessP50: 4, figThawProcessP99: 12.25}}}, 15, "missed by 2.25 ms"},
+		{"thaw not run", nil, 15, "not measured"},
+		{"checkpoint met", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointReflinkP50: 44, figCheckpointCopyP50: 350}}}, 16, "met"},
+		{"checkpoint missed", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointReflinkP50: 250}}}, 16, "missed by 50.00 ms"},
+		{"checkpoint without copy-on-write", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointCopyP50: 350}}}, 16, "not measured"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 15 {
-			t.Fatalf("%d goal rows, want 15", len(rows))
+		if len(rows) != 17 {
+			t.Fatalf("%d goal rows, want 17", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])
