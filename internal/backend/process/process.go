@@ -144,7 +144,7 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 				"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
 		}
 	}
-	p.log.Info("paused sandboxes (pause_warm) freeze by "+p.freezeMethod(), "freeze", p.freezeMethod())
+	p.log.Info("sandboxes are frozen (freeze_after, pause_warm, checkpoints) by "+p.freezeMethod(), "freeze", p.freezeMethod())
 	return p, nil
 }
 
