@@ -230,3 +230,51 @@ func TestCheckpointRestoreAndFork(t *testing.T) {
 		t.Fatalf("get after delete: %d", code)
 	}
 }
+
+// Checkpoints are the user's own: another user naming the same thread and
+// the same checkpoint id lists nothing, restores nothing and forks nothing
+// of them; and no sandbox reaches the checkpoint store, which lies outside
+// every mount.
+func TestCheckpointsAreTheirUsersOwn(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--auth-api-keys", "alice="+sha("alice-key")+",bob="+sha("bob-key"))
+	g := f.start()
+	alice, bob := []string{"Authorization", "Bearer alice-key"}, []string{"Authorization", "Bearer bob-key"}
+	code, body, _ := call(t, "POST", g.URL+"/threads/t/v1/shell/exec", map[string]any{"command": "echo alice-secret > /mnt/user-data/workspace/s"}, alice...)
+	if code != 200 {
+		t.Fatalf("alice exec: %d %s", code, body)
+	}
+	code, body, _ = call(t, "POST", g.URL+"/threads/t/checkpoints", nil, alice...)
+	var ck checkpointInfo
+	if code != 201 || json.Unmarshal(body, &ck) != nil {
+		t.Fatalf("alice checkpoint: %d %s", code, body)
+	}
+	if code, body, _ := call(t, "GET", g.URL+"/threads/t/checkpoints", nil, bob...); code != 200 || strings.Contains(string(body), ck.ID) {
+		t.Fatalf("bob lists alice's checkpoints: %d %s", code, body)
+	}
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/threads/t/checkpoints/" + ck.ID},
+		{"POST", "/threads/t/checkpoints/" + ck.ID + "/restore"},
+		{"DELETE", "/threads/t/checkpoints/" + ck.ID},
+	} {
+		if code, body, _ := call(t, r.method, g.URL+r.path, nil, bob...); code != 404 {
+			t.Errorf("bob %s %s: %d %s, want 404", r.method, r.path, code, body)
+		}
+	}
+	code, body, _ = call(t, "POST", g.URL+"/threads/t/fork", map[string]any{"thread": "stolen", "checkpoint": ck.ID}, bob...)
+	if code != 404 {
+		t.Fatalf("bob forks alice's checkpoint: %d %s, want 404", code, body)
+	}
+	// From inside bob's sandbox, the store's host path does not exist.
+	store := filepath.Join(f.dataDir, "checkpoints", "alice", "t", ck.ID, "tree", "workspace", "s")
+	if b, err := os.ReadFile(store); err != nil || strings.TrimSpace(string(b)) != "alice-secret" {
+		t.Fatalf("alice's checkpoint on the host: %q %v", b, err)
+	}
+	code, body, _ = call(t, "POST", g.URL+"/threads/b/v1/shell/exec", map[string]any{"command": "cat " + store + " 2>&1; ls " + f.dataDir + " 2>&1"}, bob...)
+	if code != 200 || strings.Contains(string(body), "alice-secret") || strings.Contains(string(body), "checkpoints\\n") {
+		t.Fatalf("bob's sandbox reads the checkpoint store: %d %s", code, body)
+	}
+	if code, body, _ := call(t, "GET", g.URL+"/threads/t/checkpoints/"+ck.ID, nil, alice...); code != 200 {
+		t.Fatalf("alice's checkpoint after bob's attempts: %d %s", code, body)
+	}
+}
