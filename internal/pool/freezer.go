@@ -86,8 +86,12 @@ func (f *Freezer) Pass(ctx context.Context) (frozen int, err error) {
 	for i, b := range buckets {
 		list := idle[i]
 		f.since[b] = cutoff
-		if len(list) == freezeBatch { // more to read: go on from here next pass (ties included)
-			f.since[b] = list[len(list)-1].Seen.Add(-time.Millisecond)
+		if len(list) == freezeBatch { // more to read: go on from here next pass
+			last := list[len(list)-1].Seen
+			f.since[b] = last
+			if list[0].Seen.Before(last) { // ties with the last are read again
+				f.since[b] = last.Add(-time.Millisecond)
+			}
 		}
 		for _, e := range list {
 			todo = append(todo, e.SandboxID)
