@@ -97,7 +97,7 @@ func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn fun
 		return err
 	}
 	pz, ok := p.backend.(backend.Pauser)
-	if !rec.Frozen.IsZero() || !ok {
+	if !ok || p.thawsUnderLock(rec) { // cannot stop, or stopped already (frozen, paused warm)
 		return fn()
 	}
 	if !force {
