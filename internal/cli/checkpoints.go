@@ -8,28 +8,18 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/checkpoint"
 )
 
 // The thread commands call a user's /threads routes, which act as the
 // credential's own user: the gateway has no admin form of them, so an
 // admin key reaches its own user's threads, not another user's.
 
-// checkpoint is one checkpoint of a thread's workspace.
-type checkpoint struct {
-	ID        string    `json:"id"`
-	Label     string    `json:"label,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	Size      int64     `json:"size"`
-	Files     int       `json:"files"`
-	Linked    int       `json:"linked"`
-	Skipped   int       `json:"skipped"`
-	Method    string    `json:"method"`
-}
-
 type checkpointList struct {
-	Thread      string       `json:"thread"`
-	Method      string       `json:"method"`
-	Checkpoints []checkpoint `json:"checkpoints"`
+	Thread      string            `json:"thread"`
+	Method      string            `json:"method"`
+	Checkpoints []checkpoint.Info `json:"checkpoints"`
 }
 
 // forkView is the new thread's sandbox (the view of PUT /threads/{t}/sandbox).
@@ -57,7 +47,7 @@ func threadClient(c common) (*client, error) {
 
 func threadPath(thread string) string { return "/threads/" + url.PathEscape(thread) }
 
-func checkpointTable(env Env, list []checkpoint) error {
+func checkpointTable(env Env, list []checkpoint.Info) error {
 	t := newTable(env.Stdout, "CHECKPOINT ID", "LABEL", "AGE", "SIZE", "FILES", "LINKED", "METHOD")
 	now := time.Now()
 	for _, cp := range list {
@@ -65,7 +55,7 @@ func checkpointTable(env Env, list []checkpoint) error {
 		if label == "" {
 			label = "-"
 		}
-		t.row(cp.ID, label, age(cp.CreatedAt, now), bytesIEC(cp.Size), strconv.Itoa(cp.Files), strconv.Itoa(cp.Linked), cp.Method)
+		t.row(cp.ID, label, age(cp.CreatedAt, now), bytesIEC(cp.Size), strconv.Itoa(cp.Files), strconv.Itoa(cp.Linked), string(cp.Method))
 	}
 	return t.flush()
 }
@@ -86,7 +76,7 @@ func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var cp checkpoint
+	var cp checkpoint.Info
 	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/checkpoints", nil, map[string]string{"label": label}, &cp); err != nil {
 		return err
 	}
@@ -96,7 +86,7 @@ func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 	if c.output == "json" {
 		return writeJSON(env.Stdout, cp)
 	}
-	return checkpointTable(env, []checkpoint{cp})
+	return checkpointTable(env, []checkpoint.Info{cp})
 }
 
 func runCheckpointList(ctx context.Context, env Env, args []string) error {
@@ -141,8 +131,8 @@ func runCheckpointRestore(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	var out struct {
-		Thread   string     `json:"thread"`
-		Restored checkpoint `json:"restored"`
+		Thread   string          `json:"thread"`
+		Restored checkpoint.Info `json:"restored"`
 	}
 	path := threadPath(pos[0]) + "/checkpoints/" + url.PathEscape(pos[1]) + "/restore"
 	err = cl.send(ctx, "POST", path, nil, map[string]bool{"force": force}, &out)

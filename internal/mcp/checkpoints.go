@@ -10,6 +10,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandgate/sandgate/internal/checkpoint"
 )
 
 // Sandgate's own tools, beyond DeerFlow's: checkpoints of the thread's
@@ -40,18 +42,6 @@ type (
 	}
 )
 
-// checkpointInfo is one checkpoint as the gateway describes it.
-type checkpointInfo struct {
-	ID        string    `json:"id"`
-	Label     string    `json:"label"`
-	CreatedAt time.Time `json:"created_at"`
-	Size      int64     `json:"size"`
-	Files     int       `json:"files"`
-	Linked    int       `json:"linked"`
-	Skipped   int       `json:"skipped"`
-	Method    string    `json:"method"`
-}
-
 func addCheckpointTools(srv *sdk.Server, t tools) {
 	additive := false
 	sdk.AddTool(srv, &sdk.Tool{Name: "checkpoint", Description: "Save a checkpoint of this thread's files (everything under " +
@@ -77,7 +67,7 @@ func addCheckpointTools(srv *sdk.Server, t tools) {
 }
 
 func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkpointIn) (*sdk.CallToolResult, any, error) {
-	var cp checkpointInfo
+	var cp checkpoint.Info
 	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints", map[string]string{"label": in.Label}, &cp)
 	if code(err) == "checkpoint_not_found" {
 		return fail("Error: this thread has no files yet, so there is nothing to checkpoint")
@@ -100,7 +90,7 @@ func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkp
 
 func (t tools) listCheckpoints(ctx context.Context, _ *sdk.CallToolRequest, _ listCheckpointsIn) (*sdk.CallToolResult, any, error) {
 	var list struct {
-		Checkpoints []checkpointInfo `json:"checkpoints"`
+		Checkpoints []checkpoint.Info `json:"checkpoints"`
 	}
 	if err := t.sb.control(ctx, fileTimeout, http.MethodGet, "/checkpoints", nil, &list); err != nil {
 		return controlFailed(err, "listing checkpoints")
@@ -121,7 +111,7 @@ func (t tools) restoreCheckpoint(ctx context.Context, _ *sdk.CallToolRequest, in
 		return fail("Error: id is required (list_checkpoints shows the ids)")
 	}
 	var out struct {
-		Restored checkpointInfo `json:"restored"`
+		Restored checkpoint.Info `json:"restored"`
 	}
 	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints/"+url.PathEscape(in.ID)+"/restore",
 		map[string]bool{"force": in.Force}, &out)
