@@ -92,7 +92,20 @@ func (p *Pool) spareRunning(ctx context.Context, rec lease.Record) bool {
 	}
 	running, _ := p.busy(ctx, rec)
 	if running {
-		_, _ = p.store.Touch(ctx, []lease.TouchEntry{{SandboxID: rec.SandboxID, Incarnation: rec.Incarnation}}, p.clock.Now())
+		p.renew(ctx, rec)
 	}
 	return running
+}
+
+// renew moves rec's activity to now, as the toucher does for a request in
+// flight; a failure only means it is looked at again sooner.
+func (p *Pool) renew(ctx context.Context, rec lease.Record) {
+	_, _ = p.store.Touch(ctx, []lease.TouchEntry{{SandboxID: rec.SandboxID, Incarnation: rec.Incarnation}}, p.clock.Now())
+}
+
+// servingHere: a request to sid is in flight on this replica (the toucher
+// renews its activity every touch_interval meanwhile).
+func (p *Pool) servingHere(sid string) bool {
+	rt := p.cache.peek(sid)
+	return rt != nil && rt.InFlight() > 0
 }

@@ -147,7 +147,7 @@ var ErrBusy = errors.New("sandbox is busy")
 // not busy, under its lock.
 func (p *Pool) freezeIdle(ctx context.Context, pz backend.Pauser, sid string, cutoff time.Time) (freezeResult, error) {
 	// A request in flight here: the toucher renews it.
-	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+	if p.servingHere(sid) {
 		return freezeSkip, nil
 	}
 	held, err := p.lock(ctx, sid, 0)
@@ -207,7 +207,7 @@ func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec lease.Reco
 	}
 	if running, err := p.busy(ctx, rec); err != nil {
 		if running {
-			_, _ = p.store.Touch(ctx, []lease.TouchEntry{{SandboxID: sid, Incarnation: rec.Incarnation}}, p.clock.Now())
+			p.renew(ctx, rec)
 		}
 		return err
 	}

@@ -33,7 +33,7 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 	if rec.State != lease.StateActive {
 		return fmt.Errorf("%w: sandbox is %s", ErrNotFound, rec.State)
 	}
-	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+	if p.servingHere(sid) {
 		return fmt.Errorf("%w: a request is in flight", ErrBusy)
 	}
 	// Marked first, with "now" as cutoff, so nothing routes to it anew;
@@ -101,7 +101,7 @@ func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn fun
 		return fn()
 	}
 	if !force {
-		if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+		if p.servingHere(sid) {
 			return fmt.Errorf("%w: a request is in flight", ErrBusy)
 		}
 		if _, err := p.busy(ctx, rec); err != nil {

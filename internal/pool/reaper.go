@@ -106,7 +106,7 @@ func (r *Reaper) reapIndex(ctx context.Context, b int, index lease.Index, cutoff
 func (r *Reaper) reap(ctx context.Context, sid string, index lease.Index, cutoff time.Time) (bool, error) {
 	p := r.p
 	// A request in flight on this replica: the next touch flush renews it.
-	if rt := p.cache.peek(sid); rt != nil && rt.InFlight() > 0 {
+	if p.servingHere(sid) {
 		return false, nil
 	}
 	held, err := p.lock(ctx, sid, 0)
