@@ -177,17 +177,26 @@ var errActivated = errors.New("sandbox was used after the freeze cutoff")
 // freezeMarked marks rec frozen if nothing activated it after cutoff, then
 // stops it (stopMarked). Hold the lock.
 func (p *Pool) freezeMarked(ctx context.Context, pz backend.Pauser, rec lease.Record, cutoff time.Time) error {
+	// Asked before the mark, so a busy sandbox is never shown frozen, not
+	// even for the length of the probe.
+	if running, err := p.busy(ctx, rec); err != nil {
+		if running {
+			p.renew(ctx, rec)
+		}
+		return err
+	}
 	marked, err := p.store.Freeze(ctx, rec.SandboxID, rec.Incarnation, cutoff, p.clock.Now())
 	if err != nil || !marked {
 		return cmpErr(err, errActivated)
 	}
-	return p.stopMarked(ctx, pz, rec, cutoff)
+	return p.stopMarked(ctx, pz, rec, cutoff, false)
 }
 
-// stopMarked checks that nothing touched the marked rec since cutoff and
-// that it runs nothing, then freezes its processes; on any refusal or
-// failure the mark is cleared. Hold the lock.
-func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec lease.Record, cutoff time.Time) (err error) {
+// stopMarked checks that nothing touched the marked rec since cutoff and,
+// with probe, that it runs nothing (the idle path asked before marking),
+// then freezes its processes; on any refusal or failure the mark is
+// cleared. Hold the lock.
+func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec lease.Record, cutoff time.Time, probe bool) (err error) {
 	sid := rec.SandboxID
 	defer func() {
 		if err != nil {
@@ -205,11 +214,13 @@ func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec lease.Reco
 	if !ok || seen.After(cutoff) {
 		return errActivated
 	}
-	if running, err := p.busy(ctx, rec); err != nil {
-		if running {
-			p.renew(ctx, rec)
+	if probe {
+		if running, err := p.busy(ctx, rec); err != nil {
+			if running {
+				p.renew(ctx, rec)
+			}
+			return err
 		}
-		return err
 	}
 	sctx, span := p.span(ctx, spanFreeze, sid, rec.Thread)
 	err = pz.Pause(sctx, rec.Info())

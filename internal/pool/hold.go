@@ -53,7 +53,7 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 		_, _ = p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
 		return ctx.Err()
 	}
-	err = p.stopMarked(ctx, pz, rec, mark)
+	err = p.stopMarked(ctx, pz, rec, mark, true)
 	if errors.Is(err, errActivated) {
 		return fmt.Errorf("%w: it was used meanwhile", ErrBusy)
 	}
