@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the binaries the Kubernetes integration tests run against — kube-apiserver v1.37.2, etcd v3.7.3
 # and kubectl v1.37.2 (test/deploy renders and dry-runs the manifests with it) — from the Go module proxy
-# into .cache/kube/bin (ignored by git). Each is built once per machine;
-# a rebuild happens only when a binary is missing. An flock keeps two test packages from building at once,
+# into a cache outside the clone, keyed by the versions: $SANDGATE_CACHE (default ~/.cache/sandgate)
+# /kube-<kube>-etcd-<etcd>/bin. Each is built once per machine, so a fresh clone (CI's) finds them; a
+# rebuild happens only when a binary is missing or the versions change. An flock keeps two test packages from building at once,
 # and the builds run under nice so they do not starve other work on the machine.
 #
-# Usage: scripts/kube-test-bins.sh [CACHE_DIR]   (default: <repo>/.cache/kube)
+# Usage: scripts/kube-test-bins.sh [CACHE_DIR]
 # Prints the bin directory on success.
 set -euo pipefail
 
@@ -13,8 +14,7 @@ KUBE_VERSION=v1.37.2
 STAGING_VERSION=v0.37.2
 ETCD_VERSION=v3.7.3
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cache=${1:-$repo/.cache/kube}
+cache=${1:-${SANDGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandgate}/kube-$KUBE_VERSION-etcd-$ETCD_VERSION}
 bin=$cache/bin
 src=$cache/src
 mkdir -p "$bin" "$src"
