@@ -254,6 +254,9 @@ func (c Config) Validate() error {
 	if err := c.Auth.Validate(); err != nil {
 		return err
 	}
+	if err := c.Limits.Streams.Validate(); err != nil {
+		return err
+	}
 	for i, m := range c.Pool.Mounts.Extra {
 		if m.HostPath == "" || !strings.HasPrefix(m.ContainerPath, "/") {
 			return fmt.Errorf("mounts[%d]: host_path and an absolute container_path are required", i)

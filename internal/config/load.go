@@ -95,6 +95,8 @@ func (c *Config) settings() []setting {
 		{"body-idle-timeout", "cut a proxied request (408) whose body makes no progress this long (0 = never)", (*offDuration)(&c.BodyIdleTimeout)},
 		{"max-requests-per-user", "requests in flight per user and replica, WebSockets included (0 = no cap)", (*offInt)(&c.Limits.MaxRequests)},
 		{"create-rate", "sandboxes created per user, fleet-wide: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
+		{"max-streams-per-user", "event streams (status page) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
+		{"admin-streams", "of each replica's 256 event streams, how many only admins may take (0 = 32)", (*intValue)(&c.Limits.Streams.AdminReserve)},
 		{"ws-idle-timeout", "close an upgraded connection silent this long (0 = never)", (*offDuration)(&c.Proxy.WSIdleTimeout)},
 		{"ws-max-lifetime", "close an upgraded connection this long after it opened (0 = never)", (*offDuration)(&c.Proxy.WSMaxLifetime)},
 		{"max-upgraded", "upgraded (WebSocket) connections open at once per replica (0 = no cap)", (*offInt)(&c.Proxy.MaxUpgraded)},

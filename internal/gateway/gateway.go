@@ -146,7 +146,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log),
 		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events,
 		Status: router.Status{Source: store, MaxSandboxes: g.pool.Config().MaxSandboxes, HardCap: cfg.Pool.HardCap,
-			MaxSandboxesPerUser: cfg.Pool.MaxSandboxesPerUser, Heartbeat: pool.HeartbeatInterval}})
+			MaxSandboxesPerUser: cfg.Pool.MaxSandboxesPerUser, Heartbeat: pool.HeartbeatInterval,
+			Sessions: store, PlainLoopback: cfg.Loopback(), Streams: cfg.Limits.Streams}})
 	g.server = &serve.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -234,12 +235,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) connectRedis(ctx context.Context) error {
 	lease.SetLogger(g.log) // go-redis's own lines into the JSON log
 	if g.cfg.RedisURL == "" {
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
+		m, rdb, err := startEmbedded()
+		if err != nil {
+			return err
 		}
-		g.embedded = m
-		g.rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
+		g.embedded, g.rdb = m, rdb
 		g.log.Warn("using the embedded Redis-protocol server: state is not durable and is lost on exit; " +
 			"one replica only. Set SANDGATE_REDIS_URL for production.")
 		return nil

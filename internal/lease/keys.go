@@ -28,6 +28,7 @@ const DefaultBuckets = 64
 //	p{sid}:lock    STRING bsm/redislock token, held while creating or destroying
 //	p{sid}:egress  STRING JSON egress policy an admin set (outlives incarnations)
 //	p{cap:sum}     STRING sid whose current incarnation holds the capability with this SHA-256
+//	p{ses:sum}     STRING sealed status-page session whose id has this SHA-256; TTL = its expiry
 //
 // Per bucket b (a sandbox's bucket is fnv32a(sid) mod N), in the bucket's slot:
 //
@@ -51,6 +52,7 @@ const DefaultBuckets = 64
 //	p{u:user}:sbx     ZSET  sid -> +inf (held) or reservation deadline (ms): per-user quotas
 //	p{u:user}:aliases HASH  client-chosen sandbox id -> sid (DeerFlow's provisioner API)
 //	p{u:user}:rate    STRING the user's create-rate GCRA arrival time (ms)
+//	p{u:user}:sessions SET  keys of the user's status-page sessions (revoke all)
 //
 // And: p{events} (Pub/Sub), p{events}:recent (LIST), p{replicas} (ZSET
 // instance -> last heartbeat), p{layout} (STRING: layout version and N).
@@ -146,6 +148,12 @@ func (k Keys) Egress(sid string) string { return k.tag(sid) + "egress" }
 
 // Cap is the index key of a capability's SHA-256 (hex).
 func (k Keys) Cap(sumHex string) string { return k.prefix + "{cap:" + sumHex + "}" }
+
+// Session is the key of the status-page session whose id hashes to sumHex.
+func (k Keys) Session(sumHex string) string { return k.prefix + "{ses:" + sumHex + "}" }
+
+// Sessions is the set of user's status-page session keys.
+func (k Keys) Sessions(user string) string { return k.prefix + "{u:" + user + "}:sessions" }
 
 // Reg is bucket b's registry of recorded sandboxes.
 func (k Keys) Reg(b int) string { return k.buckets[b].reg }

@@ -78,6 +78,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusTooManyRequests, "rate_limited", "too many new sandboxes for this user; retry later", retryAfterOf(rateLimited.RetryAfter)}
 	case errors.As(err, &userQuota):
 		return apiError{http.StatusTooManyRequests, "user_quota", userQuotaMessage(userQuota), retryAfterOf(userQuota.RetryAfter)}
+	case errors.Is(err, errUserStreams):
+		return apiError{http.StatusTooManyRequests, "stream_limit", err.Error(), 5}
 	case errors.Is(err, errStatusStreams):
 		return apiError{http.StatusServiceUnavailable, "status_streams", err.Error(), 5}
 	case errors.Is(err, proxy.ErrUpgradeCapacity):

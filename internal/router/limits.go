@@ -68,6 +68,9 @@ type LimitsConfig struct {
 	// real creates count; admins are exempt. Zero = 60/1m; negative N = no
 	// limit. Enforced by the pool (lease.CreateRate), not by Limits.
 	CreateRate Rate
+	// Streams shares each replica's event streams (status page) between
+	// users, with a reserve for admins.
+	Streams StreamCaps
 }
 
 // EffectiveCreateRate is CreateRate with its default applied; N < 0 means

@@ -3,14 +3,12 @@ package router
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -28,9 +26,18 @@ type StatusSource interface {
 	Replicas(ctx context.Context) ([]lease.Replica, error)
 }
 
-// Status configures the status page at /; a nil Source turns it off.
+// Status configures the status page at /status (and / for curl); a nil
+// Source turns it off.
 type Status struct {
 	Source StatusSource
+	// Sessions keeps browser logins; required with authentication.
+	Sessions SessionStore
+	// PlainLoopback says the gateway listens on a loopback address without
+	// TLS: the one case where the session cookie is not marked Secure (a
+	// browser would not send it back over http://127.0.0.1).
+	PlainLoopback bool
+	// Streams shares the replica's status event streams between users.
+	Streams StreamCaps
 	// MaxSandboxes, HardCap and MaxSandboxesPerUser are the pool's
 	// effective quotas, shown against the counts.
 	MaxSandboxes        int
@@ -42,13 +49,13 @@ type Status struct {
 }
 
 const (
-	// statusCookie carries a browser's credential to the status routes,
-	// and only to them: every other route reads the Authorization header.
+	// statusCookie carries a browser's session id to the status routes,
+	// and only to them (its Path): every other route reads the
+	// Authorization header.
 	statusCookie = "sandgate_status"
+	statusPath   = "/status"
 	// statusCookieAge bounds a login; a JWT's own expiry still applies.
 	statusCookieAge = 8 * time.Hour
-	// maxStatusStreams bounds the open event streams of one replica.
-	maxStatusStreams = 256
 	// statusTimeout bounds the Redis reads of one page.
 	statusTimeout = 5 * time.Second
 )
@@ -71,7 +78,7 @@ type statusPage struct {
 	rt      *Router
 	cfg     Status
 	bus     *events.Bus // nil: no events
-	streams atomic.Int64
+	streams *streamCap
 }
 
 // routeStatus registers the status page's routes on e.
@@ -79,14 +86,17 @@ func (rt *Router) routeStatus(e *echo.Echo, cfg Status, bus *events.Bus) {
 	if cfg.Source == nil {
 		return
 	}
-	s := &statusPage{rt: rt, cfg: cfg, bus: bus}
+	s := &statusPage{rt: rt, cfg: cfg, bus: bus, streams: newStreamCap(MaxStreamsPerKind, cfg.Streams, errStatusStreams)}
 	h := s.headers
-	e.GET("/", h(s.page))
+	e.GET("/", h(s.root))
+	e.GET(statusPath, h(s.page))
 	e.GET("/status/sandboxes", h(s.fragment))
 	e.GET("/status/events", h(s.stream))
 	e.GET("/status/login", h(s.loginForm))
 	e.POST("/status/login", h(s.login))
 	e.POST("/status/logout", h(s.logout))
+	e.DELETE("/status/sessions", h(s.revoke))
+	e.DELETE("/status/sessions/:user", h(s.revoke))
 	e.GET("/status/static/*", h(echo.WrapHandler(http.StripPrefix("/status/static/", http.FileServerFS(status.Static)))))
 }
 
@@ -101,7 +111,7 @@ func (s *statusPage) headers(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // principal authenticates a status request: the Authorization header
-// (curl) or the login cookie (a browser). Without authentication
+// (curl) or the session cookie (a browser). Without authentication
 // configured every caller is the trusted local principal. Status routes
 // are not counted against the per-user request limit: they never reach a
 // sandbox.
@@ -109,14 +119,16 @@ func (s *statusPage) principal(r *http.Request) (*auth.Principal, error) {
 	if s.rt.auth == nil {
 		return auth.Local(), nil
 	}
+	var p *auth.Principal
+	var err error
 	if r.Header.Get("Authorization") == "" {
-		if ck, err := r.Cookie(statusCookie); err == nil {
-			if cred, err := base64.RawURLEncoding.DecodeString(ck.Value); err == nil {
-				r = &http.Request{Header: http.Header{"Authorization": {"Bearer " + string(cred)}}}
-			}
+		p, _, _, err = s.session(r)
+		if p == nil && err == nil {
+			err = auth.ErrUnauthenticated
 		}
+	} else {
+		p, err = s.rt.auth.Authenticate(r, false)
 	}
-	p, err := s.rt.auth.Authenticate(r, false)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +138,17 @@ func (s *statusPage) principal(r *http.Request) (*auth.Principal, error) {
 	return p, nil
 }
 
-// page is GET /: the whole page, or the login form for a browser without
-// a credential.
+// root is GET /: the page for a client that sends its credential (curl);
+// a browser goes to /status, where its session cookie is sent.
+func (s *statusPage) root(c echo.Context) error {
+	if s.rt.auth != nil && c.Request().Header.Get("Authorization") == "" {
+		return c.Redirect(http.StatusSeeOther, statusPath)
+	}
+	return s.page(c)
+}
+
+// page is GET /status: the whole page, or the login form for a browser
+// without a valid session.
 func (s *statusPage) page(c echo.Context) error {
 	p, err := s.principal(c.Request())
 	if errors.Is(err, auth.ErrUnauthenticated) {
@@ -174,11 +195,11 @@ func (s *statusPage) stream(c echo.Context) error {
 	if s.bus == nil {
 		return echo.NewHTTPError(http.StatusNotFound)
 	}
-	if s.streams.Add(1) > maxStatusStreams {
-		s.streams.Add(-1)
-		return errStatusStreams
+	release, err := s.streams.acquire(p)
+	if err != nil {
+		return err
 	}
-	defer s.streams.Add(-1)
+	defer release()
 	ch, stop := s.bus.Watch(func(e events.Event) bool { return visible(p, e) })
 	defer stop()
 
@@ -206,17 +227,17 @@ func writeLifecycle(w io.Writer, e events.Event) error {
 // loginForm is GET /status/login.
 func (s *statusPage) loginForm(c echo.Context) error {
 	if s.rt.auth == nil {
-		return c.Redirect(http.StatusSeeOther, "/")
+		return c.Redirect(http.StatusSeeOther, statusPath)
 	}
 	return s.render(c, http.StatusOK, "login", "")
 }
 
 // login is POST /status/login: a valid credential with the threads scope
-// becomes an HttpOnly, SameSite=Strict cookie the status routes (and no
-// other route) accept.
+// becomes a session whose cookie the status routes (and no other route)
+// accept. Cross-site posts are refused before (sameOrigin).
 func (s *statusPage) login(c echo.Context) error {
 	if s.rt.auth == nil {
-		return c.Redirect(http.StatusSeeOther, "/")
+		return c.Redirect(http.StatusSeeOther, statusPath)
 	}
 	r := c.Request()
 	r.Body = http.MaxBytesReader(c.Response(), r.Body, 16<<10)
@@ -229,22 +250,37 @@ func (s *statusPage) login(c echo.Context) error {
 	case !p.Has(auth.ScopeThreads):
 		return s.render(c, http.StatusForbidden, "login", "That credential has no threads or admin scope.")
 	}
-	http.SetCookie(c.Response(), s.cookie(r, base64.RawURLEncoding.EncodeToString([]byte(cred)), int(statusCookieAge/time.Second)))
-	return c.Redirect(http.StatusSeeOther, "/")
-}
-
-// logout is POST /status/logout: the cookie is dropped.
-func (s *statusPage) logout(c echo.Context) error {
-	http.SetCookie(c.Response(), s.cookie(c.Request(), "", -1)) // MaxAge < 0: delete now
-	return c.Redirect(http.StatusSeeOther, "/status/login")
-}
-
-func (s *statusPage) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{
-		Name: statusCookie, Value: value, Path: "/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil || strings.HasPrefix(s.rt.public, "https://"),
+	if err := s.startSession(c, p, cred); err != nil {
+		return err
 	}
+	return c.Redirect(http.StatusSeeOther, statusPath)
+}
+
+// logout is POST /status/logout: the session is revoked (with
+// everywhere=on, every session of its user) and the cookie dropped. The
+// cookie is SameSite=Strict and cross-site posts are refused, so another
+// site cannot log a user out.
+func (s *statusPage) logout(c echo.Context) error {
+	r := c.Request()
+	if s.rt.auth != nil {
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, 1<<10)
+		p, id, ok, err := s.session(r)
+		if ok && err == nil {
+			ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
+			defer cancel()
+			if r.PostFormValue("everywhere") == "on" {
+				_, err = s.cfg.Sessions.DropSessions(ctx, p.User)
+			} else {
+				err = s.cfg.Sessions.DropSession(ctx, id.sum(), p.User)
+			}
+			if err != nil {
+				return stateErr(err) // not logged out: say so rather than drop the cookie only
+			}
+		}
+	}
+	http.SetCookie(c.Response(), s.cookie(r, "", -1)) // MaxAge < 0: delete now
+	dropLegacyCookie(c.Response())
+	return c.Redirect(http.StatusSeeOther, "/status/login")
 }
 
 // visible reports whether p may see e: an admin every event, anyone else
