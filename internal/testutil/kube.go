@@ -50,6 +50,7 @@ type KubeAPI struct {
 	URL    string
 	CAData []byte
 	Admin  *kubernetes.Clientset
+	BinDir string // where scripts/kube-test-bins.sh cached etcd, kube-apiserver and kubectl
 
 	dir          string
 	adminToken   string
@@ -109,7 +110,7 @@ func startKube() (*KubeAPI, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &KubeAPI{dir: dir, adminToken: randomHex(16)}
+	k := &KubeAPI{dir: dir, BinDir: bin, adminToken: randomHex(16)}
 	if err := k.start(bin); err != nil {
 		k.stop()
 		return nil, err

@@ -27,10 +27,10 @@ import (
 )
 
 // kubectl is the kubectl v1.37.2 scripts/kube-test-bins.sh builds next to
-// the API server (StartKubeAPIServer has run the script).
-func kubectl(t *testing.T) string {
+// the API server, in its cache outside the clone.
+func kubectl(t *testing.T, api *testutil.KubeAPI) string {
 	t.Helper()
-	path := repoPath(".cache", "kube", "bin", "kubectl")
+	path := filepath.Join(api.BinDir, "kubectl")
 	_, err := os.Stat(path)
 	testutil.Require(t, err == nil, "kubectl built by scripts/kube-test-bins.sh")
 	return path
@@ -51,7 +51,7 @@ func TestRBACOneCopy(t *testing.T) {
 // to a real kube-apiserver, after checking what each rendering must hold.
 func TestKustomizeDryRun(t *testing.T) {
 	api := testutil.StartKubeAPIServer(t)
-	bin := kubectl(t)
+	bin := kubectl(t, api)
 	kubeconfig := api.Kubeconfig(t, adminToken(t, api), "default")
 	settings := knownSettings(t)
 
