@@ -206,7 +206,7 @@ func (r *Remote) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 // provisioner must echo the identity it was asked for), and ours to its
 // sandbox_url, before anything connects to it.
 func (r *Remote) checkCreated(sb sandbox, spec backend.Spec, version int) error {
-	if err := r.checkURL(sb.SandboxURL); err != nil {
+	if err := r.checkURL(sb.SandboxURL, sb.SandboxID); err != nil {
 		return err
 	}
 	if version < mountContractVersion {
@@ -268,10 +268,31 @@ func (r *Remote) waitReady(ctx context.Context, sandboxURL string) error {
 	return backend.WaitReadyAs(ctx, sandboxURL, authorization)
 }
 
-// checkURL is checkSandboxURL against this provisioner and its settings.
+// checkURL is checkSandboxURL against this provisioner and its settings,
+// and, for a URL on the provisioner's own origin, which gets the API key
+// (another Sandgate's admin key), that it names sandbox sid there and no
+// other: {base}/sandboxes/{sid} or a capability URL {base}/c/{capability}.
 // The URL itself is never in the error: it may be a capability.
-func (r *Remote) checkURL(sandboxURL string) error {
-	return checkSandboxURL(sandboxURL, r.host, r.allowed)
+func (r *Remote) checkURL(sandboxURL, sid string) error {
+	if err := checkSandboxURL(sandboxURL, r.host, r.allowed); err != nil {
+		return err
+	}
+	if r.key == "" || !sameOrigin(sandboxURL, r.base) {
+		return nil
+	}
+	u, _ := url.Parse(sandboxURL) // parsed by checkSandboxURL
+	base, _ := url.Parse(r.base)  // validated by New
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(u.Path, "/"), strings.TrimSuffix(base.Path, "/"))
+	if ok && (rest == "/sandboxes/"+sid || isCapabilityPath(rest)) {
+		return nil
+	}
+	return fmt.Errorf("%w: on the provisioner's own origin (which gets its API key) it must be /sandboxes/%s or a capability URL", errSandboxURL, sid)
+}
+
+// isCapabilityPath: /c/ and a Sandgate capability (43 base64url characters).
+func isCapabilityPath(p string) bool {
+	c, ok := strings.CutPrefix(p, "/c/")
+	return ok && len(c) == 43 && strings.Trim(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
 }
 
 // sandboxHosts are the configured hosts as url.Hostname spells them
@@ -345,7 +366,7 @@ func (r *Remote) get(ctx context.Context, sid string) (sandbox, bool, error) {
 	if sb.SandboxURL == "" {
 		return sb, false, fmt.Errorf("get sandbox %s: no sandbox_url in the answer", sid)
 	}
-	if err := r.checkURL(sb.SandboxURL); err != nil {
+	if err := r.checkURL(sb.SandboxURL, sid); err != nil {
 		return sb, false, fmt.Errorf("get sandbox %s: %w", sid, err)
 	}
 	sb.SandboxID = sid
@@ -369,7 +390,7 @@ func (r *Remote) List(ctx context.Context) ([]backend.Info, error) {
 		if sb.SandboxID == "" || sb.SandboxURL == "" {
 			continue
 		}
-		if err := r.checkURL(sb.SandboxURL); err != nil {
+		if err := r.checkURL(sb.SandboxURL, sb.SandboxID); err != nil {
 			r.log.Warn("listed sandbox skipped", "sandbox_id", sb.SandboxID, "thread", sb.ThreadID, "err", err)
 			continue
 		}

@@ -19,10 +19,11 @@ import (
 // the sandbox_url it is told to, echoing the identity asked for (so only
 // the URL can be wrong), or redirects every call to redirect when set.
 type hostile struct {
-	srv      *httptest.Server
-	mu       sync.Mutex
-	url      string
-	redirect string
+	srv       *httptest.Server
+	mu        sync.Mutex
+	url       string
+	redirect  string
+	dataPlane int // requests outside /api/ and /health: a sandbox reached on its origin
 }
 
 func newHostile(t *testing.T) *hostile {
@@ -31,6 +32,9 @@ func newHostile(t *testing.T) *hostile {
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		sandboxURL, redirect := h.url, h.redirect
+		if !strings.HasPrefix(r.URL.Path, "/api/") && r.URL.Path != "/health" {
+			h.dataPlane++
+		}
 		h.mu.Unlock()
 		if redirect != "" {
 			http.Redirect(w, r, redirect+r.URL.Path, http.StatusTemporaryRedirect)
@@ -134,6 +138,54 @@ func TestUnsafeSandboxURLIsNeverDialled(t *testing.T) {
 	p.answer("http://localhost:"+port, "")
 	if _, err := allowed.Create(context.Background(), spec); err != nil || trap.Conns() == 0 {
 		t.Fatalf("with provisioner_sandbox_hosts=localhost: %v, %d connections", err, trap.Conns())
+	}
+}
+
+// TestOwnOriginSandboxURLNamesItsSandbox: a sandbox_url on the
+// provisioner's own origin gets the provisioner's API key (another
+// Sandgate's admin key) with every request, so it must name the sandbox
+// asked for: an answer naming another sandbox, a thread, or the API is
+// refused before anything is sent there; its own /sandboxes/{id} and a
+// capability URL are accepted.
+func TestOwnOriginSandboxURLNamesItsSandbox(t *testing.T) {
+	t.Parallel()
+	p := newHostile(t)
+	r, err := New(Config{URL: p.srv.URL, APIKey: "provisioner-key"}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := backend.Spec{SandboxID: "0123456789abcdef", User: "alice", Thread: "t1"}
+	for _, bad := range []string{
+		p.srv.URL + "/sandboxes/fedcba9876543210", // bob's sandbox, reached with the admin key
+		p.srv.URL + "/sandboxes/0123456789abcdef/v1",
+		p.srv.URL + "/threads/t1",
+		p.srv.URL + "/api",
+		p.srv.URL,
+		p.srv.URL + "/c/short",
+	} {
+		p.answer(bad, "")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := r.Create(ctx, spec); !errors.Is(err, errSandboxURL) {
+			t.Errorf("create with sandbox_url %s: %v, want it refused", bad, err)
+		}
+		if _, found, err := r.Discover(ctx, spec.SandboxID); found || !errors.Is(err, errSandboxURL) {
+			t.Errorf("discover with sandbox_url %s: found=%v err=%v", bad, found, err)
+		}
+		cancel()
+	}
+	p.mu.Lock()
+	reached := p.dataPlane
+	p.mu.Unlock()
+	if reached != 0 {
+		t.Fatalf("%d data-plane requests reached the provisioner's origin at a URL naming another sandbox", reached)
+	}
+	for _, good := range []string{
+		p.srv.URL + "/sandboxes/0123456789abcdef",
+		p.srv.URL + "/c/" + strings.Repeat("aB3-_", 8) + "xyz",
+	} {
+		if err := r.checkURL(good, spec.SandboxID); err != nil {
+			t.Errorf("%s refused: %v", good, err)
+		}
 	}
 }
 
