@@ -151,6 +151,7 @@ func (c *Config) settings() []setting {
 		{"kubernetes-skills-host-path", "node directory mounted read-only at /mnt/skills", (*stringValue)(&k.SkillsHostPath)},
 		{"provisioner-url", "DeerFlow-compatible provisioner of the remote backend", (*stringValue)(&r.URL)},
 		{"provisioner-api-key", "X-API-Key sent to the provisioner", (*stringValue)(&r.APIKey)},
+		{"provisioner-sandbox-hosts", "hosts besides the provisioner's own that its sandbox_urls may name (any port; * = any), comma separated", (*listValue)(&r.SandboxHosts)},
 	}
 }
 
