@@ -184,6 +184,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
 		pool.NewFreezer(g.pool).Run,
+		pool.NewLifetime(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
 		pool.NewPrewarmer(g.pool).Run,
 		pool.NewHeartbeat(g.pool).Run,

@@ -42,7 +42,7 @@ var (
 	routeKinds     = [...]string{"thread", "sandbox", "capability"}
 	statusClasses  = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 	createResults  = []string{"ok", "error"}
-	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted", "admin", "prewarm_trim"}
+	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted", "admin", "prewarm_trim", "max_lifetime"}
 	adoptSources   = []string{"acquire", "reconciler"}
 	claimReasons   = []string{"idle_active", "idle_warm"}
 	reconcileActs  = []string{"adopted", "dropped", "finished", "skipped"}
