@@ -43,10 +43,10 @@ func TestMultiUserDefaults(t *testing.T) {
 	t.Parallel()
 	key := []string{"--auth-api-keys", "alice=" + strings.Repeat("ab", 32)}
 	for _, tc := range []struct {
-		name                string
-		args                []string
-		env                 map[string]string
-		yaml                string
+		name                 string
+		args                 []string
+		env                  map[string]string
+		yaml                 string
 		wantHeld, wantMaking int
 	}{
 		{name: "one user: none"},
