@@ -49,7 +49,7 @@ var (
 	// egressDenials are internal/egress's deny reasons; "other" catches one
 	// added there and not here.
 	egressDenials = [...]string{"not_allowed", "mode_none", "ip_literal", "private_address", "resolve_failed",
-		"bad_request", "dial_failed", "upstream_failed", "unauthorized", "other"}
+		"bad_request", "dial_failed", "upstream_failed", "unauthorized", "not_tls", "sni_missing", "sni_mismatch", "other"}
 )
 
 // RouteKind is the data-plane route a proxied request came in on.
