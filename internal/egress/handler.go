@@ -206,7 +206,7 @@ func (p *Proxy) connect(s *server, w http.ResponseWriter, r *http.Request, x *ex
 	defer s.untrack(client)
 	defer client.Close()
 	client.SetDeadline(time.Time{}) //nolint:errcheck // the server's are not the tunnel's
-	x.status = http.StatusOK // what the client got, also when its ClientHello then ends the tunnel
+	x.status = http.StatusOK        // what the client got, also when its ClientHello then ends the tunnel
 	buf.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
 	if err := buf.Flush(); err != nil {
 		x.reason, x.err = ReasonBadRequest, err
