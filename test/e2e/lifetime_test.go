@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,4 +102,31 @@ func TestMaxLifetimeDestroysBusySandbox(t *testing.T) {
 	g := f.start()
 	sid := startAsync(t, g, "forever", "while :; do echo tick; sleep 0.2; done")
 	awaitDestroyed(t, f, g, sid, "max_lifetime", 30*time.Second)
+}
+
+// With authentication and no per-user setting, one user holds at most 8
+// sandboxes (the 9th is 429 user_quota), and the start-up log says so.
+func TestMultiUserLimitsByDefault(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--auth-api-keys", "alice="+sha("alice-key"))
+	g := f.start()
+	var limits map[string]any
+	for _, e := range logEntries(t, g) {
+		if e["msg"] == "sandbox limits" {
+			limits = e
+		}
+	}
+	if limits["multi_user"] != true || limits["max_sandboxes_per_user"] != "8" || limits["max_creates_per_user"] != "4" ||
+		limits["max_lifetime"] != "24h0m0s" || limits["busy_idle_after"] != "30m0s" {
+		t.Fatalf("start-up limits line: %v", limits)
+	}
+	for i := range 8 {
+		if a := putSandbox(g.URL, "alice-key", fmt.Sprintf("mu%d", i)); a.err != nil || a.code != 200 {
+			t.Fatalf("sandbox %d: %d %s %v", i, a.code, a.body, a.err)
+		}
+	}
+	a := putSandbox(g.URL, "alice-key", "mu8")
+	if a.code != 429 || !strings.Contains(a.body, "user_quota") || !strings.Contains(a.body, "max_sandboxes_per_user") {
+		t.Fatalf("9th sandbox of one user: %d %s", a.code, a.body)
+	}
 }
