@@ -100,6 +100,31 @@ type Config struct {
 	// imageSet records that image was given (a DeerFlow config.yaml with
 	// image: asks for container sandboxes).
 	imageSet bool
+	// perUserSet records which per-user caps were given: unset ones get
+	// the multi-user defaults when authentication is on.
+	perUserSet struct{ sandboxes, creates bool }
+}
+
+// The per-user caps of a gateway with authentication (several users, who
+// must not starve each other) unless configured; 0 configured = no cap.
+// Without authentication there is one user and no default cap.
+const (
+	MultiUserMaxSandboxesPerUser = 8
+	MultiUserMaxCreatesPerUser   = 4
+)
+
+// multiUserDefaults gives the unset per-user caps their multi-user
+// defaults when authentication is configured.
+func (c *Config) multiUserDefaults() {
+	if !c.Auth.Enabled() {
+		return
+	}
+	if !c.perUserSet.sandboxes {
+		c.Pool.MaxSandboxesPerUser = MultiUserMaxSandboxesPerUser
+	}
+	if !c.perUserSet.creates {
+		c.Pool.MaxCreatesPerUser = MultiUserMaxCreatesPerUser
+	}
 }
 
 // ImageRequested reports whether the configuration names a sandbox image:
@@ -169,6 +194,8 @@ func Default() Config {
 			LockTTL:           lease.DefaultLockTTL,
 			ReconcileInterval: pool.DefaultReconcileInterval,
 			ReconcileGrace:    pool.DefaultReconcileGrace,
+			BusyIdleAfter:     pool.DefaultBusyIdleAfter,
+			MaxLifetime:       pool.DefaultMaxLifetime,
 			Fleet:             backend.DefaultFleet,
 		},
 		Process: ProcessConfig{Limits: jail.Limits{}.WithDefaults()},

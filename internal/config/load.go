@@ -54,8 +54,8 @@ func (c *Config) settings() []setting {
 		{"idle-timeout", "destroy sandboxes idle this long (0 = never)", (*offDuration)(&p.IdleTimeout)},
 		{"max-sandboxes", "fleet-wide cap on sandboxes (0 = no cap)", (*offInt)(&p.MaxSandboxes)},
 		{"cap-mode", "soft (evict warm, else exceed with a warning) | hard (503)", (*capMode)(&p.HardCap)},
-		{"max-sandboxes-per-user", "fleet-wide cap on one user's sandboxes, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxSandboxesPerUser)},
-		{"max-creates-per-user", "fleet-wide cap on one user's creates in progress, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxCreatesPerUser)},
+		{"max-sandboxes-per-user", "fleet-wide cap on one user's sandboxes, 429 past it; admins exempt (unset = 8 with authentication, none without; 0 = no cap)", &setInt{&p.MaxSandboxesPerUser, &c.perUserSet.sandboxes}},
+		{"max-creates-per-user", "fleet-wide cap on one user's creates in progress, 429 past it; admins exempt (unset = 4 with authentication, none without; 0 = no cap)", &setInt{&p.MaxCreatesPerUser, &c.perUserSet.creates}},
 		{"acquire-timeout", "hard cap: how long a create waits for room before 503", (*durationValue)(&p.AcquireTimeout)},
 		{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After (0 = the default)", (*durationValue)(&p.ProvisionWait)},
 		{"create-timeout", "bound on one backend create incl. readiness (0 = the default)", (*durationValue)(&p.CreateTimeout)},
@@ -72,6 +72,8 @@ func (c *Config) settings() []setting {
 		{"checkpoint-keep", "workspace checkpoints kept per thread, newest first (0 = no limit)", (*offInt)(&c.Checkpoints.Keep)},
 		{"checkpoint-max-age", "drop workspace checkpoints older than this (0 = never)", (*offDuration)(&c.Checkpoints.MaxAge)},
 		{"checkpoint-method", "how checkpoints copy files: empty = detect (reflink where the data_dir's filesystem can, else copy) | reflink | copy", (*stringValue)(&c.Checkpoints.Method)},
+		{"max-lifetime", "destroy a sandbox this long after it was created, busy or not (0 = never)", (*offDuration)(&p.MaxLifetime)},
+		{"busy-idle-after", "a running command that used no CPU and wrote no output this long no longer keeps its sandbox from being frozen or reaped; a stopped one never does (0 = only a stop ends busy)", (*offDuration)(&p.BusyIdleAfter)},
 		{"freeze-after", "freeze a sandbox (process, docker) with no request and no running command for this long: processes stopped, memory kept, thawed by its next request on any replica (0 = never)", (*durationValue)(&p.FreezeAfter)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
@@ -230,6 +232,7 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 		}
 	}
 	c.Pool.Mounts.DataDir = c.DataDir
+	c.multiUserDefaults()
 	if err := c.Validate(); err != nil {
 		return c, nil, err
 	}
@@ -415,7 +418,7 @@ func kindOf(v flag.Value) string {
 		return ""
 	case *durationValue, *offDuration:
 		return "duration"
-	case *intValue, *offInt:
+	case *intValue, *offInt, *setInt:
 		return "int"
 	case *offBytes:
 		return "size"
