@@ -91,7 +91,7 @@ func (s *Store) build(ctx context.Context, ws int, prev *meta, hold func(func() 
 	}
 	defer unix.Close(tmp)
 
-	c := newCopier(ctx, s.cfg.Method)
+	c := newCopier(ctx, s.cfg.Method, s.budget)
 	prevTree := -1
 	if prev != nil {
 		if fd, err := openDirAt(unix.AT_FDCWD, filepath.Join(s.root, prev.ID, treeName)); err == nil {
@@ -112,6 +112,7 @@ func (s *Store) build(ctx context.Context, ws int, prev *meta, hold func(func() 
 		return m, fmt.Errorf("checkpoint workspace: %w", err)
 	}
 	m.Size, m.Files, m.Linked, m.Skipped, m.Method = c.size, c.files, c.linked, c.skipped, c.method()
+	s.added = c.added
 	return m, nil
 }
 
