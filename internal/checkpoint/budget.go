@@ -111,7 +111,7 @@ func resolveLimits(cfg Config, dir string) (limits, error) {
 	return limits{
 		user: Usage{
 			Bytes:  pick(cfg.UserBytes, size/defaultShare),
-			Inodes: pick(cfg.UserInodes, int64(fs.Files)/defaultShare), // 0 files (btrfs): no inode limit
+			Inodes: pick(int64(cfg.UserInodes), int64(fs.Files)/defaultShare), // 0 files (btrfs): no inode limit
 		},
 		threads:   int(pick(int64(cfg.UserThreads), DefaultUserThreads)),
 		freeFloor: pick(cfg.FreeFloor, min(DefaultFreeFloor, size/10)),

@@ -119,7 +119,7 @@ type Config struct {
 	// filesystem: 0 is DefaultFreeFloor, or a tenth of a smaller
 	// filesystem. Negative: no limit.
 	UserBytes   int64
-	UserInodes  int64
+	UserInodes  int
 	UserThreads int
 	FreeFloor   int64
 }
