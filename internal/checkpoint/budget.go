@@ -30,6 +30,8 @@ const (
 	// usageTTL is how long a user's measured usage is trusted; the copies
 	// this gateway makes meanwhile are added to it.
 	usageTTL = 10 * time.Second
+	// metaBlock is what a checkpoint's dir or meta.json allocates, about.
+	metaBlock = 4096
 )
 
 // Names of the limits a BudgetError reports: the settings that set them.
@@ -187,10 +189,10 @@ func (t *Threads) userUsage(ctx context.Context, user string) (Usage, error) {
 	return u, nil
 }
 
-// admit checks a copy of src (a directory) for user against the budget
-// before anything is made, and returns the Budget the copy runs under.
+// admit checks a copy that adds need for user against the budget before
+// anything is made, and returns the Budget the copy runs under.
 // newThread: the copy gives the user one more thread with data.
-func (t *Threads) admit(ctx context.Context, user, src string, newThread bool) (Budget, error) {
+func (t *Threads) admit(ctx context.Context, user string, need Usage, newThread bool) (Budget, error) {
 	if newThread && t.limits.threads > 0 {
 		names, err := listNames(filepath.Join(t.dataDir, "users", user, "threads"))
 		if err != nil {
@@ -199,10 +201,6 @@ func (t *Threads) admit(ctx context.Context, user, src string, newThread bool) (
 		if len(names) >= t.limits.threads {
 			return Budget{}, &BudgetError{Limit: LimitUserThreads, Used: int64(len(names)), Need: 1, Max: int64(t.limits.threads)}
 		}
-	}
-	var need Usage
-	if err := measurePath(ctx, src, map[fileKey]struct{}{}, &need); err != nil {
-		return Budget{}, fmt.Errorf("measure the copy: %w", err)
 	}
 	if t.limits.freeFloor > 0 {
 		var fs unix.Statfs_t
@@ -233,12 +231,15 @@ func measurePath(ctx context.Context, path string, seen map[fileKey]struct{}, u 
 		return err
 	}
 	defer unix.Close(fd)
-	return measure(ctx, fd, seen, u, 1)
+	return measure(ctx, fd, -1, seen, u, 1, nil)
 }
 
 // measure adds the entries below dir to u. Entries that vanish or cannot
 // be read are left out (the copy then meets them, and its own count).
-func measure(ctx context.Context, dir int, seen map[fileKey]struct{}, u *Usage, depth int) error {
+// shared, when set, leaves out the regular files a copy would link to
+// their copy in prev (the same directory in the previous checkpoint).
+func measure(ctx context.Context, dir, prev int, seen map[fileKey]struct{}, u *Usage, depth int,
+	shared func(prev int, name string, st stat) bool) error {
 	if depth > MaxDepth {
 		return ErrTooDeep
 	}
@@ -254,6 +255,9 @@ func measure(ctx context.Context, dir int, seen map[fileKey]struct{}, u *Usage, 
 		}
 		st, err := lstatAt(dir, name)
 		if err != nil {
+			continue
+		}
+		if shared != nil && st.typ() == unix.S_IFREG && shared(prev, name, st) {
 			continue
 		}
 		if !st.isDir() && st.nlink > 1 {
@@ -272,8 +276,17 @@ func measure(ctx context.Context, dir int, seen map[fileKey]struct{}, u *Usage, 
 		if err != nil {
 			continue
 		}
-		err = measure(ctx, sub, seen, u, depth+1)
+		psub := -1
+		if prev >= 0 {
+			if fd, err := openDirAt(prev, name); err == nil {
+				psub = fd
+			}
+		}
+		err = measure(ctx, sub, psub, seen, u, depth+1, shared)
 		unix.Close(sub)
+		if psub >= 0 {
+			unix.Close(psub)
+		}
 		if err != nil {
 			return err
 		}

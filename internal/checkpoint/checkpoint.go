@@ -192,6 +192,10 @@ type Store struct {
 	// is what the last Create or CopyOut made.
 	budget Budget
 	added  Usage
+	// admit, when set, is asked before Create copies anything, with what
+	// the copy would add (files it would link to the previous checkpoint
+	// left out), for the Budget to copy under.
+	admit func(need Usage) (Budget, error)
 }
 
 // Open returns the Store at root, creating root (0700: checkpoints keep

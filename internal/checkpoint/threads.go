@@ -75,17 +75,16 @@ func (t *Threads) Create(ctx context.Context, user, thread, label string, hold H
 	if _, err := os.Lstat(ws); errors.Is(err, fs.ErrNotExist) {
 		return Info{}, fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
 	}
-	b, err := t.admit(ctx, user, ws, false)
-	if err != nil {
-		return Info{}, err
-	}
 	s, err := t.store(user, thread)
 	if err != nil {
 		return Info{}, err
 	}
-	s.budget = b
+	s.admit = func(need Usage) (Budget, error) { return t.admit(ctx, user, need, false) }
 	info, err := s.Create(ctx, ws, label, hold)
-	t.usage.add(user, s.added)
+	if err == nil || errors.Is(err, ErrRetention) {
+		// The tree, and the checkpoint's own dir and meta.json.
+		t.usage.add(user, s.added.plus(Usage{Bytes: 2 * metaBlock, Inodes: 2}))
+	}
 	return info, err
 }
 
@@ -160,7 +159,11 @@ func (t *Threads) Fork(ctx context.Context, user, from, to, id string, holdFrom,
 	threadDir := filepath.Dir(dst)
 	_, serr := os.Lstat(threadDir)
 	newThread := errors.Is(serr, fs.ErrNotExist)
-	b, err := t.admit(ctx, user, src, newThread)
+	var need Usage
+	if err := measurePath(ctx, src, map[fileKey]struct{}{}, &need); err != nil {
+		return fmt.Errorf("measure the fork: %w", err)
+	}
+	b, err := t.admit(ctx, user, need, newThread)
 	if err != nil {
 		return err
 	}

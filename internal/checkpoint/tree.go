@@ -312,12 +312,7 @@ func openFileAt(dir int, name string) (int, error) {
 // has st's size, mtime, mode (and owner, as root) and st is not racy. Both
 // ends are checkpoint files, never written after creation.
 func (c *copier) linkPrev(dst, prev int, name string, st stat) bool {
-	if prev < 0 || st.mtim.Nano() >= c.linkBefore {
-		return false
-	}
-	p, err := lstatAt(prev, name)
-	if err != nil || p.typ() != unix.S_IFREG || p.size != st.size || p.mtim != st.mtim ||
-		p.perm() != st.perm() || (c.chown && (p.uid != st.uid || p.gid != st.gid)) {
+	if !c.unchanged(prev, name, st) {
 		return false
 	}
 	if unix.Linkat(prev, name, dst, name, 0) != nil {
@@ -327,6 +322,17 @@ func (c *copier) linkPrev(dst, prev int, name string, st stat) bool {
 	c.linked++
 	c.size += st.size
 	return true
+}
+
+// unchanged: the previous checkpoint's copy of name (in prev) can stand
+// for st's file, which is not racy.
+func (c *copier) unchanged(prev int, name string, st stat) bool {
+	if prev < 0 || st.mtim.Nano() >= c.linkBefore {
+		return false
+	}
+	p, err := lstatAt(prev, name)
+	return err == nil && p.typ() == unix.S_IFREG && p.size == st.size && p.mtim == st.mtim &&
+		p.perm() == st.perm() && (!c.chown || p.uid == st.uid && p.gid == st.gid)
 }
 
 // fill copies in's data (size bytes) into the new, empty out: a clone
