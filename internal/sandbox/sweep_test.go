@@ -28,7 +28,7 @@ func TestSweepTemps(t *testing.T) {
 		write(root, "a/b/.report.pdf.sandgate-tmp-abcdefabcdef", old),
 	}
 	kept := []string{
-		write(root, "upload.sandgate-tmp-0123456789ab", old),        // not hidden
+		write(root, "upload.sandgate-tmp-0123456789ab", old),         // not hidden
 		write(root, ".upload.sandgate-tmp-0123", old),                // not 12 hex
 		write(root, ".upload.sandgate-tmp-0123456789ab.txt", old),    // not the end
 		write(root, ".upload.sandgate-tmp-ffffffffffff", time.Now()), // after the start
