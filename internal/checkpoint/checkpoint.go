@@ -18,9 +18,10 @@
 // follows a symlink in it (a link is stored and restored as a link, its
 // target never read), never opens anything there but regular files
 // (non-blocking) and directories, recreates FIFOs instead of reading them,
-// and skips sockets and devices. Hard links inside the workspace are not
-// kept: each name gets its own copy. Extended attributes and ACLs are not
-// kept. Owners are kept only when the gateway runs as root.
+// and skips sockets and devices. Hard links inside the workspace are kept
+// (the names of one file share one copy) and holes stay holes, so a copy
+// never allocates more than its source. Extended attributes and ACLs are
+// not kept. Owners are kept only when the gateway runs as root.
 //
 // Unchanged files (same size, mtime, mode and, as root, owner) are
 // hard-linked to the previous checkpoint's copy, like rsync --link-dest;
@@ -108,6 +109,19 @@ type Config struct {
 	Method Method
 	// Clock gives CreatedAt, the ids' time and ages; nil is time.Now.
 	Clock func() time.Time
+
+	// The per-user disk budget of Threads (budget.go), checked before a
+	// checkpoint or fork copies anything. UserBytes and UserInodes bound
+	// one user's checkpoints and thread data together: 0 is a quarter of
+	// data_dir's filesystem (its size, its inodes). UserThreads bounds the
+	// user's threads with data a fork may add to: 0 is DefaultUserThreads.
+	// FreeFloor is the free space a copy must leave on data_dir's
+	// filesystem: 0 is DefaultFreeFloor, or a tenth of a smaller
+	// filesystem. Negative: no limit.
+	UserBytes   int64
+	UserInodes  int
+	UserThreads int
+	FreeFloor   int64
 }
 
 // Validate reports a Config that cannot be used.
@@ -174,6 +188,14 @@ const (
 type Store struct {
 	root string
 	cfg  Config
+	// budget bounds this Store's copies (Threads sets it per call); added
+	// is what the last Create or CopyOut made.
+	budget Budget
+	added  Usage
+	// admit, when set, is asked before Create copies anything, with what
+	// the copy would add (files it would link to the previous checkpoint
+	// left out), for the Budget to copy under.
+	admit func(need Usage) (Budget, error)
 }
 
 // Open returns the Store at root, creating root (0700: checkpoints keep

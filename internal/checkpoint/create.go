@@ -85,13 +85,7 @@ func (s *Store) build(ctx context.Context, ws int, prev *meta, hold func(func() 
 		return m, fmt.Errorf("checkpoint id: %w", err)
 	}
 	m.ID, m.CreatedAt = id, s.cfg.Clock()
-	tmp, err := s.mkTemp(id)
-	if err != nil {
-		return m, err
-	}
-	defer unix.Close(tmp)
-
-	c := newCopier(ctx, s.cfg.Method)
+	c := newCopier(ctx, s.cfg.Method, s.budget)
 	prevTree := -1
 	if prev != nil {
 		if fd, err := openDirAt(unix.AT_FDCWD, filepath.Join(s.root, prev.ID, treeName)); err == nil {
@@ -100,6 +94,22 @@ func (s *Store) build(ctx context.Context, ws int, prev *meta, hold func(func() 
 			c.linkBefore = prev.CopyStarted - racyMargin.Nanoseconds()
 		}
 	}
+	if s.admit != nil {
+		var need Usage
+		if err := measure(ctx, ws, prevTree, map[fileKey]struct{}{}, &need, 1, c.unchanged); err != nil {
+			return m, fmt.Errorf("measure the workspace: %w", err)
+		}
+		need.Inodes++ // the tree's root
+		if c.budget, err = s.admit(need); err != nil {
+			return m, err
+		}
+	}
+	tmp, err := s.mkTemp(id)
+	if err != nil {
+		return m, err
+	}
+	defer unix.Close(tmp)
+
 	err = held(hold, func() error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -112,6 +122,7 @@ func (s *Store) build(ctx context.Context, ws int, prev *meta, hold func(func() 
 		return m, fmt.Errorf("checkpoint workspace: %w", err)
 	}
 	m.Size, m.Files, m.Linked, m.Skipped, m.Method = c.size, c.files, c.linked, c.skipped, c.method()
+	s.added = c.added
 	return m, nil
 }
 

@@ -26,14 +26,16 @@ type stat struct {
 	mode       uint32 // type and permission bits
 	uid, gid   uint32
 	size       int64
+	blocks     int64 // 512-byte blocks allocated: what the file costs on disk
+	nlink      uint64
 	atim, mtim unix.Timespec
 	dev, ino   uint64
 }
 
 func fromSys(st *unix.Stat_t) stat {
 	return stat{
-		mode: uint32(st.Mode), uid: st.Uid, gid: st.Gid, size: st.Size,
-		atim: st.Atim, mtim: st.Mtim, dev: uint64(st.Dev), ino: st.Ino,
+		mode: uint32(st.Mode), uid: st.Uid, gid: st.Gid, size: st.Size, blocks: int64(st.Blocks),
+		nlink: uint64(st.Nlink), atim: st.Atim, mtim: st.Mtim, dev: uint64(st.Dev), ino: st.Ino,
 	}
 }
 

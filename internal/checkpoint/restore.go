@@ -114,7 +114,7 @@ func (s *Store) stage(ctx context.Context, id string, parent int, dev uint64) (s
 			err = fmt.Errorf("workspace is a mount point, cannot stage beside it: %w", unix.EXDEV)
 		}
 		if err == nil {
-			err = newCopier(ctx, s.cfg.Method).dir(tree, stage, -1, 1)
+			err = newCopier(ctx, s.cfg.Method, Budget{}).tree(tree, stage, -1)
 		}
 		if err != nil {
 			unix.Close(stage)
@@ -413,7 +413,18 @@ func CopyTree(ctx context.Context, src, dst string) error {
 		return err
 	}
 	defer unix.Close(in)
-	return copyInto(ctx, in, dst, MethodReflink)
+	_, err = copyInto(ctx, in, dst, MethodReflink, Budget{})
+	return err
+}
+
+// copyTree is CopyTree under a budget; it returns what the copy made.
+func copyTree(ctx context.Context, src, dst string, b Budget) (Usage, error) {
+	in, err := openRoot(src)
+	if err != nil {
+		return Usage{}, err
+	}
+	defer unix.Close(in)
+	return copyInto(ctx, in, dst, MethodReflink, b)
 }
 
 // CopyOut copies checkpoint id's tree into dst like CopyTree (a fork from a
@@ -432,37 +443,41 @@ func (s *Store) CopyOut(ctx context.Context, id, dst string) error {
 		return err
 	}
 	defer unix.Close(tree)
-	return copyInto(ctx, tree, dst, s.cfg.Method)
+	s.added, err = copyInto(ctx, tree, dst, s.cfg.Method, s.budget)
+	return err
 }
 
-func copyInto(ctx context.Context, src int, dst string, m Method) error {
+// copyInto copies the tree src into dst (absent or empty) under b and
+// returns what it made.
+func copyInto(ctx context.Context, src int, dst string, m Method, b Budget) (Usage, error) {
 	abs, err := filepath.Abs(dst)
 	if err != nil {
-		return err
+		return Usage{}, err
 	}
 	parent, err := unix.Open(filepath.Dir(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open parent of %s: %w", dst, err)
+		return Usage{}, fmt.Errorf("open parent of %s: %w", dst, err)
 	}
 	defer unix.Close(parent)
 	name := filepath.Base(abs)
 	created := unix.Mkdirat(parent, name, 0o700) == nil
 	out, err := openDirAt(parent, name)
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-		return fmt.Errorf("%w: %s", ErrNotDir, dst)
+		return Usage{}, fmt.Errorf("%w: %s", ErrNotDir, dst)
 	}
 	if err != nil {
-		return fmt.Errorf("open %s: %w", dst, err)
+		return Usage{}, fmt.Errorf("open %s: %w", dst, err)
 	}
 	defer unix.Close(out)
 	if !created {
 		if names, err := readNames(out); err != nil || len(names) > 0 {
-			return fmt.Errorf("%w: %s", ErrNotEmpty, dst)
+			return Usage{}, fmt.Errorf("%w: %s", ErrNotEmpty, dst)
 		}
 	}
-	err = newCopier(ctx, m).root(src, parent, name, -1)
+	c := newCopier(ctx, m, b)
+	err = c.root(src, parent, name, -1)
 	if err == nil {
-		return nil
+		return c.added, nil
 	}
 	undo := context.WithoutCancel(ctx)
 	if created {
@@ -472,7 +487,7 @@ func copyInto(ctx context.Context, src int, dst string, m Method) error {
 			_ = removeAt(undo, out, n)
 		}
 	}
-	return fmt.Errorf("copy tree to %s: %w", dst, err)
+	return Usage{}, fmt.Errorf("copy tree to %s: %w", dst, err)
 }
 
 func randHex() string {

@@ -22,6 +22,8 @@ type Hold func(fn func() error) error
 type Threads struct {
 	dataDir string
 	cfg     Config
+	limits  limits
+	usage   usageCache
 }
 
 // NewThreads detects the copy method of dataDir once (cfg.Method "" =
@@ -41,7 +43,17 @@ func NewThreads(dataDir string, cfg Config) (*Threads, error) {
 		}
 		cfg.Method = m
 	}
-	return &Threads{dataDir: dataDir, cfg: cfg}, nil
+	l, err := resolveLimits(cfg, root)
+	if err != nil {
+		return nil, err
+	}
+	return &Threads{dataDir: dataDir, cfg: cfg, limits: l}, nil
+}
+
+// Limits are the per-user budget in force (0 = none): bytes, inodes,
+// threads with data, and the free-space floor of data_dir.
+func (t *Threads) Limits() (bytes, inodes int64, threads int, freeFloor int64) {
+	return t.limits.user.Bytes, t.limits.user.Inodes, t.limits.threads, t.limits.freeFloor
 }
 
 // Method is how checkpoints are copied on this data_dir.
@@ -67,7 +79,13 @@ func (t *Threads) Create(ctx context.Context, user, thread, label string, hold H
 	if err != nil {
 		return Info{}, err
 	}
-	return s.Create(ctx, ws, label, hold)
+	s.admit = func(need Usage) (Budget, error) { return t.admit(ctx, user, need, false) }
+	info, err := s.Create(ctx, ws, label, hold)
+	if err == nil || errors.Is(err, ErrRetention) {
+		// The tree, and the checkpoint's own dir and meta.json.
+		t.usage.add(user, s.added.plus(Usage{Bytes: 2 * metaBlock, Inodes: 2}))
+	}
+	return info, err
 }
 
 // List is (user, thread)'s checkpoints, newest first.
@@ -94,6 +112,7 @@ func (t *Threads) Delete(ctx context.Context, user, thread, id string) error {
 	if err != nil {
 		return err
 	}
+	defer t.usage.drop(user)
 	return s.Delete(ctx, id)
 }
 
@@ -113,39 +132,72 @@ func (t *Threads) Restore(ctx context.Context, user, thread, id string, hold Hol
 // state, read under holdFrom, or checkpoint id when set). The copy is
 // built beside to's workspace and moved in under holdTo, which must keep
 // to's sandbox from being created meanwhile; to's workspace must not exist
-// or be empty (ErrNotEmpty): a fork never overwrites a thread.
-func (t *Threads) Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo Hold) error {
+// or be empty (ErrNotEmpty): a fork never overwrites a thread. The copy is
+// checked against the user's budget first (BudgetError); a fork that fails
+// leaves nothing behind, not even to's thread directory if it made it.
+func (t *Threads) Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo Hold) (err error) {
 	dst := t.Workspace(user, to)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("create thread dir: %w", err)
-	}
 	if err := emptyOrAbsent(dst); err != nil {
 		return err
 	}
-	stage, err := os.MkdirTemp(filepath.Dir(dst), ".fork-")
+	src := t.Workspace(user, from)
+	var s *Store
+	if id != "" {
+		if !ValidID(id) {
+			return ErrBadID
+		}
+		if s, err = t.store(user, from); err != nil {
+			return err
+		}
+		if _, err := s.Get(ctx, id); err != nil {
+			return err
+		}
+		src = filepath.Join(s.root, id, treeName)
+	} else if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
+	}
+	threadDir := filepath.Dir(dst)
+	_, serr := os.Lstat(threadDir)
+	newThread := errors.Is(serr, fs.ErrNotExist)
+	var need Usage
+	if err := measurePath(ctx, src, map[fileKey]struct{}{}, &need); err != nil {
+		return fmt.Errorf("measure the fork: %w", err)
+	}
+	b, err := t.admit(ctx, user, need, newThread)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(threadDir, 0o755); err != nil {
+		return fmt.Errorf("create thread dir: %w", err)
+	}
+	if newThread {
+		defer func() {
+			if err != nil {
+				_ = os.Remove(threadDir) // only if empty: never what a sandbox made meanwhile
+			}
+		}()
+	}
+	stage, err := os.MkdirTemp(threadDir, ".fork-")
 	if err != nil {
 		return fmt.Errorf("stage fork: %w", err)
 	}
-	defer os.RemoveAll(stage)
+	defer removePath(context.WithoutCancel(ctx), stage)
 	staged := filepath.Join(stage, "user-data")
-	if id != "" {
-		s, err := t.store(user, from)
-		if err != nil {
-			return err
-		}
+	var added Usage
+	if s != nil {
+		s.budget = b
 		err = s.CopyOut(ctx, id, staged)
-		if err != nil {
-			return err
-		}
+		added = s.added
 	} else {
-		src := t.Workspace(user, from)
-		if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
-		}
-		if err := holdFrom(func() error { return CopyTree(ctx, src, staged) }); err != nil {
+		err = holdFrom(func() (err error) {
+			added, err = copyTree(ctx, src, staged, b)
 			return err
-		}
+		})
 	}
+	if err != nil {
+		return err
+	}
+	t.usage.add(user, added)
 	return holdTo(func() error {
 		if err := emptyOrAbsent(dst); err != nil {
 			return err
@@ -160,6 +212,22 @@ func (t *Threads) Fork(ctx context.Context, user, from, to, id string, holdFrom,
 	})
 }
 
+// Unfork removes thread's data again after a fork whose sandbox was
+// refused (create_rate, quotas, a failed start), so the refused fork
+// leaves no copy and does not keep the thread's name. The caller runs it
+// under the thread's hold, having seen it has no sandbox.
+func (t *Threads) Unfork(ctx context.Context, user, thread string) error {
+	defer t.usage.drop(user)
+	dir := filepath.Dir(t.Workspace(user, thread))
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := removePath(ctx, dir); err != nil {
+		return fmt.Errorf("remove refused fork: %w", err)
+	}
+	return nil
+}
+
 // RemoveThread deletes (user, thread)'s checkpoints (an operator removing
 // the thread); false when it had none.
 func (t *Threads) RemoveThread(ctx context.Context, user, thread string) (bool, error) {
@@ -167,6 +235,7 @@ func (t *Threads) RemoveThread(ctx context.Context, user, thread string) (bool, 
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
+	defer t.usage.drop(user)
 	if err := removePath(ctx, dir); err != nil {
 		return false, fmt.Errorf("remove checkpoints: %w", err)
 	}

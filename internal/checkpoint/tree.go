@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +23,10 @@ const (
 
 // copier copies one tree into another: directories, regular files,
 // symlinks (as links) and FIFOs (recreated), each with its mode, times and,
-// as root, owner. Sockets and devices are skipped and counted.
+// as root, owner. Sockets and devices are skipped and counted. Holes stay
+// holes and the names of one multiply-linked file stay links of one copy,
+// so a copy costs what its source allocates, never more (a sparse or
+// hard-linked workspace must not become a disk-filling checkpoint).
 type copier struct {
 	ctx      context.Context
 	reflink  bool // try FICLONE; cleared on the first refusal
@@ -36,13 +39,42 @@ type copier struct {
 	// the previous snapshot cannot go unnoticed. 0 disables linking.
 	linkBefore int64
 
+	// budget bounds what the copy adds (Threads: the user's allowance);
+	// added is what it has added so far, counted before each entry is made.
+	budget Budget
+	added  Usage
+
+	// dstRoot is the destination tree's root and path the directory being
+	// copied below it; links maps a multiply-linked source file to its
+	// first copy (a path below dstRoot), which its other names link to.
+	dstRoot int
+	path    []string
+	links   map[fileKey]string
+
 	steps                  int
 	files, linked, skipped int
 	size                   int64
 }
 
-func newCopier(ctx context.Context, m Method) *copier {
-	return &copier{ctx: ctx, reflink: m == MethodReflink, chown: isRoot()}
+// fileKey names a file across its hard links.
+type fileKey struct{ dev, ino uint64 }
+
+func newCopier(ctx context.Context, m Method, b Budget) *copier {
+	return &copier{ctx: ctx, reflink: m == MethodReflink, chown: isRoot(), budget: b, dstRoot: -1}
+}
+
+// charge counts an entry about to be made (its allocated bytes, its inode)
+// against the budget, refusing the one that would pass it.
+func (c *copier) charge(bytes, inodes int64) error {
+	c.added.Bytes += bytes
+	c.added.Inodes += inodes
+	return c.budget.check(c.added)
+}
+
+// tree copies the directory src's entries into the existing, empty dst.
+func (c *copier) tree(src, dst, prev int) error {
+	c.dstRoot, c.path = dst, nil
+	return c.dir(src, dst, prev, 1)
 }
 
 // isRoot: only root can give copies their original owners.
@@ -76,7 +108,7 @@ func (c *copier) root(src, dstParent int, name string, prev int) error {
 	if err != nil {
 		return err
 	}
-	err = c.dir(src, dst, prev, 1)
+	err = c.tree(src, dst, prev)
 	unix.Close(dst)
 	if err != nil {
 		return err
@@ -124,11 +156,17 @@ func (c *copier) entry(src, dst, prev int, name string, depth int) error {
 		if err != nil {
 			return err
 		}
+		if err := c.charge(st.blocks*512, 1); err != nil {
+			return err
+		}
 		if err := unix.Symlinkat(target, dst, name); err != nil {
 			return err
 		}
 		return c.attrs(dst, name, -1, st)
 	case unix.S_IFIFO:
+		if err := c.charge(0, 1); err != nil {
+			return err
+		}
 		err := mkfifoAt(dst, name)
 		if errors.Is(err, unix.ENOTSUP) {
 			c.skipped++
@@ -154,6 +192,9 @@ func (c *copier) subdir(src, dst, prev int, name string, depth int) error {
 	if err != nil {
 		return err
 	}
+	if err := c.charge(st.blocks*512, 1); err != nil {
+		return err
+	}
 	if err := unix.Mkdirat(dst, name, 0o700); err != nil {
 		return err
 	}
@@ -168,7 +209,9 @@ func (c *copier) subdir(src, dst, prev int, name string, depth int) error {
 			defer unix.Close(pfd)
 		}
 	}
+	c.path = append(c.path, name)
 	err = c.dir(sfd, dfd, pfd, depth+1)
+	c.path = c.path[:len(c.path)-1]
 	unix.Close(dfd)
 	if err != nil {
 		return err
@@ -177,7 +220,11 @@ func (c *copier) subdir(src, dst, prev int, name string, depth int) error {
 }
 
 func (c *copier) file(src, dst, prev int, name string, st stat) error {
+	if c.linkCopied(dst, name, st) {
+		return nil
+	}
 	if c.linkPrev(dst, prev, name, st) {
+		c.remember(name, st)
 		return nil
 	}
 	in, err := openFileAt(src, name)
@@ -198,11 +245,14 @@ func (c *copier) file(src, dst, prev int, name string, st stat) error {
 	if err := unix.SetNonblock(in, false); err != nil {
 		return err
 	}
+	if err := c.charge(st.blocks*512, 1); err != nil {
+		return err
+	}
 	out, err := unix.Openat(dst, name, createFlags, 0o600)
 	if err != nil {
 		return err
 	}
-	err = c.fill(out, in)
+	err = c.fill(out, in, st.size)
 	if err == nil {
 		err = c.attrs(dst, name, out, st)
 	}
@@ -214,7 +264,39 @@ func (c *copier) file(src, dst, prev int, name string, st stat) error {
 	}
 	c.files++
 	c.size += st.size
+	c.remember(name, st)
 	return nil
+}
+
+// remember records name (just made in the current directory) as the copy
+// of st's file when the file has other names still to come.
+func (c *copier) remember(name string, st stat) {
+	if st.nlink < 2 || c.dstRoot < 0 {
+		return
+	}
+	if c.links == nil {
+		c.links = map[fileKey]string{}
+	}
+	key := fileKey{st.dev, st.ino}
+	if _, ok := c.links[key]; !ok {
+		c.links[key] = strings.Join(append(c.path[:len(c.path):len(c.path)], name), "/")
+	}
+}
+
+// linkCopied links name to the copy already made of another name of st's
+// file. The path is below dstRoot, a tree of ours the sandbox cannot
+// reach. A failure (EMLINK) copies instead.
+func (c *copier) linkCopied(dst int, name string, st stat) bool {
+	if st.nlink < 2 || c.dstRoot < 0 {
+		return false
+	}
+	first, ok := c.links[fileKey{st.dev, st.ino}]
+	if !ok || unix.Linkat(c.dstRoot, first, dst, name, 0) != nil {
+		return false
+	}
+	c.files++
+	c.size += st.size
+	return true
 }
 
 func openFileAt(dir int, name string) (int, error) {
@@ -230,12 +312,7 @@ func openFileAt(dir int, name string) (int, error) {
 // has st's size, mtime, mode (and owner, as root) and st is not racy. Both
 // ends are checkpoint files, never written after creation.
 func (c *copier) linkPrev(dst, prev int, name string, st stat) bool {
-	if prev < 0 || st.mtim.Nano() >= c.linkBefore {
-		return false
-	}
-	p, err := lstatAt(prev, name)
-	if err != nil || p.typ() != unix.S_IFREG || p.size != st.size || p.mtim != st.mtim ||
-		p.perm() != st.perm() || (c.chown && (p.uid != st.uid || p.gid != st.gid)) {
+	if !c.unchanged(prev, name, st) {
 		return false
 	}
 	if unix.Linkat(prev, name, dst, name, 0) != nil {
@@ -247,9 +324,21 @@ func (c *copier) linkPrev(dst, prev int, name string, st stat) bool {
 	return true
 }
 
-// fill copies in's data into the new, empty out: a clone where the
-// filesystem can, else an in-kernel copy (copy_file_range) in chunks.
-func (c *copier) fill(out, in int) error {
+// unchanged: the previous checkpoint's copy of name (in prev) can stand
+// for st's file, which is not racy.
+func (c *copier) unchanged(prev int, name string, st stat) bool {
+	if prev < 0 || st.mtim.Nano() >= c.linkBefore {
+		return false
+	}
+	p, err := lstatAt(prev, name)
+	return err == nil && p.typ() == unix.S_IFREG && p.size == st.size && p.mtim == st.mtim &&
+		p.perm() == st.perm() && (!c.chown || p.uid == st.uid && p.gid == st.gid)
+}
+
+// fill copies in's data (size bytes) into the new, empty out: a clone
+// where the filesystem can, else an in-kernel copy of each data extent
+// (SEEK_DATA/SEEK_HOLE) in chunks, leaving holes unwritten.
+func (c *copier) fill(out, in int, size int64) error {
 	if c.reflink {
 		if clone(out, in) == nil {
 			return nil
@@ -260,30 +349,98 @@ func (c *copier) fill(out, in int) error {
 			return err
 		}
 	}
-	// Own descriptors for os.File, which closes what it wraps.
-	ifd, err := unix.Dup(in)
-	if err != nil {
-		return err
+	for off := int64(0); off < size; {
+		data, end, ok := extent(in, off, size)
+		if !ok {
+			break // only a hole is left
+		}
+		if err := c.copyRange(out, in, data, end-data); err != nil {
+			return err
+		}
+		off = end
 	}
-	ofd, err := unix.Dup(out)
-	if err != nil {
-		unix.Close(ifd)
-		return err
+	return unix.Ftruncate(out, size) // a trailing hole
+}
+
+// extent is the next data extent [data, end) at or after off, bounded by
+// size; ok is false when only a hole is left. A filesystem without
+// SEEK_DATA has all of the rest as data.
+func extent(fd int, off, size int64) (data, end int64, ok bool) {
+	data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) {
+		return 0, 0, false
 	}
-	r, w := os.NewFile(uintptr(ifd), "src"), os.NewFile(uintptr(ofd), "dst")
-	defer r.Close()
-	defer w.Close()
-	for {
+	if err != nil {
+		return off, size, true
+	}
+	if data >= size {
+		return 0, 0, false
+	}
+	end, err = unix.Seek(fd, data, unix.SEEK_HOLE)
+	if err != nil || end > size {
+		end = size
+	}
+	return data, end, true
+}
+
+// copyRange copies n bytes at off from in to the same offset in out, in
+// chunks between context checks; pread/pwrite where copy_file_range is
+// refused (another filesystem, an old kernel).
+func (c *copier) copyRange(out, in int, off, n int64) error {
+	for n > 0 {
 		if err := c.ctx.Err(); err != nil {
 			return err
 		}
-		if _, err := io.CopyN(w, r, copyChunk); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		chunk := int(min(n, copyChunk))
+		roff, woff := off, off
+		var k int
+		err := ignoringEINTR(func() (err error) {
+			k, err = copyFileRange(in, &roff, out, &woff, chunk)
+			return err
+		})
+		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+			k, err = pcopy(out, in, off, chunk)
+		}
+		if err != nil {
 			return err
 		}
+		if k == 0 {
+			return nil // the source shrank under us
+		}
+		off += int64(k)
+		n -= int64(k)
 	}
+	return nil
+}
+
+// pcopy copies up to n bytes at off with pread and pwrite.
+func pcopy(out, in int, off int64, n int) (int, error) {
+	buf := make([]byte, min(n, 1<<20))
+	done := 0
+	for done < n {
+		r, err := unix.Pread(in, buf[:min(len(buf), n-done)], off+int64(done))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		if r == 0 {
+			break
+		}
+		for w := 0; w < r; {
+			k, err := unix.Pwrite(out, buf[w:r], off+int64(done+w))
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return done, err
+			}
+			w += k
+		}
+		done += r
+	}
+	return done, nil
 }
 
 // attrs gives name in dir (fd: the open file, or -1) st's owner (as

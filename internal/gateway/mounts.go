@@ -63,6 +63,8 @@ func threadCheckpoints(cfg config.Config, backendName string, log *slog.Logger) 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
-	log.Info("workspace checkpoints", "method", t.Method(), "keep", cfg.Checkpoints.Keep, "max_age", cfg.Checkpoints.MaxAge)
+	userBytes, userInodes, userThreads, floor := t.Limits()
+	log.Info("workspace checkpoints", "method", t.Method(), "keep", cfg.Checkpoints.Keep, "max_age", cfg.Checkpoints.MaxAge,
+		"user_bytes", userBytes, "user_inodes", userInodes, "user_threads", userThreads, "free_floor", floor)
 	return t, nil
 }

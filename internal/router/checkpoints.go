@@ -31,6 +31,8 @@ type Checkpoints interface {
 	Restore(ctx context.Context, user, thread, id string, hold checkpoint.Hold) error
 	Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo checkpoint.Hold) error
 	RemoveThread(ctx context.Context, user, thread string) (bool, error)
+	// Unfork removes a fork's thread data again when its sandbox was refused.
+	Unfork(ctx context.Context, user, thread string) error
 }
 
 // Holder stops a thread's sandbox around work on its files, and freezes it
@@ -234,9 +236,32 @@ func (rt *Router) forkThread(c echo.Context, p *auth.Principal) error {
 		"checkpoint", req.Checkpoint, "took", time.Since(start).Round(time.Millisecond))
 	view, err := rt.acquireView(c, p, req.Thread)
 	if err != nil {
+		rt.unfork(ctx, p.User, req.Thread)
 		return err
 	}
 	return c.JSON(http.StatusCreated, view)
+}
+
+// unfork takes back the copy of a fork whose sandbox was refused (create_rate,
+// a quota, a failed start): a refused fork must not leave a full copy on
+// disk nor keep the thread's name. It runs under the new thread's hold and
+// leaves the files alone if a sandbox got the thread meanwhile.
+func (rt *Router) unfork(ctx context.Context, user, thread string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	err := rt.hold(ctx, user, thread, true)(func() error {
+		rec, ok, err := rt.pool.Record(ctx, identity.SandboxID(user, thread))
+		if err != nil {
+			return err
+		}
+		if ok && rec.State != lease.StateDestroying {
+			return nil
+		}
+		return rt.checkpoints.Unfork(ctx, user, thread)
+	})
+	if err != nil {
+		rt.log.WarnContext(ctx, "remove refused fork", "user", user, "thread", thread, "err", err)
+	}
 }
 
 // freezeThread is POST /threads/{thread}/sandbox/freeze: freeze it now, as

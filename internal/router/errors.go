@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -49,6 +50,7 @@ func statusOf(err error) apiError {
 	var image *backend.ImageError
 	var quota *quotaError
 	var userQuota *pool.QuotaError
+	var budget *checkpoint.BudgetError
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
 		// Before bad input: a token whose sub is no valid user name is a bad credential.
@@ -106,6 +108,13 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "backend_unavailable", "the sandbox backend is unavailable; retry later", 5}
 	case errors.As(err, &quota):
 		return apiError{http.StatusInsufficientStorage, "quota_exceeded", quota.Error(), 0}
+	case errors.As(err, &budget):
+		return apiError{http.StatusInsufficientStorage, "insufficient_storage", budget.Error(), 0}
+	case errors.Is(err, syscall.ENOSPC):
+		// Before the broken-connection row: a syscall.Errno is a net.Error.
+		return apiError{http.StatusInsufficientStorage, "insufficient_storage", "the gateway's data filesystem ran out of space or inodes (ENOSPC); an operator must free some", 0}
+	case errors.Is(err, syscall.EDQUOT):
+		return apiError{http.StatusInsufficientStorage, "insufficient_storage", "the gateway's disk quota on its data filesystem ran out (EDQUOT); an operator must free some", 0}
 	case errors.Is(err, pool.ErrStorage):
 		return apiError{http.StatusInsufficientStorage, "storage_unavailable", "the gateway cannot write the thread's data directory (disk full or permissions); an operator must fix it", 0}
 	case errors.As(err, &image):

@@ -132,6 +132,7 @@ func Run(ctx context.Context, args []string, t Tracing) error {
 		return err
 	}
 	defer srv.Close()
+	srv.sweepTemps(ctx, log)
 	ln, err := listen(cfg)
 	if err != nil {
 		return err
