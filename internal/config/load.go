@@ -100,6 +100,7 @@ func (c *Config) settings() []setting {
 		{"create-rate", "sandboxes created per user, fleet-wide: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
 		{"max-streams-per-user", "event streams (status page) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
 		{"admin-streams", "of each replica's 256 event streams, how many only admins may take (0 = 32)", (*intValue)(&c.Limits.Streams.AdminReserve)},
+		{"forward-cookies", "pass clients' Cookie headers to sandboxes and their Set-Cookie back (off: neither crosses; sandbox responses are on the gateway's origin)", (*boolValue)(&c.Proxy.ForwardCookies)},
 		{"ws-idle-timeout", "close an upgraded connection silent this long (0 = never)", (*offDuration)(&c.Proxy.WSIdleTimeout)},
 		{"ws-max-lifetime", "close an upgraded connection this long after it opened (0 = never)", (*offDuration)(&c.Proxy.WSMaxLifetime)},
 		{"max-upgraded", "upgraded (WebSocket) connections open at once per replica (0 = no cap)", (*offInt)(&c.Proxy.MaxUpgraded)},
