@@ -98,7 +98,7 @@ func (c *Config) settings() []setting {
 		{"max-connections-per-source", "client connections one source address (an IPv6 /64) may hold open; past it they are closed (0 = a quarter of max-connections)", (*intValue)(&c.Conns.PerSource)},
 		{"max-requests-per-user", "requests in flight per user and replica, WebSockets included (0 = no cap)", (*offInt)(&c.Limits.MaxRequests)},
 		{"create-rate", "sandboxes created per user, fleet-wide: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
-		{"max-streams-per-user", "event streams (status page) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
+		{"max-streams-per-user", "event streams of each kind (status page, provisioning progress) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
 		{"admin-streams", "of each replica's 256 event streams, how many only admins may take (0 = 32)", (*intValue)(&c.Limits.Streams.AdminReserve)},
 		{"forward-cookies", "pass clients' Cookie headers to sandboxes and their Set-Cookie back (off: neither crosses; sandbox responses are on the gateway's origin)", (*boolValue)(&c.Proxy.ForwardCookies)},
 		{"ws-idle-timeout", "close an upgraded connection silent this long (0 = never)", (*offDuration)(&c.Proxy.WSIdleTimeout)},
