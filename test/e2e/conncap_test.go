@@ -14,12 +14,12 @@ import (
 	"time"
 )
 
-// Finding 6 of issue 33: unauthenticated clients that send a status login
-// head and stall in its body, more of them than the gateway has
-// descriptors, must neither take /healthz down for another client nor
-// stay open: past max_connections_per_source they are closed at once, and
-// the ones let in are closed at body_timeout.
-func TestStalledLoginsPastTheDescriptorLimit(t *testing.T) {
+// Finding 6 of issue 33: clients that send a head and stall in its body
+// (unauthenticated status logins; checkpoint, fork and MCP calls), more of
+// them than the gateway has descriptors, must neither take /healthz down
+// for another client nor stay open: past max_connections_per_source they
+// are closed at once, and the ones let in are closed at body_timeout.
+func TestStalledBodiesPastTheDescriptorLimit(t *testing.T) {
 	t.Parallel()
 	const (
 		nofile      = 256
@@ -53,10 +53,19 @@ func TestStalledLoginsPastTheDescriptorLimit(t *testing.T) {
 	baseline := fds()
 
 	addr := strings.TrimPrefix(g.URL, "http://")
-	head := "POST /status/login HTTP/1.1\r\nHost: " + addr +
-		"\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntoken="
+	// The unauthenticated login, and the routes whose bodies the gateway
+	// reads itself, as a tenant with a key.
+	heads := []string{
+		"POST /status/login HTTP/1.1\r\nHost: " + addr +
+			"\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntoken=",
+	}
+	for _, path := range []string{"/threads/t/checkpoints", "/threads/t/fork", "/threads/t/mcp"} {
+		heads = append(heads, "POST "+path+" HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: Bearer admin-key"+
+			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\": ")
+	}
 	conns := make([]net.Conn, 0, stalled)
-	for range stalled {
+	for i := range stalled {
+		head := heads[i%len(heads)]
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if err != nil {
 			t.Fatalf("dial after %d stalled: %v", len(conns), err)
@@ -75,14 +84,14 @@ func TestStalledLoginsPastTheDescriptorLimit(t *testing.T) {
 	began := time.Now()
 	resp, err := other.Get(g.URL + "/healthz")
 	if err != nil {
-		t.Fatalf("/healthz from 127.0.0.2 with %d stalled logins from 127.0.0.1 open: %v\n%s", stalled, err, tail(g.logs.String(), 20))
+		t.Fatalf("/healthz from 127.0.0.2 with %d stalled bodies from 127.0.0.1 open: %v\n%s", stalled, err, tail(g.logs.String(), 20))
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz from 127.0.0.2: %d, want 200", resp.StatusCode)
 	}
-	t.Logf("/healthz from 127.0.0.2 answered in %s with %d stalled logins open (gateway fds %d -> %d)",
+	t.Logf("/healthz from 127.0.0.2 answered in %s with %d stalled bodies open (gateway fds %d -> %d)",
 		time.Since(began), stalled, baseline, fds())
 
 	// Every stalled connection is closed by the gateway: past the cap at
@@ -106,9 +115,9 @@ func TestStalledLoginsPastTheDescriptorLimit(t *testing.T) {
 	}
 	wg.Wait()
 	if len(open) > 0 {
-		t.Fatalf("%d of %d stalled logins still open %s after body_timeout %s (first: #%d)",
+		t.Fatalf("%d of %d stalled bodies still open %s after body_timeout %s (first: #%d)",
 			len(open), stalled, 10*time.Second, bodyTimeout, open[0])
 	}
-	t.Logf("all %d stalled logins closed by the gateway, the last %s after the stall began", stalled, last)
+	t.Logf("all %d stalled bodies closed by the gateway, the last %s after the stall began", stalled, last)
 	waitForIn(t, 5*time.Second, func() bool { return fds() <= baseline+5 })
 }
