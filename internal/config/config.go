@@ -28,6 +28,7 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
+	"github.com/sandgate/sandgate/internal/serve"
 )
 
 // Backends the gateway knows.
@@ -66,6 +67,14 @@ type Config struct {
 	// this long (408), so a stalled upload does not hold its sandbox in
 	// flight forever; negative = never.
 	BodyIdleTimeout time.Duration
+	// BodyTimeout bounds reading a request body the gateway reads itself
+	// (status login, checkpoints, fork, MCP, provisioner API), from the end
+	// of its head; proxied bodies have BodyIdleTimeout instead. Negative =
+	// never.
+	BodyTimeout time.Duration
+	// Conns cap the client connections open at once, in all and per source
+	// address.
+	Conns serve.ConnLimits
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
 	// AllowedHosts are host names a gateway without authentication serves
@@ -173,6 +182,7 @@ func Default() Config {
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		BodyIdleTimeout:   router.DefaultBodyIdleTimeout,
+		BodyTimeout:       serve.DefaultBodyTimeout,
 		Limits: router.LimitsConfig{
 			MaxRequests: router.DefaultMaxRequestsPerUser,
 			CreateRate:  router.DefaultCreateRate,
@@ -282,6 +292,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Limits.Streams.Validate(); err != nil {
+		return err
+	}
+	if err := c.Conns.Validate(); err != nil {
 		return err
 	}
 	for i, m := range c.Pool.Mounts.Extra {

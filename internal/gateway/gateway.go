@@ -152,17 +152,19 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	g.server = &serve.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		BodyTimeout:       cfg.BodyTimeout,
 		// Above common load balancer idle timeouts (60-75 s), so the gateway is
 		// never the side that closes a connection the balancer is about to reuse.
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		Log:            log,
 	}
-	g.listener, err = net.Listen("tcp", cfg.Listen)
+	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	g.listener = serve.LimitListener(l, cfg.Conns)
 	if g.egressListener, err = g.listenEgress(); err != nil {
 		_ = g.listener.Close()
 		g.close()
@@ -199,6 +201,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.logLimits()
 	g.log.Info("gateway listening", "addr", g.listener.Addr().String(), "backend", g.cfg.Backend,
+		"max_connections", g.cfg.Conns.Effective().String(),
 		"instance", g.cfg.Pool.Instance)
 
 	if g.egressListener != nil {

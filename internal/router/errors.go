@@ -84,6 +84,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusTooManyRequests, "stream_limit", err.Error(), 5}
 	case errors.Is(err, errStatusStreams):
 		return apiError{http.StatusServiceUnavailable, "status_streams", err.Error(), 5}
+	case errors.Is(err, errProgressStreams):
+		return apiError{http.StatusServiceUnavailable, "progress_streams", err.Error(), 5}
 	case errors.Is(err, proxy.ErrUpgradeCapacity):
 		return apiError{http.StatusServiceUnavailable, "upgrade_capacity", "too many open WebSocket connections; retry later", 5}
 	case errors.Is(err, checkpoint.ErrNotFound):
