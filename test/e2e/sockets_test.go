@@ -143,11 +143,11 @@ func TestDockerEgressDirSwap(t *testing.T) {
 	d := newDockerEnv(t)
 	g := d.fleet().start()
 	const th = "sock-egress"
-	out, code := run(t, g, th, "mv /run/sandgate/egress /run/sandgate/api/moved 2>&1; echo mv=$?; "+
+	out, code := run(t, g, th, "mv /run/sandgate/egress /run/sandgate/egress.moved 2>&1; echo mv=$?; "+
 		"ln -s /etc/shadow /run/sandgate/egress/proxy.sock 2>&1; echo ln=$?; "+
 		"rmdir /run/sandgate/egress 2>&1; echo rmdir=$?; ls -ld /run/sandgate/egress")
 	if code != 0 || !strings.Contains(out, "mv=1") || !strings.Contains(out, "ln=1") || !strings.Contains(out, "rmdir=1") {
-		t.Fatalf("the sandbox changed its egress dir: exit %d\n%s", code, out)
+		t.Errorf("the sandbox changed its egress dir: exit %d\n%s", code, out)
 	}
 
 	// The Keeper against a directory swap, as fast as it can pass.
