@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/egress"
 	"github.com/sandgate/sandgate/internal/events"
@@ -118,7 +119,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Store:        store,
 		Backend:      be,
 		BackendName:  name,
-		NewTransport: NewSandboxTransport,
+		NewTransport: sandboxTransport(name),
 		Log:          log,
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
@@ -285,4 +286,18 @@ func NewSandboxTransport(socket string) http.RoundTripper {
 		cfg.Dial = backend.DialUnix(socket, 2*time.Second)
 	}
 	return proxy.NewTransport(cfg)
+}
+
+// sandboxTransport is NewSandboxTransport for the named backend. The remote
+// backend's sandbox URLs come from a provisioner's answers: their
+// connections refuse, after name resolution, the addresses no sandbox
+// lives at (remote.DialControl).
+func sandboxTransport(backendName string) func(string) http.RoundTripper {
+	if backendName != remote.Name {
+		return NewSandboxTransport
+	}
+	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second, Control: remote.DialControl}
+	return func(string) http.RoundTripper {
+		return proxy.NewTransport(proxy.TransportConfig{Dial: d.DialContext})
+	}
 }
