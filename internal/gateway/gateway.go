@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/egress"
 	"github.com/sandgate/sandgate/internal/events"
@@ -119,7 +120,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Store:        store,
 		Backend:      be,
 		BackendName:  name,
-		NewTransport: NewSandboxTransport,
+		NewTransport: sandboxTransport(name),
 		Log:          log,
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
@@ -316,4 +317,18 @@ func (g *Gateway) logLimits() {
 		"max_sandboxes_per_user", capOf(p.MaxSandboxesPerUser), "max_creates_per_user", capOf(p.MaxCreatesPerUser),
 		"max_lifetime", durOf(p.MaxLifetime, pool.DefaultMaxLifetime),
 		"busy_idle_after", durOf(p.BusyIdleAfter, pool.DefaultBusyIdleAfter))
+}
+
+// sandboxTransport is NewSandboxTransport for the named backend. The remote
+// backend's sandbox URLs come from a provisioner's answers: their
+// connections refuse, after name resolution, the addresses no sandbox
+// lives at (remote.DialControl).
+func sandboxTransport(backendName string) func(string) http.RoundTripper {
+	if backendName != remote.Name {
+		return NewSandboxTransport
+	}
+	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second, Control: remote.DialControl}
+	return func(string) http.RoundTripper {
+		return proxy.NewTransport(proxy.TransportConfig{Dial: d.DialContext})
+	}
 }

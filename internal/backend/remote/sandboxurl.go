@@ -3,9 +3,11 @@ package remote
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strings"
+	"syscall"
 )
 
 // A provisioner's answer is not trusted to steer the gateway: the
@@ -123,4 +125,20 @@ func plainPath(p string) bool {
 		}
 	}
 	return true
+}
+
+// DialControl is a net.Dialer Control for connections to the remote
+// backend's sandboxes: it refuses, after name resolution, every address
+// checkSandboxURL refuses as a literal, so a sandbox_url host name that
+// resolves (or is re-pointed) to a metadata service, link-local,
+// unspecified or multicast address is not connected to either.
+func DialControl(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: dial %q: %w", errSandboxURL, address, err)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return fmt.Errorf("%w: dial %q: not an address", errSandboxURL, address)
+	}
+	return checkHost(host)
 }
