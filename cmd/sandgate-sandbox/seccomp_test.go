@@ -87,7 +87,10 @@ func tamper(program []byte) []byte {
 func probeWith(t *testing.T, bin string, program []byte) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
-	uid, gid := jail.HostID("seccomp-" + strings.ReplaceAll(t.Name(), "/", "-"))
+	uid, gid, err := jail.NewHostIDs(t.TempDir()).For("seccomp-" + strings.ReplaceAll(t.Name(), "/", "-"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := jail.Own(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,14 @@ var readyClient = &http.Client{
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     time.Second,
 	},
-	Timeout: readyProbeTimeout,
+	Timeout:       readyProbeTimeout,
+	CheckRedirect: noRedirect,
 }
+
+// noRedirect makes a probe's 3xx its answer (not ready): followed, it
+// would carry the probe's secret or Authorization wherever the sandbox
+// (whose server its tenant may control) or a provisioner points.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // WaitReady polls GET {baseURL}/v1/sandbox until it answers 200 or ctx ends.
 // Inside a sampled trace the wait is a span, and each probe carries its
@@ -92,8 +98,9 @@ func waitReady(ctx context.Context, baseURL, header, value string) (err error) {
 // unixReadyClient is readyClient for a sandbox on a Unix socket.
 func unixReadyClient(socket string) *http.Client {
 	return &http.Client{
-		Transport: &http.Transport{Proxy: nil, DialContext: DialUnix(socket, time.Second), MaxIdleConnsPerHost: 1},
-		Timeout:   readyProbeTimeout,
+		Transport:     &http.Transport{Proxy: nil, DialContext: DialUnix(socket, time.Second), MaxIdleConnsPerHost: 1},
+		Timeout:       readyProbeTimeout,
+		CheckRedirect: noRedirect,
 	}
 }
 

@@ -2,11 +2,8 @@ package backend
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -42,42 +39,15 @@ func HTTPBase(rawURL string) (base, socket string) {
 	return strings.TrimSuffix(rawURL, "/"), ""
 }
 
-// DialUnix returns a DialContext that ignores the address and dials socket;
-// for an http.Transport whose every connection goes to one Unix-socket
-// sandbox.
+// DialUnix returns a DialContext that ignores the address and dials socket
+// (DialSocket: never through a symlink, only to a socket whose listener
+// made it); for an http.Transport whose every connection goes to one
+// Unix-socket sandbox. Every backend's sandbox socket is dialled here.
 func DialUnix(socket string, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	return func(ctx context.Context, _, _ string) (net.Conn, error) {
-		path, done, err := ShortSocketPath(socket)
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-		return d.DialContext(ctx, "unix", path)
+		return DialSocket(ctx, &d, socket, -1)
 	}
-}
-
-// maxSocketPath is what sockaddr_un's sun_path holds with its NUL.
-const maxSocketPath = 107
-
-// ShortSocketPath returns a path to bind or dial socket by: socket itself,
-// or, when it is too long for a socket address (a deep data_dir), the same
-// file reached through an open descriptor of its directory
-// (/proc/self/fd/N/name, Linux). done closes that descriptor.
-func ShortSocketPath(socket string) (path string, done func(), err error) {
-	if len(socket) <= maxSocketPath {
-		return socket, func() {}, nil
-	}
-	dir, err := os.Open(filepath.Dir(socket))
-	if err != nil {
-		return "", nil, fmt.Errorf("sandbox socket dir: %w", err)
-	}
-	short := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(socket))
-	if len(short) > maxSocketPath {
-		_ = dir.Close()
-		return "", nil, fmt.Errorf("sandbox socket name %d bytes long", len(filepath.Base(socket)))
-	}
-	return short, func() { _ = dir.Close() }, nil
 }
 
 // Client returns an HTTP client for a sandbox URL and the base URL its

@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,12 +44,12 @@ func waitReadyOn(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "0123456789abcdef.sock")
-	bind, done, err := ShortSocketPath(sock)
+	d, err := OwnDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("unix", bind)
-	done()
+	ln, err := ListenSocket(d, filepath.Base(sock), 0)
+	d.Close()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
+	"github.com/sandgate/sandgate/internal/serve"
 )
 
 // Backends the gateway knows.
@@ -66,6 +67,14 @@ type Config struct {
 	// this long (408), so a stalled upload does not hold its sandbox in
 	// flight forever; negative = never.
 	BodyIdleTimeout time.Duration
+	// BodyTimeout bounds reading a request body the gateway reads itself
+	// (status login, checkpoints, fork, MCP, provisioner API), from the end
+	// of its head; proxied bodies have BodyIdleTimeout instead. Negative =
+	// never.
+	BodyTimeout time.Duration
+	// Conns cap the client connections open at once, in all and per source
+	// address.
+	Conns serve.ConnLimits
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
 	// AllowedHosts are host names a gateway without authentication serves
@@ -100,6 +109,31 @@ type Config struct {
 	// imageSet records that image was given (a DeerFlow config.yaml with
 	// image: asks for container sandboxes).
 	imageSet bool
+	// perUserSet records which per-user caps were given: unset ones get
+	// the multi-user defaults when authentication is on.
+	perUserSet struct{ sandboxes, creates bool }
+}
+
+// The per-user caps of a gateway with authentication (several users, who
+// must not starve each other) unless configured; 0 configured = no cap.
+// Without authentication there is one user and no default cap.
+const (
+	MultiUserMaxSandboxesPerUser = 8
+	MultiUserMaxCreatesPerUser   = 4
+)
+
+// multiUserDefaults gives the unset per-user caps their multi-user
+// defaults when authentication is configured.
+func (c *Config) multiUserDefaults() {
+	if !c.Auth.Enabled() {
+		return
+	}
+	if !c.perUserSet.sandboxes {
+		c.Pool.MaxSandboxesPerUser = MultiUserMaxSandboxesPerUser
+	}
+	if !c.perUserSet.creates {
+		c.Pool.MaxCreatesPerUser = MultiUserMaxCreatesPerUser
+	}
 }
 
 // ImageRequested reports whether the configuration names a sandbox image:
@@ -148,6 +182,7 @@ func Default() Config {
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		BodyIdleTimeout:   router.DefaultBodyIdleTimeout,
+		BodyTimeout:       serve.DefaultBodyTimeout,
 		Limits: router.LimitsConfig{
 			MaxRequests: router.DefaultMaxRequestsPerUser,
 			CreateRate:  router.DefaultCreateRate,
@@ -169,6 +204,8 @@ func Default() Config {
 			LockTTL:           lease.DefaultLockTTL,
 			ReconcileInterval: pool.DefaultReconcileInterval,
 			ReconcileGrace:    pool.DefaultReconcileGrace,
+			BusyIdleAfter:     pool.DefaultBusyIdleAfter,
+			MaxLifetime:       pool.DefaultMaxLifetime,
 			Fleet:             backend.DefaultFleet,
 		},
 		Process: ProcessConfig{Limits: jail.Limits{}.WithDefaults()},
@@ -255,6 +292,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Limits.Streams.Validate(); err != nil {
+		return err
+	}
+	if err := c.Conns.Validate(); err != nil {
 		return err
 	}
 	for i, m := range c.Pool.Mounts.Extra {

@@ -54,8 +54,8 @@ func (c *Config) settings() []setting {
 		{"idle-timeout", "destroy sandboxes idle this long (0 = never)", (*offDuration)(&p.IdleTimeout)},
 		{"max-sandboxes", "fleet-wide cap on sandboxes (0 = no cap)", (*offInt)(&p.MaxSandboxes)},
 		{"cap-mode", "soft (evict warm, else exceed with a warning) | hard (503)", (*capMode)(&p.HardCap)},
-		{"max-sandboxes-per-user", "fleet-wide cap on one user's sandboxes, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxSandboxesPerUser)},
-		{"max-creates-per-user", "fleet-wide cap on one user's creates in progress, 429 past it; admins exempt (0 = no cap)", (*intValue)(&p.MaxCreatesPerUser)},
+		{"max-sandboxes-per-user", "fleet-wide cap on one user's sandboxes, 429 past it; admins exempt (unset = 8 with authentication, none without; 0 = no cap)", &setInt{&p.MaxSandboxesPerUser, &c.perUserSet.sandboxes}},
+		{"max-creates-per-user", "fleet-wide cap on one user's creates in progress, 429 past it; admins exempt (unset = 4 with authentication, none without; 0 = no cap)", &setInt{&p.MaxCreatesPerUser, &c.perUserSet.creates}},
 		{"acquire-timeout", "hard cap: how long a create waits for room before 503", (*durationValue)(&p.AcquireTimeout)},
 		{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After (0 = the default)", (*durationValue)(&p.ProvisionWait)},
 		{"create-timeout", "bound on one backend create incl. readiness (0 = the default)", (*durationValue)(&p.CreateTimeout)},
@@ -76,6 +76,8 @@ func (c *Config) settings() []setting {
 		{"checkpoint-user-threads", "threads with data one user may have before a new thread's sandbox or a fork onto one is refused (default 1000; 0 = no limit)", (*offInt)(&c.Checkpoints.UserThreads)},
 		{"checkpoint-free-floor", "free space a checkpoint or fork must leave on data-dir's filesystem (default 1g, or a tenth of a smaller filesystem; 0 = none)", (*offBytes)(&c.Checkpoints.FreeFloor)},
 		{"checkpoint-method", "how checkpoints copy files: empty = detect (reflink where the data_dir's filesystem can, else copy) | reflink | copy", (*stringValue)(&c.Checkpoints.Method)},
+		{"max-lifetime", "destroy a sandbox this long after it was created, busy or not (0 = never)", (*offDuration)(&p.MaxLifetime)},
+		{"busy-idle-after", "a running command that used no CPU and wrote no output this long no longer keeps its sandbox from being frozen or reaped; a stopped one never does (0 = only a stop ends busy)", (*offDuration)(&p.BusyIdleAfter)},
 		{"freeze-after", "freeze a sandbox (process, docker) with no request and no running command for this long: processes stopped, memory kept, thawed by its next request on any replica (0 = never)", (*durationValue)(&p.FreezeAfter)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
@@ -97,10 +99,14 @@ func (c *Config) settings() []setting {
 		{"max-header-bytes", "largest request header block", (*intValue)(&c.MaxHeaderBytes)},
 		{"read-header-timeout", "how long a client may take to send its request headers", (*durationValue)(&c.ReadHeaderTimeout)},
 		{"body-idle-timeout", "cut a proxied request (408) whose body makes no progress this long (0 = never)", (*offDuration)(&c.BodyIdleTimeout)},
+		{"body-timeout", "a request body the gateway reads itself (status login, checkpoints, fork, MCP) must arrive within this long of its headers (0 = never)", (*offDuration)(&c.BodyTimeout)},
+		{"max-connections", "client connections open at once (0 = half the descriptor limit); past it new ones wait in the listen backlog", (*intValue)(&c.Conns.Max)},
+		{"max-connections-per-source", "client connections one source address (an IPv6 /64) may hold open; past it they are closed (0 = a quarter of max-connections)", (*intValue)(&c.Conns.PerSource)},
 		{"max-requests-per-user", "requests in flight per user and replica, WebSockets included (0 = no cap)", (*offInt)(&c.Limits.MaxRequests)},
 		{"create-rate", "sandboxes created per user, fleet-wide: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
-		{"max-streams-per-user", "event streams (status page) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
+		{"max-streams-per-user", "event streams of each kind (status page, provisioning progress) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
 		{"admin-streams", "of each replica's 256 event streams, how many only admins may take (0 = 32)", (*intValue)(&c.Limits.Streams.AdminReserve)},
+		{"forward-cookies", "pass clients' Cookie headers to sandboxes and their Set-Cookie back (off: neither crosses; sandbox responses are on the gateway's origin)", (*boolValue)(&c.Proxy.ForwardCookies)},
 		{"ws-idle-timeout", "close an upgraded connection silent this long (0 = never)", (*offDuration)(&c.Proxy.WSIdleTimeout)},
 		{"ws-max-lifetime", "close an upgraded connection this long after it opened (0 = never)", (*offDuration)(&c.Proxy.WSMaxLifetime)},
 		{"max-upgraded", "upgraded (WebSocket) connections open at once per replica (0 = no cap)", (*offInt)(&c.Proxy.MaxUpgraded)},
@@ -155,6 +161,7 @@ func (c *Config) settings() []setting {
 		{"kubernetes-skills-host-path", "node directory mounted read-only at /mnt/skills", (*stringValue)(&k.SkillsHostPath)},
 		{"provisioner-url", "DeerFlow-compatible provisioner of the remote backend", (*stringValue)(&r.URL)},
 		{"provisioner-api-key", "X-API-Key sent to the provisioner", (*stringValue)(&r.APIKey)},
+		{"provisioner-sandbox-hosts", "hosts besides the provisioner's own that its sandbox_urls may name (any port; * = any), comma separated", (*listValue)(&r.SandboxHosts)},
 	}
 }
 
@@ -233,6 +240,7 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 		}
 	}
 	c.Pool.Mounts.DataDir = c.DataDir
+	c.multiUserDefaults()
 	if err := c.Validate(); err != nil {
 		return c, nil, err
 	}
@@ -418,7 +426,7 @@ func kindOf(v flag.Value) string {
 		return ""
 	case *durationValue, *offDuration:
 		return "duration"
-	case *intValue, *offInt:
+	case *intValue, *offInt, *setInt:
 		return "int"
 	case *offBytes:
 		return "size"

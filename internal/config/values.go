@@ -289,6 +289,28 @@ func (v *setString) String() string {
 }
 func (v *setString) Set(s string) error { *v.s, *v.set = s, true; return nil }
 
+// setInt is a non-negative int setting that remembers it was given, so
+// that unset (a default that depends on other settings) and 0 differ.
+type setInt struct {
+	n   *int
+	set *bool
+}
+
+func (v *setInt) String() string {
+	if v.n == nil { // flag's zero-value probe
+		return "0"
+	}
+	return strconv.Itoa(*v.n)
+}
+func (v *setInt) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a non-negative integer", s)
+	}
+	*v.n, *v.set = n, true
+	return nil
+}
+
 // egressModeValue is none | proxy | open.
 type egressModeValue backend.EgressMode
 

@@ -13,6 +13,9 @@
 // unless the operator allowed that address. The proxy then dials the
 // address it checked, never the name again, so a DNS answer that changes
 // between check and dial (rebinding) gains nothing. HTTPS goes through
-// CONNECT and is not inspected: the allow-list decides by name and port
-// only, and what flows inside an allowed tunnel is the sandbox's business.
+// CONNECT: the tunnel is answered, then its TLS ClientHello is read and
+// its server name must be the name the CONNECT was allowed for (no name,
+// or no TLS, is refused) before anything is dialled, so an allowed name
+// on a shared host cannot front for another. Past the ClientHello the
+// tunnel is not inspected.
 package egress

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,50 +178,77 @@ func (p *Proxy) dial(ctx context.Context, x *exchange) (net.Conn, error) {
 	return nil, &dialError{errors.Join(errs...)}
 }
 
-// connect opens a tunnel to a checked address and splices it to the client.
+// connect opens a tunnel to a checked address and splices it to the
+// client. The allow-list judged the CONNECT's name; the tunnel must carry
+// TLS for that same name, or an allowed name would front for any other on
+// a shared host (domain fronting: CONNECT allowed.example, SNI
+// evil.example). So the tunnel is answered, its ClientHello read, and its
+// server name (SNI) compared with the CONNECT's before anything is dialled:
+// a different name, none (an IP-only client) or no TLS at all (plain HTTP,
+// whose Host would be the sandbox's to choose) ends it with no packet
+// sent upstream. The 200 has to come first: a client sends its ClientHello
+// only once the tunnel is up.
 func (p *Proxy) connect(s *server, w http.ResponseWriter, r *http.Request, x *exchange) {
 	if reason := p.check(r.Context(), x, r.URL.Host, 0); reason != ReasonOK {
 		p.refuse(w, x, reason)
 		return
 	}
-	up, err := p.dial(r.Context(), x)
-	if err != nil {
-		x.err = err
-		p.refuse(w, x, ReasonDialFailed)
-		return
-	}
 	client, buf, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		up.Close()
 		x.err = err
 		p.refuse(w, x, ReasonBadRequest)
 		return
 	}
-	x.reason, x.status = ReasonOK, http.StatusOK
-	if !s.track(client, up) {
+	if !s.track(client) {
 		client.Close()
-		up.Close()
 		return
 	}
-	defer s.untrack(client, up)
-	client.SetDeadline(time.Time{}) //nolint:errcheck // cleared for the tunnel's own
+	defer s.untrack(client)
+	defer client.Close()
+	client.SetDeadline(time.Time{}) //nolint:errcheck // the server's are not the tunnel's
+	x.status = http.StatusOK        // what the client got, also when its ClientHello then ends the tunnel
 	buf.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
 	if err := buf.Flush(); err != nil {
-		client.Close()
+		x.reason, x.err = ReasonBadRequest, err
+		return
+	}
+	client.SetReadDeadline(time.Now().Add(helloTimeout)) //nolint:errcheck // a closed conn fails the read
+	sni, early, err := readClientHello(buf.Reader, client)
+	switch {
+	case err != nil:
+		x.reason, x.err = ReasonNotTLS, err
+		return
+	case sni == "":
+		x.reason = ReasonNoSNI
+		client.Write(alertUnrecognizedName) //nolint:errcheck // the client may be gone
+		return
+	case !strings.EqualFold(sni, x.t.host):
+		x.reason, x.err = ReasonSNIMismatch, errors.New("server name "+strconv.Quote(sni))
+		client.Write(alertAccessDenied) //nolint:errcheck // the client may be gone
+		return
+	}
+	client.SetReadDeadline(time.Time{}) //nolint:errcheck // splice sets its own
+	up, err := p.dial(r.Context(), x)
+	if err != nil {
+		x.reason, x.err = ReasonDialFailed, err
+		return
+	}
+	if !s.track(up) {
 		up.Close()
 		return
 	}
-	// Bytes the client sent right behind its request (a TLS ClientHello)
-	// may already sit in the server's buffer.
+	defer s.untrack(up)
+	x.reason = ReasonOK
+	// What the client sent past the ClientHello may sit in the buffer too.
 	if n := buf.Reader.Buffered(); n > 0 {
-		early, _ := buf.Reader.Peek(n)
-		if _, err := up.Write(early); err != nil {
-			client.Close()
-			up.Close()
-			return
-		}
-		x.up = int64(n)
+		rest, _ := buf.Reader.Peek(n)
+		early = append(early, rest...)
 	}
+	if _, err := up.Write(early); err != nil {
+		up.Close()
+		return
+	}
+	x.up = int64(len(early))
 	up2, down := splice(client, up, p.cfg.IdleTimeout)
 	x.up += up2
 	x.down = down

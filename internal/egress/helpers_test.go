@@ -4,10 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,11 +39,11 @@ var upstreamIP = netip.MustParseAddr("127.0.0.2")
 // world is what the proxy under test reaches: a DNS server and HTTP(S)
 // servers on 127.0.0.2.
 type world struct {
-	dns        string
-	http, tls  *httptest.Server
-	port       uint16 // http's
-	tlsPort    uint16
-	httpClient *http.Client // for tls, trusting its certificate
+	dns       string
+	http, tls *httptest.Server
+	port      uint16 // http's
+	tlsPort   uint16
+	roots     *x509.CertPool // trusts tls's certificate, which names allowed.test
 }
 
 // names the test DNS server answers.
@@ -52,18 +59,26 @@ var testNames = map[string]netip.Addr{
 	"mapped.test":   netip.MustParseAddr("::ffff:127.0.0.1"),
 	"v6local.test":  netip.MustParseAddr("::1"),
 	"allowed6.test": netip.MustParseAddr("::ffff:127.0.0.2"),
+	// Teredo (a public IPv4 server and client hidden in it) and SIIT's
+	// IPv4-translated form of a public address: both reach IPv4 hosts
+	// through a relay the check cannot see past.
+	"teredo.test":     netip.MustParseAddr("2001:0:4136:e378:8000:63bf:3fff:fdd2"),
+	"translated.test": netip.MustParseAddr("::ffff:0:808:808"),
 }
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
 	w := &world{dns: egresstest.StartDNS(t, testNames)}
-	w.http = startOn(t, upstreamHandler(), false)
-	w.tls = startOn(t, upstreamHandler(), true)
+	cert, roots := testCert(t, "allowed.test")
+	w.roots = roots
+	w.http = startOn(t, upstreamHandler(), nil)
+	w.tls = startOn(t, upstreamHandler(), &cert)
 	w.port, w.tlsPort = portOf(t, w.http.URL), portOf(t, w.tls.URL)
 	return w
 }
 
-func startOn(t testing.TB, h http.Handler, tls bool) *httptest.Server {
+// startOn serves h on upstreamIP, over TLS with cert if it is given.
+func startOn(t testing.TB, h http.Handler, cert *tls.Certificate) *httptest.Server {
 	t.Helper()
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(upstreamIP, 0).String())
 	if err != nil {
@@ -72,7 +87,8 @@ func startOn(t testing.TB, h http.Handler, tls bool) *httptest.Server {
 	s := httptest.NewUnstartedServer(h)
 	s.Listener.Close()
 	s.Listener = ln
-	if tls {
+	if cert != nil {
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
 		s.StartTLS()
 	} else {
 		s.Start()
@@ -153,8 +169,9 @@ func newFixture(t testing.TB, w *world, e backend.Egress, opts ...option) *fixtu
 	return f
 }
 
-// client is an HTTP client whose proxy is the fixture's socket.
-func (f *fixture) client(tlsFrom *httptest.Server) *http.Client {
+// client is an HTTP client whose proxy is the fixture's socket, trusting
+// roots for https.
+func (f *fixture) client(roots *x509.CertPool) *http.Client {
 	tr := &http.Transport{
 		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "egress.invalid"}),
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -162,9 +179,8 @@ func (f *fixture) client(tlsFrom *httptest.Server) *http.Client {
 			return d.DialContext(ctx, "unix", f.socket)
 		},
 	}
-	if tlsFrom != nil {
-		tr.TLSClientConfig = tlsFrom.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
-		tr.TLSClientConfig.ServerName = "example.com" // httptest's certificate
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
 	}
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
@@ -285,4 +301,95 @@ func mustURL(t testing.TB, raw string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// testCert is a self-signed certificate for names, and a pool trusting it.
+func testCert(t testing.TB, names ...string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: names, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots
+}
+
+// clientHello is the first TLS record a real client (crypto/tls) sends for
+// sni ("" = no server name), taken from a handshake it never finishes.
+func clientHello(t testing.TB, sni string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() {
+		defer a.Close()
+		tls.Client(a, &tls.Config{ServerName: sni, InsecureSkipVerify: sni == ""}).Handshake() //nolint:errcheck // cut short on purpose
+	}()
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(b, hdr); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(b, body); err != nil {
+		t.Fatal(err)
+	}
+	return append(hdr, body...)
+}
+
+// countingUpstream is a loopback server that counts the connections it
+// accepts and keeps what each sent (until the client half-closes), which
+// it then echoes back.
+type countingUpstream struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	mu       sync.Mutex
+	got      [][]byte
+}
+
+func startCountingUpstream(t testing.TB) *countingUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(upstreamIP, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &countingUpstream{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				b, _ := io.ReadAll(c)
+				u.mu.Lock()
+				u.got = append(u.got, b)
+				u.mu.Unlock()
+				c.Write(b)
+			}()
+		}
+	}()
+	return u
+}
+
+func (u *countingUpstream) port() uint16 { return uint16(u.ln.Addr().(*net.TCPAddr).Port) }
+
+func (u *countingUpstream) received() [][]byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([][]byte(nil), u.got...)
 }

@@ -87,13 +87,8 @@ func (k *Keeper) Pass(ctx context.Context) (int, error) {
 
 // answers reports whether something accepts connections on socket.
 func answers(ctx context.Context, socket string) bool {
-	dial, done, err := backend.ShortSocketPath(socket)
-	if err != nil {
-		return false
-	}
-	defer done()
 	d := net.Dialer{Timeout: answerTimeout}
-	c, err := d.DialContext(ctx, "unix", dial)
+	c, err := backend.DialSocket(ctx, &d, socket, -1)
 	if err != nil {
 		return false
 	}

@@ -22,6 +22,9 @@ const (
 	ReasonDialFailed     = "dial_failed"     // no connection to the checked address
 	ReasonUpstreamFailed = "upstream_failed" // connected, then the upstream failed
 	ReasonUnauthorized   = "unauthorized"    // ServeAuth: no or wrong credentials
+	ReasonNotTLS         = "not_tls"         // a tunnel that does not start with a TLS ClientHello
+	ReasonNoSNI          = "sni_missing"     // a tunnel's ClientHello names no server
+	ReasonSNIMismatch    = "sni_mismatch"    // a tunnel's ClientHello names another server than its CONNECT
 )
 
 // target is a host and port as the client asked for them, normalised:
@@ -119,22 +122,42 @@ func matchEntry(entry string, t target) bool {
 	return strings.EqualFold(t.host, name)
 }
 
-// refused lists the ranges no name may resolve to: this host, the private
-// networks the gateway may sit in, link-local (cloud metadata at
-// 169.254.169.254), multicast and the special-purpose blocks.
-var refused = func() []netip.Prefix {
-	var ps []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-		"192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
-		"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-		"::/96", "::1/128", "64:ff9b:1::/48", "100::/64", "2001:db8::/32", "fc00::/7", "fe80::/10",
-		"fec0::/10", "ff00::/8",
-	} {
-		ps = append(ps, netip.MustParsePrefix(s))
-	}
-	return ps
-}()
+// refusedRanges are the ranges no name may resolve to, each with why: the
+// one table of them (TestRefusedRanges tests each entry). IPv6 forms that
+// embed an IPv4 address (mapped, NAT64, 6to4) are judged by that address
+// (embeddedV4); the ones below are refused whatever they embed.
+var refusedRanges = []struct {
+	prefix netip.Prefix
+	why    string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "this network"},
+	{netip.MustParsePrefix("10.0.0.0/8"), "private"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local, cloud metadata"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "private"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+	{netip.MustParsePrefix("192.88.99.0/24"), "6to4 relay anycast"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "private"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved, broadcast"},
+	{netip.MustParsePrefix("::/96"), "unspecified, IPv4-compatible"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated (SIIT): reaches any IPv4 address through a translator"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+	{netip.MustParsePrefix("100::/64"), "discard"},
+	{netip.MustParsePrefix("2001::/32"), "Teredo: tunnels to an IPv4 address hidden in the address"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
+	{netip.MustParsePrefix("fc00::/7"), "unique local (private)"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+}
 
 var (
 	nat64  = netip.MustParsePrefix("64:ff9b::/96")
@@ -155,8 +178,8 @@ func refusedAddr(a netip.Addr, exceptions []netip.Prefix) bool {
 		return true
 	}
 	a = a.Unmap()
-	for _, p := range refused {
-		if p.Contains(a) {
+	for _, r := range refusedRanges {
+		if r.prefix.Contains(a) {
 			return true
 		}
 	}

@@ -109,6 +109,67 @@ func TestRefusedAddr(t *testing.T) {
 	}
 }
 
+// TestRefusedRanges tests each entry of the one table of refused ranges:
+// an address inside it (its first, its last and the sample below) is
+// refused, and every entry has its sample here, so a range added without
+// a test, or a sample whose range was dropped, fails.
+func TestRefusedRanges(t *testing.T) {
+	t.Parallel()
+	samples := map[string]string{
+		"0.0.0.0/8": "0.1.2.3", "10.0.0.0/8": "10.20.30.40", "100.64.0.0/10": "100.100.100.100",
+		"127.0.0.0/8": "127.0.0.53", "169.254.0.0/16": "169.254.169.254", "172.16.0.0/12": "172.20.0.1",
+		"192.0.0.0/24": "192.0.0.170", "192.0.2.0/24": "192.0.2.1", "192.88.99.0/24": "192.88.99.1",
+		"192.168.0.0/16": "192.168.1.1", "198.18.0.0/15": "198.19.0.1", "198.51.100.0/24": "198.51.100.7",
+		"203.0.113.0/24": "203.0.113.9", "224.0.0.0/4": "239.255.255.250", "240.0.0.0/4": "255.255.255.255",
+		"::/96": "::7f00:1", "::1/128": "::1",
+		"::ffff:0:0:0/96": "::ffff:0:808:808",
+		"64:ff9b:1::/48":  "64:ff9b:1::808:808",
+		"100::/64":        "100::1",
+		"2001::/32":       "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+		"2001:db8::/32":   "2001:db8::1",
+		"3fff::/20":       "3fff:fff::1",
+		"fc00::/7":        "fd12:3456::1",
+		"fe80::/10":       "fe80::1",
+		"fec0::/10":       "fec0::1",
+		"ff00::/8":        "ff02::1",
+	}
+	if len(samples) != len(refusedRanges) {
+		t.Errorf("%d samples for %d refused ranges", len(samples), len(refusedRanges))
+	}
+	for _, r := range refusedRanges {
+		t.Run(r.prefix.String(), func(t *testing.T) {
+			t.Parallel()
+			raw, ok := samples[r.prefix.String()]
+			if !ok {
+				t.Fatalf("refused range %s (%s) has no test sample", r.prefix, r.why)
+			}
+			for _, a := range []netip.Addr{netip.MustParseAddr(raw), r.prefix.Masked().Addr(), lastOf(r.prefix)} {
+				if !r.prefix.Contains(a) {
+					t.Fatalf("%s is not in %s", a, r.prefix)
+				}
+				if !refusedAddr(a, nil) {
+					t.Errorf("%s (%s, %s) is not refused", a, r.prefix, r.why)
+				}
+			}
+		})
+	}
+	for _, public := range []string{"2001:4860:4860::8888", "2606:4700::1111", "8.8.8.8", "::ffff:8.8.8.8", "64:ff9b::808:808"} {
+		if refusedAddr(netip.MustParseAddr(public), nil) {
+			t.Errorf("public %s is refused", public)
+		}
+	}
+}
+
+// lastOf is the last address of p.
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -143,7 +204,7 @@ func TestReasonsHaveSeries(t *testing.T) {
 	t.Parallel()
 	m := telemetry.NewMetrics()
 	for _, r := range []string{ReasonNotAllowed, ReasonModeNone, ReasonIPLiteral, ReasonPrivateAddress, ReasonResolveFailed,
-		ReasonBadRequest, ReasonDialFailed, ReasonUpstreamFailed, ReasonUnauthorized} {
+		ReasonBadRequest, ReasonDialFailed, ReasonUpstreamFailed, ReasonUnauthorized, ReasonNotTLS, ReasonNoSNI, ReasonSNIMismatch} {
 		m.EgressDecision(false, r)
 	}
 	families, err := m.Registry().Gather()

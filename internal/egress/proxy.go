@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -81,56 +82,21 @@ func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
 		delete(p.sockets, id.SandboxID)
 		old.close()
 	}
-	if err := removeStaleSocket(socket); err != nil {
-		return err
-	}
-	ln, err := listenUnix(socket)
+	dir, err := backend.OwnDir(filepath.Dir(socket))
 	if err != nil {
-		return err
+		return fmt.Errorf("egress: %w", err)
+	}
+	// 0666: the sandbox runs as another uid; the directory's permissions
+	// keep everyone else out.
+	ln, err := backend.ListenSocket(dir, filepath.Base(socket), 0o666)
+	if err != nil {
+		dir.Close()
+		return fmt.Errorf("egress: %w", err)
 	}
 	s := p.newServer(ln, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
-	s.socket = socket
+	s.dir, s.socket = dir, filepath.Base(socket)
 	p.sockets[id.SandboxID] = s
 	go s.http.Serve(ln) //nolint:errcheck // ends when Close closes ln
-	return nil
-}
-
-// listenUnix listens on socket, reached through its directory's descriptor
-// when the path is too long for a socket address (a deep data_dir), and
-// made 0666: the sandbox runs as another uid, and the directory's
-// permissions keep everyone else out. Closing it leaves the file (the
-// path may be long); Close removes it.
-func listenUnix(socket string) (*net.UnixListener, error) {
-	bind, done, err := backend.ShortSocketPath(socket)
-	if err != nil {
-		return nil, fmt.Errorf("egress: %w", err)
-	}
-	defer done()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bind, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("egress: listen: %w", err)
-	}
-	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(bind, 0o666); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("egress: %w", err)
-	}
-	return ln, nil
-}
-
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("egress: %w", err)
-	case fi.Mode().Type() != os.ModeSocket:
-		return fmt.Errorf("egress: %s exists and is not a socket", path)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("egress: remove stale socket: %w", err)
-	}
 	return nil
 }
 
@@ -141,8 +107,8 @@ func (p *Proxy) Close(sandboxID string) {
 	delete(p.sockets, sandboxID)
 	p.mu.Unlock()
 	if s != nil {
+		backend.RemoveSocket(s.dir, s.socket)
 		s.close()
-		_ = os.Remove(s.socket)
 	}
 }
 
@@ -220,7 +186,9 @@ type server struct {
 	// started yet would close it later, unlinking a path that by then may
 	// be a new listener's.
 	ln net.Listener
-	// socket is the path Open listens on ("" for ServeAuth).
+	// dir and socket are where Open listens (nil, "" for ServeAuth): the
+	// socket's directory, opened once (backend.OwnDir), and its name.
+	dir    *os.File
 	socket string
 
 	mu      sync.Mutex
@@ -285,6 +253,7 @@ func (s *server) stopped() bool {
 func (s *server) close() {
 	s.stop()
 	s.http.Close()
+	s.closeDir()
 	s.mu.Lock()
 	for c := range s.tunnels {
 		c.Close()
@@ -292,9 +261,16 @@ func (s *server) close() {
 	s.mu.Unlock()
 }
 
+func (s *server) closeDir() {
+	if s.dir != nil {
+		_ = s.dir.Close()
+	}
+}
+
 // shutdown lets requests and tunnels finish until ctx is done.
 func (s *server) shutdown(ctx context.Context) error {
 	s.stop()
+	s.closeDir()
 	err := s.http.Shutdown(ctx)
 	idle := make(chan struct{})
 	go func() { s.wg.Wait(); close(idle) }()

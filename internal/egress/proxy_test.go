@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,7 +66,7 @@ func TestConnectTLS(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	f := newFixture(t, w, backend.Egress{Allow: []string{fmt.Sprintf("allowed.test:%d", w.tlsPort)}})
-	resp, err := f.client(w.tls).Get(fmt.Sprintf("https://allowed.test:%d/download", w.tlsPort))
+	resp, err := f.client(w.roots).Get(fmt.Sprintf("https://allowed.test:%d/download", w.tlsPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestConnectTLS(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || n != int64(len(download)) {
 		t.Fatalf("status %d, %d bytes, %v", resp.StatusCode, n, err)
 	}
-	f.client(w.tls).Transport.(*http.Transport).CloseIdleConnections()
+	f.client(w.roots).Transport.(*http.Transport).CloseIdleConnections()
 	f.p.Close(f.id.SandboxID) // ends the tunnel the client pooled
 	lines := f.logs.waitLines(t, 1)
 	if len(lines) != 1 || lines[0]["method"] != "CONNECT" || lines[0]["decision"] != "allow" || lines[0]["bytes_down"].(float64) < float64(len(download)) {
@@ -89,7 +90,7 @@ func TestRefusals(t *testing.T) {
 	w := newWorld(t)
 	p := w.port
 	allow := []string{"allowed.test", "private.test", "meta.test", "rfc1918.test", "mapped.test", "v6local.test",
-		"unknown.test", "*.wild.test", fmt.Sprintf("ported.test:%d", p)}
+		"unknown.test", "*.wild.test", fmt.Sprintf("ported.test:%d", p), "teredo.test", "translated.test"}
 	for _, c := range []struct {
 		name, req string
 		status    int
@@ -105,6 +106,9 @@ func TestRefusals(t *testing.T) {
 		{"rfc1918 answer", connect("rfc1918.test:443"), 403, ReasonPrivateAddress, "rfc1918.test"},
 		{"mapped loopback answer", connect("mapped.test:443"), 403, ReasonPrivateAddress, "mapped.test"},
 		{"v6 loopback answer", connect("v6local.test:443"), 403, ReasonPrivateAddress, "v6local.test"},
+		{"teredo answer", connect("teredo.test:443"), 403, ReasonPrivateAddress, "teredo.test"},
+		{"ipv4-translated answer", connect("translated.test:443"), 403, ReasonPrivateAddress, "translated.test"},
+		{"teredo answer forward", get("http://teredo.test/"), 403, ReasonPrivateAddress, "teredo.test"},
 		{"ipv4 literal", get("http://127.0.0.2:%d/", p), 403, ReasonIPLiteral, "127.0.0.2"},
 		{"ipv4 literal connect", connect(fmt.Sprintf("127.0.0.2:%d", p)), 403, ReasonIPLiteral, "127.0.0.2"},
 		{"ipv6 literal", get("http://[::1]:%d/", p), 403, ReasonIPLiteral, "::1"},
@@ -189,15 +193,27 @@ func TestUpstreamFailures(t *testing.T) {
 	}
 	port := portOf(t, "http://"+closed.Addr().String())
 	closed.Close()
-	for _, req := range []string{get("http://allowed.test:%d/", port), connect(fmt.Sprintf("allowed.test:%d", port))} {
-		f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
-		resp, body := f.raw(t, req)
-		if resp.StatusCode != 502 || !strings.Contains(string(body), ReasonDialFailed) {
-			t.Fatalf("%q: %d %s, want 502 dial_failed", req, resp.StatusCode, body)
-		}
-		if d := f.dials.all(); len(d) != 1 || d[0] != closed.Addr().String() {
-			t.Fatalf("dials %v", d)
-		}
+	f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
+	resp, body := f.raw(t, get("http://allowed.test:%d/", port))
+	if resp.StatusCode != 502 || !strings.Contains(string(body), ReasonDialFailed) {
+		t.Fatalf("forward: %d %s, want 502 dial_failed", resp.StatusCode, body)
+	}
+	if d := f.dials.all(); len(d) != 1 || d[0] != closed.Addr().String() {
+		t.Fatalf("dials %v", d)
+	}
+	// A tunnel is answered before its ClientHello, so before its dial: a
+	// dial that fails ends it, and the log says why.
+	f = newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
+	c, br := openTunnel(t, f, fmt.Sprintf("allowed.test:%d", port))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("tunnel with a failed dial: %v %v, want EOF", b, err)
+	}
+	if d := f.dials.all(); len(d) != 1 || d[0] != closed.Addr().String() {
+		t.Fatalf("dials %v", d)
+	}
+	if lines := f.logs.waitLines(t, 1); len(lines) != 1 || lines[0]["reason"] != ReasonDialFailed {
+		t.Fatalf("log lines %v", lines)
 	}
 }
 
@@ -338,6 +354,8 @@ func TestOpenAndClose(t *testing.T) {
 }
 
 // openTunnel connects through the proxy to addr and returns the tunnel.
+// openTunnel opens a tunnel to authority and sends the ClientHello of its
+// host, as a TLS client would: what the upstream reads starts with it.
 func openTunnel(t testing.TB, f *fixture, authority string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("unix", f.socket)
@@ -350,6 +368,10 @@ func openTunnel(t testing.TB, f *fixture, authority string) (net.Conn, *bufio.Re
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("CONNECT %s: %v %v", authority, resp, err)
+	}
+	host, _, _ := net.SplitHostPort(authority)
+	if _, err := c.Write(clientHello(t, host)); err != nil {
+		t.Fatal(err)
 	}
 	return c, br
 }
@@ -401,17 +423,22 @@ func portString(ln net.Listener) string {
 func TestTunnelCloseAndHalfClose(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
+	up := startCountingUpstream(t) // echoes what it got once the client half-closed
 	f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
-	c, br := openTunnel(t, f, fmt.Sprintf("allowed.test:%d", w.port))
-	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+	authority := fmt.Sprintf("allowed.test:%d", up.port())
+	c, br := openTunnel(t, f, authority)
+	io.WriteString(c, "ping")
 	c.(*net.UnixConn).CloseWrite()
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("through a half-closed tunnel: %v %v", resp, err)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(br)
+	if err != nil || len(got) < 6 || got[0] != 22 || !bytes.HasSuffix(got, []byte("ping")) {
+		t.Fatalf("through a half-closed tunnel: %q %v", got, err)
 	}
-	resp.Body.Close()
 
-	c2, br2 := openTunnel(t, f, fmt.Sprintf("allowed.test:%d", w.port))
+	c2, br2 := openTunnel(t, f, authority)
+	for deadline := time.Now().Add(5 * time.Second); up.accepted.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // the tunnel is up once its hello passed
+	}
 	f.p.Close(f.id.SandboxID)
 	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := br2.ReadByte(); err != io.EOF {
@@ -437,7 +464,7 @@ func TestForwardStreams(t *testing.T) {
 		rw.(http.Flusher).Flush()
 		<-sendRest
 		io.WriteString(rw, "tail")
-	}), false)
+	}), nil)
 	f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
 	body, bodyW := io.Pipe()
 	req, _ := http.NewRequest("POST", fmt.Sprintf("http://allowed.test:%d/", portOf(t, up.URL)), body)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -157,17 +158,19 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	g.server = &serve.Server{
 		Handler:           g.router,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		BodyTimeout:       cfg.BodyTimeout,
 		// Above common load balancer idle timeouts (60-75 s), so the gateway is
 		// never the side that closes a connection the balancer is about to reuse.
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		Log:            log,
 	}
-	g.listener, err = net.Listen("tcp", cfg.Listen)
+	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		g.close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	g.listener = serve.LimitListener(l, cfg.Conns)
 	if g.egressListener, err = g.listenEgress(); err != nil {
 		_ = g.listener.Close()
 		g.close()
@@ -190,6 +193,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		pool.NewToucher(g.pool).Run,
 		pool.NewReaper(g.pool).Run,
 		pool.NewFreezer(g.pool).Run,
+		pool.NewLifetime(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
 		pool.NewPrewarmer(g.pool).Run,
 		pool.NewHeartbeat(g.pool).Run,
@@ -201,7 +205,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); run(loops) }()
 	}
+	g.logLimits()
 	g.log.Info("gateway listening", "addr", g.listener.Addr().String(), "backend", g.cfg.Backend,
+		"max_connections", g.cfg.Conns.Effective().String(),
 		"instance", g.cfg.Pool.Instance)
 
 	if g.egressListener != nil {
@@ -291,4 +297,29 @@ func NewSandboxTransport(socket string) http.RoundTripper {
 		cfg.Dial = backend.DialUnix(socket, 2*time.Second)
 	}
 	return proxy.NewTransport(cfg)
+}
+
+// logLimits says at start-up what bounds each user's share of the fleet
+// and each sandbox's life, so an operator sees what "no cap" means here.
+func (g *Gateway) logLimits() {
+	p := g.cfg.Pool
+	capOf := func(n int) string {
+		if n <= 0 {
+			return "none"
+		}
+		return strconv.Itoa(n)
+	}
+	durOf := func(d, dflt time.Duration) string {
+		switch {
+		case d < 0:
+			return "never"
+		case d == 0:
+			return dflt.String()
+		}
+		return d.String()
+	}
+	g.log.Info("sandbox limits", "multi_user", g.cfg.Auth.Enabled(),
+		"max_sandboxes_per_user", capOf(p.MaxSandboxesPerUser), "max_creates_per_user", capOf(p.MaxCreatesPerUser),
+		"max_lifetime", durOf(p.MaxLifetime, pool.DefaultMaxLifetime),
+		"busy_idle_after", durOf(p.BusyIdleAfter, pool.DefaultBusyIdleAfter))
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // newRoot is where the child builds the sandbox's root before pivoting
@@ -47,6 +48,9 @@ func Setup() ([]string, error) {
 		return nil, err
 	}
 	if err := placed(); err != nil {
+		return nil, err
+	}
+	if err := cgroupNamespace(); err != nil {
 		return nil, err
 	}
 	if err := takeOver(spec); err != nil {
@@ -96,6 +100,19 @@ func readSpec() (Spec, func() error, error) {
 	}
 	spec.Limits = spec.Limits.WithDefaults()
 	return spec, placed, spec.Validate()
+}
+
+// cgroupNamespace gives the sandbox a cgroup namespace rooted at the cgroup
+// the gateway has just placed it in, so /proc/self/cgroup reads "0::/" and
+// names no host cgroup path (one made at clone time would be rooted at the
+// gateway's cgroup, and show the sandbox's own below it). Every thread
+// unshares (psx), as namespaces belong to a thread and a child inherits its
+// parent thread's.
+func cgroupNamespace() error {
+	if _, _, e := psx.Syscall3(unix.SYS_UNSHARE, unix.CLONE_NEWCGROUP, 0, 0); e != 0 {
+		return fmt.Errorf("cgroup namespace: %w", e)
+	}
+	return nil
 }
 
 // setIDs makes this process SandboxUID and SandboxGID, which the gateway

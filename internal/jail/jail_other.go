@@ -4,15 +4,11 @@ package jail
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 )
 
 // errUnsupported: namespaces, Landlock and seccomp are Linux's.
 var errUnsupported = errors.New("process isolation needs Linux (set process_isolation: none)")
-
-// HostID is the gateway's own ids off Linux.
-func HostID(string) (uid, gid int) { return os.Geteuid(), os.Getegid() }
 
 // Own does nothing off Linux, where no sandbox has ids of its own.
 func Own(string, int, int) error { return nil }

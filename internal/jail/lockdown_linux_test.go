@@ -426,7 +426,8 @@ func manyThreads() error {
 }
 
 // expect is what a probe should give: "ok", "fail" (any error), an errno
-// name, or "" for no expectation.
+// name, "!" and an errno name (anything but that errno, success too), or
+// "" for no expectation.
 type expect = string
 
 var errnos = map[string]syscall.Errno{
@@ -447,6 +448,8 @@ func checkResults(t *testing.T, results map[string]result, want map[string]expec
 			t.Errorf("%s: succeeded, want failure", name)
 		case errnos[w] != 0 && !strings.Contains(r.Err, errnos[w].Error()):
 			t.Errorf("%s: %q, want %s", name, r.Err, w)
+		case strings.HasPrefix(w, "!") && r.Err != "" && strings.Contains(r.Err, errnos[w[1:]].Error()):
+			t.Errorf("%s: %q, want anything but %s", name, r.Err, w[1:])
 		}
 	}
 }

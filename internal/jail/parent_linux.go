@@ -15,17 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// HostID is the host uid and gid SandboxUID maps to for a sandbox: an id of
-// its own (SandboxHostID) when the gateway runs as root, else the gateway's
-// own (an unprivileged user can map only itself).
-func HostID(sandboxID string) (uid, gid int) {
-	if os.Geteuid() != 0 {
-		return os.Geteuid(), os.Getegid()
-	}
-	id := SandboxHostID(sandboxID)
-	return id, id
-}
-
 // Own makes dir, and everything under it when dir is not already theirs,
 // belong to uid:gid: the writable mounts of a sandbox whose host uid is its
 // own. A dir that already belongs to them is left as is, so a thread's
@@ -137,7 +126,7 @@ func (c *Command) Start() (*exec.Cmd, error) {
 func sysProcAttr(hostNetwork bool) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | // the cgroup namespace comes once placed: cgroupNamespace
 			syscall.CLONE_VM | syscall.CLONE_VFORK,
 		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP, unix.CAP_SETUID, unix.CAP_SETGID},
 		// Its own process group: terminal signals to the gateway do not

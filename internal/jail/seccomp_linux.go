@@ -19,8 +19,9 @@ import (
 //
 // It fails closed, and the sandbox then does not serve: no program, a
 // malformed one, one the kernel refuses, or one that lets unshare or setns
-// through (the filter denies both; a check of two syscalls that catches a
-// filter swapped for a weaker one).
+// through on the native ABI, or unshare through the ia32 one (int $0x80, in
+// a child: the filter refuses every call of another ABI; a check of a few
+// syscalls that catches a filter swapped for a weaker one).
 func installSeccomp(program []byte) error {
 	if len(program) == 0 || len(program)%8 != 0 || len(program)/8 > unix.BPF_MAXINSNS {
 		return fmt.Errorf("seccomp: no valid filter program (%d bytes)", len(program))
@@ -46,6 +47,9 @@ func installSeccomp(program []byte) error {
 	}
 	if err := unix.Setns(-1, 0); !errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("seccomp: the filter lets setns through (%v)", err)
+	}
+	if supported, err := unshareIA32(unix.CLONE_NEWUSER); supported && !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("seccomp: the filter lets ia32 unshare through (%v)", err)
 	}
 	return nil
 }

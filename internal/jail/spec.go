@@ -13,7 +13,7 @@ import (
 
 // SandboxUID and SandboxGID are the ids every sandbox runs as inside its
 // user namespace: an ordinary user, never root, mapped to a host id of its
-// own (see HostID).
+// own (see HostIDs).
 const (
 	SandboxUID = 1000
 	SandboxGID = 1000
@@ -121,7 +121,7 @@ type Command struct {
 	Spec   Spec
 	// Files are handed to the server as its fds 3, 4, ...
 	Files []*os.File
-	// UID and GID are the host ids the sandbox's user maps to (HostID).
+	// UID and GID are the host ids the sandbox's user maps to (HostIDs.For).
 	UID, GID int
 	// Output receives the child's stdout and stderr.
 	Output *os.File

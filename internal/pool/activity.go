@@ -17,14 +17,24 @@ import (
 // in the data of its usual envelope.
 const ActivityPath = "/v1/sandgate/activity"
 
-// Activity is what ActivityPath answers.
+// Activity is what ActivityPath answers. Commands counts the busy ones:
+// a stopped or stalled command (see Config.BusyIdleAfter) is in Stalled,
+// which keeps nothing alive.
 type Activity struct {
 	Commands int `json:"commands"`
+	Stalled  int `json:"stalled"`
 	Requests int `json:"requests"`
 }
 
 // Running: a command runs, or a request other than the probe is served.
 func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
+
+// activityPathFor is ActivityPath with the busy_idle_after the sandbox
+// server applies (0 there: only a stop ends busy). A server that predates
+// the parameter ignores it.
+func activityPathFor(busyIdleAfter time.Duration) string {
+	return ActivityPath + "?busy_idle_after=" + max(busyIdleAfter, 0).String()
+}
 
 // activityProbeTimeout bounds the probe: a sandbox too slow to answer it
 // cannot tell.
@@ -37,7 +47,7 @@ func (p *Pool) activity(ctx context.Context, rec lease.Record) (Activity, error)
 	ctx, cancel := context.WithTimeout(ctx, activityProbeTimeout)
 	defer cancel()
 	base, socket := backend.HTTPBase(rec.URL)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+ActivityPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+p.activityPath, nil)
 	if err != nil {
 		return Activity{}, fmt.Errorf("activity probe: %w", err)
 	}

@@ -72,6 +72,16 @@ type Config struct {
 	// cache_ttl plus touch_interval (see lease.Store.Freeze) and stay
 	// under idle_timeout.
 	FreezeAfter time.Duration
+	// BusyIdleAfter: a running command that has used no CPU and written no
+	// output this long no longer keeps its sandbox busy (one whose process
+	// group is all stopped never does), so the freezer and the reaper treat
+	// the sandbox as idle. Sent to the sandbox server with each activity
+	// probe. 0 = 30m; negative = only a stop ends busy.
+	BusyIdleAfter time.Duration
+	// MaxLifetime destroys a sandbox this long after it was created, busy
+	// or not (reason max_lifetime): nothing a tenant runs keeps one alive
+	// for good. 0 = 24h; negative = never.
+	MaxLifetime time.Duration
 
 	// Instance names this replica in labels and logs.
 	Instance string
@@ -102,6 +112,8 @@ const (
 	DefaultReapInterval      = 10 * time.Second
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultReconcileGrace    = time.Minute
+	DefaultBusyIdleAfter     = 30 * time.Minute
+	DefaultMaxLifetime       = 24 * time.Hour
 )
 
 // Validate reports the first bad field by name.
@@ -168,6 +180,8 @@ func (c Config) withDefaults() Config {
 	def(&c.ReconcileGrace, DefaultReconcileGrace)
 	def(&c.LockTTL, lease.DefaultLockTTL)
 	def(&c.BucketLeaseTTL, DefaultBucketLeaseTTL)
+	def(&c.BusyIdleAfter, DefaultBusyIdleAfter)
+	def(&c.MaxLifetime, DefaultMaxLifetime)
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes
 	}
@@ -175,6 +189,13 @@ func (c Config) withDefaults() Config {
 		c.Fleet = backend.DefaultFleet
 	}
 	return c
+}
+
+// lifetimeInterval is how often the lifetime loop looks: a hundredth of
+// MaxLifetime, at least ReapInterval and at most a minute (a pass reads
+// every record of the replica's buckets, as the reconciler's does).
+func (c Config) lifetimeInterval() time.Duration {
+	return min(max(c.MaxLifetime/100, c.ReapInterval), time.Minute)
 }
 
 // freezeInterval is how often the freezer looks: a tenth of FreezeAfter,

@@ -36,6 +36,8 @@ type fakeBackend struct {
 	progress []backend.Progress
 	// commands is what every sandbox reports running (ActivityPath).
 	commands atomic.Int64
+	// idleAfter is the busy_idle_after of the last activity probe.
+	idleAfter atomic.Value
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
@@ -43,6 +45,7 @@ func newFakeBackend(t testing.TB) *fakeBackend {
 		clock: realClock{}, paused: map[string]bool{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == ActivityPath { // what the sandbox server answers the freezer
+			f.idleAfter.Store(r.URL.Query().Get("busy_idle_after"))
 			fmt.Fprintf(w, `{"success":true,"data":{"commands":%d,"requests":0}}`, f.commands.Load())
 		}
 	}))

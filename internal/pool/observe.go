@@ -25,6 +25,7 @@ const (
 	ReasonInterrupted DestroyReason = "interrupted"     // finishing a destroy a crashed replica left
 	ReasonAdmin       DestroyReason = "admin"           // the operator CLI (/admin/v1)
 	ReasonPrewarmTrim DestroyReason = "prewarm_trim"    // a pre-started sandbox over Config.Prewarm, stale or failing its claim
+	ReasonMaxLifetime DestroyReason = "max_lifetime"    // older than Config.MaxLifetime (the lifetime loop)
 )
 
 // Span names: one trace explains a slow first call (acquire, lock wait,
@@ -44,6 +45,7 @@ const (
 	spanReapPass   = "sandgate.reaper.pass"
 	spanFreezePass = "sandgate.freezer.pass"
 	spanReconcile  = "sandgate.reconciler.pass"
+	spanLifetime   = "sandgate.lifetime.pass"
 )
 
 // hit records a cached acquire. The hot path: the metric is an atomic add

@@ -68,6 +68,11 @@ type Config struct {
 	// sandbox, which runs untrusted code) ever sees the key.
 	GatewayOrigin string
 	GatewayKey    string
+	// ForwardCookies passes the client's Cookie headers to sandboxes and
+	// their Set-Cookie back (an app in a sandbox that keeps a login). Off,
+	// the default, neither crosses: a sandbox's tenant controls its
+	// responses, which are served on the gateway's origin (headers.go).
+	ForwardCookies bool
 }
 
 // Defaults of Config.
@@ -143,9 +148,8 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 		BufferPool:    bufferPool{},
 		ErrorHandler:  p.handleError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		// The sandbox key is between the gateway and the sandbox only.
 		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Del(SandboxAPIKeyHeader)
+			p.secureResponse(resp.Header)
 			return checkResponse(resp)
 		},
 	}

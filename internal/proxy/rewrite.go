@@ -28,6 +28,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	for _, h := range strippedRequestHeaders {
 		out.Header.Del(h)
 	}
+	if !p.cfg.ForwardCookies {
+		// The gateway's origin's cookies (its status session among them)
+		// are no sandbox's business (headers.go).
+		delete(out.Header, "Cookie")
+	}
 	// Keep the chain from a load balancer in front: append, don't replace.
 	if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
 		out.Header["X-Forwarded-For"] = prior

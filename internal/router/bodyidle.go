@@ -25,10 +25,18 @@ var errBodyIdle = errors.New("the request body made no progress in time")
 // in flight forever (never reaped for idleness).
 func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port string) int64 {
 	r := c.Request()
-	if rt.bodyIdle > 0 && r.Body != nil && r.Body != http.NoBody && r.Header.Get("Upgrade") == "" {
-		body := r.Body
-		r.Body = &idleBody{rc: body, w: c.Response(), timeout: rt.bodyIdle}
-		defer func() { r.Body = body }()
+	if r.Body != nil && r.Body != http.NoBody && r.Header.Get("Upgrade") == "" {
+		if rt.bodyIdle <= 0 {
+			// Never cut (the operator's choice): lift the server's total
+			// body deadline too, which is for bodies the gateway reads.
+			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
+		} else {
+			// A proxied body (an upload) may take long; the server's total
+			// deadline becomes one on progress, moved by each read.
+			body := r.Body
+			r.Body = &idleBody{rc: body, w: c.Response(), timeout: rt.bodyIdle}
+			defer func() { r.Body = body }()
+		}
 	}
 	return rt.proxy.Serve(c.Response(), r, up, path, rawPath, port)
 }

@@ -84,6 +84,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusTooManyRequests, "stream_limit", err.Error(), 5}
 	case errors.Is(err, errStatusStreams):
 		return apiError{http.StatusServiceUnavailable, "status_streams", err.Error(), 5}
+	case errors.Is(err, errProgressStreams):
+		return apiError{http.StatusServiceUnavailable, "progress_streams", err.Error(), 5}
 	case errors.Is(err, proxy.ErrUpgradeCapacity):
 		return apiError{http.StatusServiceUnavailable, "upgrade_capacity", "too many open WebSocket connections; retry later", 5}
 	case errors.Is(err, checkpoint.ErrNotFound):
@@ -135,6 +137,10 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusGatewayTimeout, "timeout", "the sandbox did not answer in time", 0}
 	case errors.Is(err, proxy.ErrResponseHeadersTooLarge):
 		return apiError{http.StatusBadGateway, "sandbox_headers_too_large", "the sandbox answered with headers over the gateway's limit", 0}
+	case errors.Is(err, backend.ErrUnsafeSocket):
+		// The sandbox put something else in its socket's place (a symlink
+		// to another daemon's socket): never dialled.
+		return apiError{http.StatusBadGateway, "sandbox_socket_refused", "the sandbox's socket is not one its server made; the gateway does not connect to it", 0}
 	case errors.As(err, &unreachable):
 		return apiError{http.StatusBadGateway, "sandbox_unreachable", "the sandbox did not answer", 0}
 	case errors.As(err, &netErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &exchange):

@@ -23,6 +23,8 @@ const recentTimeout = 2 * time.Second
 
 var errBadUntil = errors.New(`until must be "ready" or absent`)
 
+var errProgressStreams = errors.New("too many open provisioning-progress streams; retry later")
+
 // threadEvents is GET /threads/{thread}/sandbox/events: the lifecycle
 // events of the caller's thread as Server-Sent Events. The thread's events
 // still in the fleet's recent list come first (oldest first, newer than
@@ -47,6 +49,11 @@ func (rt *Router) threadEvents(c echo.Context, p *auth.Principal) error {
 	if bus == nil {
 		return echo.ErrNotFound
 	}
+	release, err := rt.progress.acquire(p)
+	if err != nil {
+		return err
+	}
+	defer release()
 	user := p.User
 	mine := func(e events.Event) bool { return e.User == user && e.Thread == thread }
 	// Watch before reading the recent list: an event published in between

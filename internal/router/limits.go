@@ -68,8 +68,8 @@ type LimitsConfig struct {
 	// real creates count; admins are exempt. Zero = 60/1m; negative N = no
 	// limit. Enforced by the pool (lease.CreateRate), not by Limits.
 	CreateRate Rate
-	// Streams shares each replica's event streams (status page) between
-	// users, with a reserve for admins.
+	// Streams shares each replica's event streams (status page,
+	// provisioning progress) between users, with a reserve for admins.
 	Streams StreamCaps
 }
 

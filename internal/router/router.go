@@ -124,6 +124,7 @@ type Router struct {
 	holder          Holder      // nil: no freeze on demand
 	events          *events.Bus // nil: no lifecycle events here
 	streams         *sseStreams // the open event streams, ended on drain
+	progress        *streamCap  // the provisioning-progress streams, shared between users
 }
 
 // New builds the router.
@@ -134,6 +135,7 @@ func New(d Deps) *Router {
 	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
 		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
 		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, events: d.Events, streams: newSSEStreams(),
+		progress:    newStreamCap(MaxStreamsPerKind, d.Status.Streams, errProgressStreams),
 		checkpoints: d.Checkpoints, holder: d.Holder}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {

@@ -41,6 +41,7 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: %w", pool.ErrCreate, &backend.ImageError{Image: "reg.example/sbx:1", Err: errors.New("pull /var/lib/x")}), 502, "sandbox_image_missing", false},
 		{fmt.Errorf("%w: mkdir /srv/data: no space left on device", pool.ErrStorage), 507, "storage_unavailable", false},
 		{&proxy.UnreachableError{Err: dial}, 502, "sandbox_unreachable", false},
+		{&proxy.ExchangeError{Err: fmt.Errorf("%w: a symlink", backend.ErrUnsafeSocket)}, 502, "sandbox_socket_refused", false},
 		{&proxy.ResolveError{Err: pool.ErrCapacity}, 503, "capacity", true},
 		{&net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, 502, "sandbox_connection_lost", false},
 		{io.ErrUnexpectedEOF, 502, "sandbox_connection_lost", false},

@@ -36,7 +36,8 @@ type Status struct {
 	// TLS: the one case where the session cookie is not marked Secure (a
 	// browser would not send it back over http://127.0.0.1).
 	PlainLoopback bool
-	// Streams shares the replica's status event streams between users.
+	// Streams shares the replica's event streams of each kind (the status
+	// page's, the provisioning-progress ones) between users.
 	Streams StreamCaps
 	// MaxSandboxes, HardCap and MaxSandboxesPerUser are the pool's
 	// effective quotas, shown against the counts.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,7 +22,7 @@ func TestDrainWaitsForOutputAlreadyWritten(t *testing.T) {
 	if _, err := w.WriteString("ok\n"); err != nil {
 		t.Fatal(err)
 	}
-	p := &pipeReader{f: r}
+	p := &pipeReader{f: r, wrote: new(atomic.Int64)}
 	buf := newOutBuf(1<<10, nil, newSignal())
 	returned := make(chan struct{})
 	go func() {
@@ -55,7 +56,7 @@ func TestDrainStopsForAnIdlePipeHeldOpen(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	p := &pipeReader{f: r}
+	p := &pipeReader{f: r, wrote: new(atomic.Int64)}
 	go p.copyTo(newOutBuf(1<<10, nil, newSignal()))
 	start := time.Now()
 	awaitDrain([]*pipeReader{p}, make(chan struct{}))

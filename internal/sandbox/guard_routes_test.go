@@ -9,24 +9,21 @@ import (
 )
 
 // TestEveryPostRefusesBrowserForms attacks every POST route the server
-// registers (read from server.go, so a new endpoint is covered without
+// registers (walked from Routes, so a new endpoint is covered without
 // editing a list) the way a page on another site can: a form-encodable
 // body (text/plain, no preflight) and a cross-site fetch. Either must be
 // refused before the handler runs: nothing is created or executed.
 func TestEveryPostRefusesBrowserForms(t *testing.T) {
 	t.Parallel()
 	ts := newHostServer(t)
-	raw, err := os.ReadFile("server.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(raw)
 	var posts []string
-	for _, m := range regexp.MustCompile(`m\.Handle\("POST (/v1/[^"]*)"`).FindAllStringSubmatch(src, -1) {
-		posts = append(posts, strings.ReplaceAll(m[1], "{session_id}", "victim"))
+	for _, pattern := range ts.srv.Routes() {
+		if p, ok := strings.CutPrefix(pattern, "POST "); ok {
+			posts = append(posts, regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(p, "victim"))
+		}
 	}
 	if len(posts) < 20 {
-		t.Fatalf("found only %d POST routes in server.go", len(posts))
+		t.Fatalf("Routes lists only %d POST routes", len(posts))
 	}
 	body := `{"command":"touch /mnt/user-data/workspace/pwned","id":"victim","session_id":"victim","file":"/mnt/user-data/workspace/pwned","content":"x","path":"/mnt/user-data/workspace/pwned","language":"python","code":"open('pwned','w')","file_text":"x","input":"x","press_enter":true}`
 	for _, p := range posts {

@@ -41,6 +41,8 @@ const (
 type pipeReader struct {
 	f    *os.File
 	idle atomic.Bool
+	// wrote is the command's last-output time (UnixNano), for activity.
+	wrote *atomic.Int64
 }
 
 func (p *pipeReader) copyTo(dst *outBuf) {
@@ -52,6 +54,7 @@ func (p *pipeReader) copyTo(dst *outBuf) {
 		p.idle.Store(false)
 		if n > 0 {
 			_, _ = dst.Write(buf[:n])
+			p.wrote.Store(time.Now().UnixNano())
 		}
 		if err != nil {
 			return
@@ -131,6 +134,9 @@ type command struct {
 
 	inMu  sync.Mutex // held across a stdin write, apart from mu
 	stdin *os.File   // write end of an async command's stdin; nil = none or closed
+
+	wrote atomic.Int64 // last output (UnixNano); see activity.go
+	prog  progress
 }
 
 type startSpec struct {
@@ -196,12 +202,13 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 		return nil, fmt.Errorf("start shell: %w", err)
 	}
 	c.pgid = cmd.Process.Pid
+	c.wrote.Store(time.Now().UnixNano())
 	reg.add(c)
 
 	var wg sync.WaitGroup
 	pipes := make([]*pipeReader, len(readers))
 	for i, r := range readers {
-		pipes[i] = &pipeReader{f: r}
+		pipes[i] = &pipeReader{f: r, wrote: &c.wrote}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

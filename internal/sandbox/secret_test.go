@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -12,27 +14,47 @@ import (
 
 const testSecret = "0123456789abcdef0123456789abcdef-own"
 
-// TestSecretRequiredOnEveryRoute: with a secret configured, every route
-// (known, unknown, WebSocket, any method) answers 401 JSON without it or
-// with a wrong, truncated, extended or differently cased one; only the exact
-// secret passes.
+// TestSecretRequiredOnEveryRoute: with a secret configured, every route the
+// server registers (walked from Routes, so a new endpoint is covered without
+// editing this test), plus unknown paths, answers 401 JSON without the secret
+// or with a wrong, truncated, extended or differently cased one; only the
+// exact secret passes. Each request is first shown to reach its own route's
+// pattern, not the 404 fallback, so an exemption for one route cannot hide.
 func TestSecretRequiredOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	ts := newHostServerWith(t, Config{Secret: testSecret})
-	routes := []struct{ method, path string }{
-		{"GET", "/v1/sandbox"}, {"POST", "/v1/shell/exec"}, {"POST", "/v1/file/read"},
-		{"POST", "/v1/file/write"}, {"GET", "/v1/file/download?path=/etc/passwd"},
-		{"GET", "/v1/shell/ws"}, {"POST", "/v1/no-such"}, {"GET", "/"},
+	type target struct{ method, path, pattern string }
+	var targets []target
+	for _, pattern := range ts.srv.Routes() {
+		method, p, ok := strings.Cut(pattern, " ")
+		if !ok {
+			t.Fatalf("route %q has no method", pattern)
+		}
+		p = regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(p, "victim")
+		if p == "/v1/file/download" {
+			p += "?path=/etc/passwd"
+		}
+		req := httptest.NewRequest(method, p, nil)
+		if _, got := ts.srv.mux.Handler(req); got != pattern {
+			t.Fatalf("%s %s reaches %q, not its route %q", method, p, got, pattern)
+		}
+		targets = append(targets, target{method, p, pattern})
 	}
+	if len(targets) < 35 {
+		t.Fatalf("Routes lists only %d routes", len(targets))
+	}
+	targets = append(targets, target{"POST", "/v1/no-such", "/"}, target{"GET", "/", "/"},
+		target{"PUT", "/v1/bash/exec", "/"})
+	body := `{"command":"id","file":"/etc/passwd","content":"x","id":"victim","session_id":"victim","language":"python","code":"print(1)"}`
 	for _, bad := range []string{"", "wrong", testSecret[:len(testSecret)-1], testSecret + "x", strings.ToUpper(testSecret)} {
-		for _, rt := range routes {
+		for _, rt := range targets {
 			h := http.Header{"Content-Type": {"application/json"}}
 			if bad != "" {
 				h.Set(backend.SecretHeader, bad)
 			}
-			r := ts.send(t, rt.method, rt.path, h, strings.NewReader(`{"command":"id","file":"/etc/passwd","content":"x"}`))
+			r := ts.send(t, rt.method, rt.path, h, strings.NewReader(body))
 			if r.Status != http.StatusUnauthorized || r.Success || !strings.Contains(r.Message, backend.SecretHeader) {
-				t.Fatalf("%s %s with %q: %d %s", rt.method, rt.path, bad, r.Status, r.Body)
+				t.Errorf("%s %s (route %q) with secret %q: %d %s", rt.method, rt.path, rt.pattern, bad, r.Status, r.Body)
 			}
 		}
 	}

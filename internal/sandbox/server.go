@@ -191,43 +191,72 @@ func (s *Server) shell() (shellInfo, error) {
 	return s.shellInfo, s.shellErr
 }
 
+// route is one endpoint: a ServeMux pattern and its handler.
+type route struct {
+	pattern string
+	handler func(http.ResponseWriter, *http.Request) error
+}
+
+// routeTable is every endpoint the server serves, and the only place one is
+// registered: Handler wraps all of them in the secret and cross-site checks,
+// and the tests walk this table (Routes), so an endpoint added here is
+// checked without anyone editing a test list.
+func (s *Server) routeTable() []route {
+	return []route{
+		{"GET /v1/sandbox", s.handleSandbox},
+		{"GET /v1/sandgate/activity", s.handleActivity},
+		{"GET /v1/sandbox/packages/python", s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")},
+		{"GET /v1/sandbox/packages/nodejs", s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")},
+		{"POST /v1/code/execute", bodyType(jsonBody, s.handleCodeExecute)},
+		{"GET /v1/code/info", s.handleCodeInfo},
+		{"POST /v1/shell/exec", bodyType(jsonBody, s.handleShellExec)},
+		{"POST /v1/shell/view", bodyType(jsonBody, s.handleShellView)},
+		{"POST /v1/shell/kill", bodyType(jsonBody, s.handleShellKill)},
+		{"POST /v1/shell/sessions/create", bodyType(jsonBody, s.handleSessionCreate)},
+		{"DELETE /v1/shell/sessions/{id}", s.handleSessionDelete},
+		{"GET /v1/shell/ws", s.handleShellWS},
+		{"POST /v1/shell/write", bodyType(jsonBody, s.handleShellWrite)},
+		{"POST /v1/shell/wait", bodyType(jsonBody, s.handleShellWait)},
+		{"GET /v1/shell/sessions", s.handleShellSessions},
+		{"DELETE /v1/shell/sessions", s.handleShellSessionsCleanup},
+		{"GET /v1/shell/sessions/stats", s.handleShellSessionStats},
+		{"POST /v1/bash/exec", bodyType(jsonBody, s.handleBashExec)},
+		{"POST /v1/bash/output", bodyType(jsonBody, s.handleBashOutput)},
+		{"POST /v1/bash/write", bodyType(jsonBody, s.handleBashWrite)},
+		{"POST /v1/bash/kill", bodyType(jsonBody, s.handleBashKill)},
+		{"GET /v1/bash/sessions", s.handleBashSessions},
+		{"POST /v1/bash/sessions/create", bodyType(jsonBody, s.handleBashSessionCreate)},
+		{"POST /v1/bash/sessions/{session_id}/close", s.handleBashSessionClose},
+		{"POST /v1/file/read", bodyType(jsonBody, s.handleFileRead)},
+		{"POST /v1/file/write", bodyType(jsonBody, s.handleFileWrite)},
+		{"POST /v1/file/replace", bodyType(jsonBody, s.handleFileReplace)},
+		{"POST /v1/file/find", bodyType(jsonBody, s.handleFileFind)},
+		{"POST /v1/file/glob", bodyType(jsonBody, s.handleFileGlob)},
+		{"POST /v1/file/list", bodyType(jsonBody, s.handleFileList)},
+		{"POST /v1/file/grep", bodyType(jsonBody, s.handleFileGrep)},
+		{"POST /v1/file/search", bodyType(jsonBody, s.handleFileSearch)},
+		{"POST /v1/file/str_replace_editor", bodyType(jsonBody, s.handleStrReplaceEditor)},
+		{"POST /v1/file/upload", bodyType(multipartBody, s.handleFileUpload)},
+		{"GET /v1/file/download", s.handleFileDownload},
+	}
+}
+
+// Routes lists the patterns of every registered endpoint ("METHOD /path"),
+// in registration order; everything else is the 404 fallback.
+func (s *Server) Routes() []string {
+	table := s.routeTable()
+	out := make([]string, len(table))
+	for i, rt := range table {
+		out[i] = rt.pattern
+	}
+	return out
+}
+
 func (s *Server) routes() {
 	m := http.NewServeMux()
-	m.Handle("GET /v1/sandbox", s.api(s.handleSandbox))
-	m.Handle("GET /v1/sandgate/activity", s.api(s.handleActivity))
-	m.Handle("GET /v1/sandbox/packages/python", s.api(s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")))
-	m.Handle("GET /v1/sandbox/packages/nodejs", s.api(s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")))
-	m.Handle("POST /v1/code/execute", s.api(bodyType(jsonBody, s.handleCodeExecute)))
-	m.Handle("GET /v1/code/info", s.api(s.handleCodeInfo))
-	m.Handle("POST /v1/shell/exec", s.api(bodyType(jsonBody, s.handleShellExec)))
-	m.Handle("POST /v1/shell/view", s.api(bodyType(jsonBody, s.handleShellView)))
-	m.Handle("POST /v1/shell/kill", s.api(bodyType(jsonBody, s.handleShellKill)))
-	m.Handle("POST /v1/shell/sessions/create", s.api(bodyType(jsonBody, s.handleSessionCreate)))
-	m.Handle("DELETE /v1/shell/sessions/{id}", s.api(s.handleSessionDelete))
-	m.Handle("GET /v1/shell/ws", s.api(s.handleShellWS))
-	m.Handle("POST /v1/shell/write", s.api(bodyType(jsonBody, s.handleShellWrite)))
-	m.Handle("POST /v1/shell/wait", s.api(bodyType(jsonBody, s.handleShellWait)))
-	m.Handle("GET /v1/shell/sessions", s.api(s.handleShellSessions))
-	m.Handle("DELETE /v1/shell/sessions", s.api(s.handleShellSessionsCleanup))
-	m.Handle("GET /v1/shell/sessions/stats", s.api(s.handleShellSessionStats))
-	m.Handle("POST /v1/bash/exec", s.api(bodyType(jsonBody, s.handleBashExec)))
-	m.Handle("POST /v1/bash/output", s.api(bodyType(jsonBody, s.handleBashOutput)))
-	m.Handle("POST /v1/bash/write", s.api(bodyType(jsonBody, s.handleBashWrite)))
-	m.Handle("POST /v1/bash/kill", s.api(bodyType(jsonBody, s.handleBashKill)))
-	m.Handle("GET /v1/bash/sessions", s.api(s.handleBashSessions))
-	m.Handle("POST /v1/bash/sessions/create", s.api(bodyType(jsonBody, s.handleBashSessionCreate)))
-	m.Handle("POST /v1/bash/sessions/{session_id}/close", s.api(s.handleBashSessionClose))
-	m.Handle("POST /v1/file/read", s.api(bodyType(jsonBody, s.handleFileRead)))
-	m.Handle("POST /v1/file/write", s.api(bodyType(jsonBody, s.handleFileWrite)))
-	m.Handle("POST /v1/file/replace", s.api(bodyType(jsonBody, s.handleFileReplace)))
-	m.Handle("POST /v1/file/find", s.api(bodyType(jsonBody, s.handleFileFind)))
-	m.Handle("POST /v1/file/glob", s.api(bodyType(jsonBody, s.handleFileGlob)))
-	m.Handle("POST /v1/file/list", s.api(bodyType(jsonBody, s.handleFileList)))
-	m.Handle("POST /v1/file/grep", s.api(bodyType(jsonBody, s.handleFileGrep)))
-	m.Handle("POST /v1/file/search", s.api(bodyType(jsonBody, s.handleFileSearch)))
-	m.Handle("POST /v1/file/str_replace_editor", s.api(bodyType(jsonBody, s.handleStrReplaceEditor)))
-	m.Handle("POST /v1/file/upload", s.api(bodyType(multipartBody, s.handleFileUpload)))
-	m.Handle("GET /v1/file/download", s.api(s.handleFileDownload))
+	for _, rt := range s.routeTable() {
+		m.Handle(rt.pattern, s.api(rt.handler))
+	}
 	m.Handle("/", s.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path}
 	}))

@@ -56,6 +56,7 @@ type conn struct {
 	// remote is the client's address, formatted once per connection
 	// rather than for every request's RemoteAddr.
 	remote string
+	served bool // a request was read: the next head waits IdleTimeout
 	res    response
 	body   body
 	head   []byte // a head that did not arrive in one buffer, assembled
@@ -113,7 +114,7 @@ func (c *conn) serve() {
 		*wb = c.res.buf[:0]
 		writes.Put(wb)
 	}()
-	for {
+	for ; ; c.served = true {
 		keep, err := c.serveOne()
 		if err != nil || !keep || c.s.shutdown.Load() {
 			return
@@ -148,6 +149,9 @@ func (c *conn) serveOne() (keep bool, err error) {
 	default:
 		c.body.done = true
 		r.Body = http.NoBody
+	}
+	if !c.body.done {
+		c.setReadDeadline(c.s.BodyTimeout)
 	}
 	c.res.reset(r, h)
 	c.mu.Lock()
@@ -194,7 +198,9 @@ func (c *conn) readHead() (*head, error) {
 	if c.br.Buffered() == 0 {
 		c.state.Store(stateIdle)
 		idle := c.s.IdleTimeout
-		if idle <= 0 {
+		if idle <= 0 || !c.served {
+			// A new connection's first request is due like any head: a
+			// client that connects and sends nothing is no idle keep-alive.
 			idle = c.s.ReadHeaderTimeout
 		}
 		c.setReadDeadline(idle)

@@ -18,11 +18,18 @@ import (
 // start serves h on a loopback port for the test and returns its address.
 func start(t *testing.T, h http.Handler) (*Server, string) {
 	t.Helper()
+	return startWith(t, func(*Server) {}, h)
+}
+
+// startWith is start with the server's settings changed by set first.
+func startWith(t *testing.T, set func(*Server), h http.Handler) (*Server, string) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 4 << 10}
+	set(s)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {

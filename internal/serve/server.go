@@ -37,6 +37,12 @@ type Server struct {
 	// when zero).
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// BodyTimeout bounds reading a request body, from the end of its head:
+	// a client that stalls there would otherwise hold its connection (and a
+	// descriptor) for ever. A handler that streams a body may move the
+	// read deadline itself (http.ResponseController), as the proxy does to
+	// cut only a body that stops making progress. 0 = no bound.
+	BodyTimeout time.Duration
 	// MaxHeaderBytes bounds a request head (net/http's 1 MiB when zero;
 	// like net/http, 4 KiB of slack on top); a larger one gets 431.
 	MaxHeaderBytes int
@@ -47,6 +53,10 @@ type Server struct {
 	conns     map[*conn]struct{}
 	shutdown  atomic.Bool
 }
+
+// DefaultBodyTimeout is the gateway's documented Server.BodyTimeout: the
+// bodies it reads itself are small forms and JSON.
+const DefaultBodyTimeout = 30 * time.Second
 
 // ErrServerClosed is what Serve returns after Shutdown or Close.
 var ErrServerClosed = http.ErrServerClosed

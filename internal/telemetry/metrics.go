@@ -42,14 +42,14 @@ var (
 	routeKinds     = [...]string{"thread", "sandbox", "capability"}
 	statusClasses  = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 	createResults  = []string{"ok", "error"}
-	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted", "admin", "prewarm_trim"}
+	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted", "admin", "prewarm_trim", "max_lifetime"}
 	adoptSources   = []string{"acquire", "reconciler"}
 	claimReasons   = []string{"idle_active", "idle_warm"}
 	reconcileActs  = []string{"adopted", "dropped", "finished", "skipped"}
 	// egressDenials are internal/egress's deny reasons; "other" catches one
 	// added there and not here.
 	egressDenials = [...]string{"not_allowed", "mode_none", "ip_literal", "private_address", "resolve_failed",
-		"bad_request", "dial_failed", "upstream_failed", "unauthorized", "other"}
+		"bad_request", "dial_failed", "upstream_failed", "unauthorized", "not_tls", "sni_missing", "sni_mismatch", "other"}
 )
 
 // RouteKind is the data-plane route a proxied request came in on.

@@ -13,27 +13,32 @@ import (
 	"testing"
 )
 
-// hostileProvisioner is a DeerFlow provisioner whose one sandbox (on the
-// same origin) is ready, then answers every other /v1 call with 10 MB of
-// response headers.
-func hostileProvisioner(t *testing.T) *httptest.Server {
+// hostileProvisioner is a DeerFlow provisioner whose sandboxes (on the
+// same origin) are ready, then answer every other /v1 call with v1.
+func hostileProvisioner(t *testing.T, v1 http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	var mu sync.Mutex
-	boxes := map[string]map[string]string{}
+	boxes := map[string]map[string]any{}
 	var srv *httptest.Server
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
+		case r.URL.Path == "/api/capabilities": // v2: sandboxes of any user
+			_, _ = w.Write([]byte(`{"mount_contract_version":2}`))
 		case r.Method == http.MethodPost && r.URL.Path == "/api/sandboxes":
-			var in map[string]string
+			var in struct {
+				SandboxID string `json:"sandbox_id"`
+				UserID    string `json:"user_id"`
+				ThreadID  string `json:"thread_id"`
+			}
 			_ = json.NewDecoder(r.Body).Decode(&in)
-			sb := map[string]string{"sandbox_id": in["sandbox_id"], "sandbox_url": srv.URL, "status": "Running",
-				"user_id": in["user_id"], "thread_id": in["thread_id"]}
-			boxes[in["sandbox_id"]] = sb
+			sb := map[string]any{"sandbox_id": in.SandboxID, "sandbox_url": srv.URL, "status": "Running",
+				"user_id": in.UserID, "thread_id": in.ThreadID, "mount_contract_version": 2}
+			boxes[in.SandboxID] = sb
 			_ = json.NewEncoder(w).Encode(sb)
 		case r.Method == http.MethodGet && r.URL.Path == "/api/sandboxes":
-			list := []map[string]string{}
+			list := []map[string]any{}
 			for _, sb := range boxes {
 				list = append(list, sb)
 			}
@@ -45,18 +50,13 @@ func hostileProvisioner(t *testing.T) *httptest.Server {
 				return
 			}
 			if r.Method == http.MethodDelete {
-				delete(boxes, sb["sandbox_id"])
+				delete(boxes, sb["sandbox_id"].(string))
 			}
 			_ = json.NewEncoder(w).Encode(sb)
 		case r.URL.Path == "/v1/sandbox":
 			_, _ = w.Write([]byte(`{"success":true,"data":{}}`))
 		case strings.HasPrefix(r.URL.Path, "/v1/"):
-			conn, bw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				return
-			}
-			defer conn.Close()
-			writeHugeHead(bw)
+			v1(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -107,7 +107,15 @@ func vmRSS(t *testing.T, pid int) int64 {
 // such answers after a warm-up; it grew 37 MB for one before the bound), and it goes on serving.
 func TestHugeSandboxHeadersCostTheGatewayNoMemory(t *testing.T) {
 	t.Parallel()
-	prov := hostileProvisioner(t)
+	// Every /v1 call but readiness is answered with 10 MB of headers.
+	prov := hostileProvisioner(t, func(w http.ResponseWriter, _ *http.Request) {
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		writeHugeHead(bw)
+	})
 	f := newFleet(t, "--backend", "remote", "--provisioner-url", prov.URL)
 	g := f.start()
 	const thread = "huge-heads"

@@ -286,11 +286,12 @@ func btoi(b bool) int {
 	return 0
 }
 
-// openStatusStream opens GET /status/events as key; it returns the status
-// and, for a 200, the open response (the caller closes it) else the body.
-func openStatusStream(t *testing.T, g *gateway, key string) (int, *http.Response, string) {
+// openStream opens the event stream at path (GET) as key; it returns the
+// status and, for a 200, the open response (the caller closes it) else the
+// body. A 200 is sent once the stream holds its place.
+func openStream(t *testing.T, g *gateway, path, key string) (int, *http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", g.URL+"/status/events", nil)
+	req, _ := http.NewRequest("GET", g.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := g.client.Do(req)
 	if err != nil {
@@ -302,30 +303,34 @@ func openStatusStream(t *testing.T, g *gateway, key string) (int, *http.Response
 		resp.Body.Close()
 		return resp.StatusCode, nil, b.String()
 	}
-	if l, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(l, ":") {
-		t.Fatalf("stream did not open: %q %v", l, err)
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("stream did not open: Content-Type %q", ct)
 	}
 	return 200, resp, ""
 }
 
 // TestStatusStreamsAreSharedPerUser is finding 8 of issue 33: one user
-// opened all 256 status event streams of a replica and admins got 503. Now
-// 260 tries by one user stop at its cap (429 stream_limit) or, with a cap
-// as high as the replica's, at the admins' reserve (503 status_streams); an
-// admin still gets a stream either way.
+// opened all 256 status event streams of a replica and admins got 503; the
+// provisioning-progress streams had no cap at all. Now 260 tries by one
+// user, of either kind, stop at its cap (429 stream_limit) or, with a cap
+// as high as the replica's, at the admins' reserve (503 status_streams,
+// progress_streams); an admin still gets a stream either way.
 func TestStatusStreamsAreSharedPerUser(t *testing.T) {
 	t.Parallel()
+	const status, progress = "/status/events", "/threads/t/sandbox/events"
+	reserve := []string{"--max-streams-per-user", "256", "--admin-streams", "16"}
 	for _, tc := range []struct {
-		name     string
-		flags    []string
-		open     int // streams alice gets
-		code     int
-		errCode  string
-		adminGot int
+		name    string
+		path    string
+		flags   []string
+		open    int // streams alice gets
+		code    int
+		errCode string
 	}{
-		{"default per-user cap", nil, 8, 429, "stream_limit", 1},
-		{"per-user cap as high as the replica's: the admins' reserve", []string{"--max-streams-per-user", "256", "--admin-streams", "16"},
-			256 - 16, 503, "status_streams", 1},
+		{"status: default per-user cap", status, nil, 8, 429, "stream_limit"},
+		{"status: per-user cap as high as the replica's: the admins' reserve", status, reserve, 256 - 16, 503, "status_streams"},
+		{"progress: default per-user cap", progress, nil, 8, 429, "stream_limit"},
+		{"progress: per-user cap as high as the replica's: the admins' reserve", progress, reserve, 256 - 16, 503, "progress_streams"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -339,7 +344,7 @@ func TestStatusStreamsAreSharedPerUser(t *testing.T) {
 			}()
 			refused := map[string]int{}
 			for range 260 {
-				code, resp, body := openStatusStream(t, g, "alice-key")
+				code, resp, body := openStream(t, g, tc.path, "alice-key")
 				if code == 200 {
 					open = append(open, resp)
 					continue
@@ -350,7 +355,7 @@ func TestStatusStreamsAreSharedPerUser(t *testing.T) {
 				t.Errorf("alice opened %d of 260 streams (want %d); refusals %v (want %d × %d %s)",
 					len(open), tc.open, refused, 260-tc.open, tc.code, tc.errCode)
 			}
-			code, resp, body := openStatusStream(t, g, "ops-key")
+			code, resp, body := openStream(t, g, tc.path, "ops-key")
 			if code != 200 {
 				t.Fatalf("the admin's stream: %d %s", code, body)
 			}

@@ -60,7 +60,7 @@ func TestDockerCreateExecDestroyThroughGateway(t *testing.T) {
 	if hc.NetworkMode != "none" || len(hc.PortBindings) != 0 || len(c.NetworkSettings.Ports) != 0 {
 		t.Errorf("network %q bindings %v ports %v, want none", hc.NetworkMode, hc.PortBindings, c.NetworkSettings.Ports)
 	}
-	if inside := shell(t, g.URL, "d1", "cat /proc/net/dev; ls /run/sandgate").Output; strings.Contains(inside, "eth0") || !strings.Contains(inside, "api-") {
+	if inside := shell(t, g.URL, "d1", "cat /proc/net/dev; ls /run/sandgate/api").Output; strings.Contains(inside, "eth0") || !strings.Contains(inside, "api-") {
 		t.Errorf("interfaces and socket dir inside:\n%s", inside)
 	}
 

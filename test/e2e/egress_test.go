@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -22,9 +23,10 @@ import (
 
 // egressWorld is the test's little internet.
 type egressWorld struct {
-	dns  string
-	port int
-	hits atomic.Int64 // requests the origin served
+	dns     string
+	port    int
+	tlsPort int          // the same origin over TLS (httptest's certificate: clients skip verification)
+	hits    atomic.Int64 // requests the origin served
 }
 
 const originBody = "hello from the allowed origin"
@@ -43,6 +45,16 @@ func newEgressWorld(t *testing.T) *egressWorld {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	w.port = ln.Addr().(*net.TCPAddr).Port
+	tlsLn, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatalf("TLS origin on 127.0.0.2: %v", err)
+	}
+	ts := httptest.NewUnstartedServer(srv.Handler)
+	ts.Listener.Close()
+	ts.Listener = tlsLn
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	w.tlsPort = tlsLn.Addr().(*net.TCPAddr).Port
 	w.dns = egresstest.StartDNS(t, map[string]netip.Addr{
 		"example.internal": netip.MustParseAddr("127.0.0.2"),
 		"other.internal":   netip.MustParseAddr("127.0.0.2"),
@@ -63,6 +75,10 @@ func (w *egressWorld) url(host string) string {
 	return "http://" + host + ":" + strconv.Itoa(w.port) + "/"
 }
 
+func (w *egressWorld) tlsURL(host string) string {
+	return "https://" + host + ":" + strconv.Itoa(w.tlsPort) + "/"
+}
+
 // TestProcessEgressThroughTheProxy: an isolated process sandbox has
 // loopback only; curl finds the proxy through HTTP_PROXY, bridged to the
 // gateway's socket.
@@ -73,16 +89,22 @@ func TestProcessEgressThroughTheProxy(t *testing.T) {
 	g := f.start()
 	const th = "egress-proc"
 
-	// Allowed: forward (http) and CONNECT (-p tunnels through the proxy).
-	for _, opt := range []string{"", "-p "} {
-		out, code := run(t, g, th, "curl -sS -m 20 "+opt+w.url("example.internal"))
+	// Allowed: forward (http) and a CONNECT tunnel carrying TLS for the
+	// allowed name (https_proxy).
+	for _, u := range []string{w.url("example.internal"), w.tlsURL("example.internal")} {
+		out, code := run(t, g, th, "curl -sS -k -m 20 "+u)
 		if code != 0 || !strings.Contains(out, originBody) {
-			t.Fatalf("allowed domain (%q): exit %d: %s", opt, code, out)
+			t.Fatalf("allowed domain (%s): exit %d: %s", u, code, out)
 		}
 	}
 	served := w.hits.Load()
 	if served != 2 {
 		t.Fatalf("origin served %d requests, want 2", served)
+	}
+	// A tunnel must carry TLS for the name it was allowed for: plain HTTP
+	// inside one (-p), whose Host the sandbox would choose, is refused.
+	if out, code := run(t, g, th, "curl -sS -m 20 -p "+w.url("example.internal")); code == 0 || strings.Contains(out, originBody) || w.hits.Load() != served {
+		t.Fatalf("plain HTTP through a tunnel reached the origin: exit %d: %s", code, out)
 	}
 	// Denied by name, and by address after the proxy's own DNS answer.
 	for host, reason := range map[string]string{"other.internal": "not_allowed", "loop.internal": "private_address", "meta.internal": "private_address"} {
@@ -100,7 +122,7 @@ func TestProcessEgressThroughTheProxy(t *testing.T) {
 	if w.hits.Load() != served {
 		t.Fatalf("the origin saw %d requests after the denied ones, want %d", w.hits.Load(), served)
 	}
-	assertEgressDenials(t, g, 3)
+	assertEgressDenials(t, g, 4) // three names, one plain-HTTP tunnel
 }
 
 // assertEgressDenials checks the gateway's log names a denied host with its

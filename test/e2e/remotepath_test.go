@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,21 +53,7 @@ func TestRemoteBackendDotSegmentsNeverLeave(t *testing.T) {
 		t.Fatalf("setup: nginx does not resolve dot segments into bob's sandbox (%d %s); the attack below proves nothing", code, body)
 	}
 
-	for _, tail := range []string{
-		"../../sandboxes/" + bob + "/v1/file/read", // the issue's form
-		"../../../sandboxes/" + bob + "/v1/file/read",
-		"%2e%2e/%2e%2e/%2e%2e/sandboxes/" + bob + "/v1/file/read",
-		"./../../sandboxes/" + bob + "/v1/file/read",
-		"%2e%2e/%2e%2e/sandboxes/" + bob + "/v1/file/read",
-		"%2E%2e/%2e%2E/sandboxes/" + bob + "/v1/file/read",
-		".%2e/%2e./sandboxes/" + bob + "/v1/file/read",
-		"..%2f..%2fsandboxes%2f" + bob + "%2fv1%2ffile%2fread",
-		"%2e%2e%2F%2e%2e%2Fsandboxes/" + bob + "/v1/file/read",
-		"..%5c..%5csandboxes/" + bob + "/v1/file/read",
-		`..\..\sandboxes/` + bob + "/v1/file/read",
-		"%252e%252e/%252e%252e/sandboxes/" + bob + "/v1/file/read",
-		"..%252f..%252fsandboxes/" + bob + "/v1/file/read",
-	} {
+	for _, tail := range dotSegmentTails(bob) {
 		path := "/threads/x/v1/" + tail
 		code, body := rawRequest(t, og.URL, path, read, "Bearer alice-key")
 		if strings.Contains(body, "bob-private-marker") {
@@ -79,22 +64,11 @@ func TestRemoteBackendDotSegmentsNeverLeave(t *testing.T) {
 			t.Errorf("%s: %d %s, want a JSON 400 before anything is sent upstream", path, code, body)
 		}
 	}
-	logged, err := os.ReadFile(accessLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(logged), "\n") {
-		l := strings.ToLower(line)
-		if strings.Contains(l, "..") || strings.Contains(l, "%2e") || strings.Contains(l, "%5c") || strings.Contains(l, `\`) {
-			if line != "POST "+setup+" HTTP/1.1" { // the setup's own request
-				t.Errorf("a dot-segment request left the outer gateway: %s", line)
-			}
-		}
-	}
+	nothingLeftNginx(t, accessLog, setup)
 }
 
 // rawRequest POSTs body to base with path on the request line exactly as
-// given (no client-side cleaning or re-encoding).
+// given (no client-side cleaning or re-encoding); authorization "" sends none.
 func rawRequest(t *testing.T, base, path string, body []byte, authorization string) (int, string) {
 	t.Helper()
 	u, err := url.Parse(base)
@@ -107,7 +81,9 @@ func rawRequest(t *testing.T, base, path string, body []byte, authorization stri
 	}
 	r.URL = &url.URL{Scheme: u.Scheme, Host: u.Host, Opaque: path}
 	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("Authorization", authorization)
+	if authorization != "" {
+		r.Header.Set("Authorization", authorization)
+	}
 	resp, err := clientFor(base).Do(r)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)

@@ -55,7 +55,7 @@ func TestSandboxSecretDockerBackend(t *testing.T) {
 		c := d.containerOf(g.URL, th)
 		b := &box{thread: th, c: c, secret: c.Config.Labels[secretLabel]}
 		for _, m := range c.Mounts {
-			if m.Destination == "/run/sandgate" {
+			if m.Destination == "/run/sandgate/api" {
 				b.url = backend.UnixURL(filepath.Join(m.Source, c.Config.Labels["io.sandgate.api-socket"]))
 			}
 		}
@@ -89,7 +89,7 @@ func TestSandboxSecretDockerBackend(t *testing.T) {
 
 	// From bob's container there is nothing to reach alice's by: no
 	// interface but lo, and only its own socket dir.
-	inside := shell(t, g.URL, "bob-d", "cat /proc/net/dev; ls -A /run/sandgate").Output
+	inside := shell(t, g.URL, "bob-d", "cat /proc/net/dev; ls -A /run/sandgate/api").Output
 	if strings.Contains(inside, "eth0") || strings.Count(inside, ".sock") != 1 {
 		t.Fatalf("bob's container: %q", inside)
 	}

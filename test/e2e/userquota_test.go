@@ -44,7 +44,7 @@ func putSandbox(base, key, thread string) quotaAnswer {
 func TestPerUserQuotaUnderHardCap(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, "--auth-api-keys", "alice="+sha("alice-key")+",bob="+sha("bob-key"),
-		"--max-sandboxes", "10", "--cap-mode", "hard", "--max-sandboxes-per-user", "5")
+		"--max-sandboxes", "10", "--cap-mode", "hard", "--max-sandboxes-per-user", "5", "--max-creates-per-user", "0")
 	replicas := []*gateway{f.start(), f.start(), f.start()}
 	const burst, perUser = 9, 5
 	for _, user := range []string{"alice", "bob"} {

@@ -151,10 +151,8 @@ func (d *Docker) nameSID(names []string) string {
 // dir when it has one.
 func (d *Docker) claimPath(id string, mounts []container.MountPoint) string {
 	dir := d.cfg.SocketDir
-	for _, m := range mounts {
-		if m.Destination == socketMount {
-			dir = filepath.Dir(m.Source)
-		}
+	if sockets, _, ok := mountedSocketDir(mounts); ok {
+		dir = filepath.Dir(sockets)
 	}
 	return filepath.Join(dir, claimsDirName, filepath.Base(id)+".json")
 }

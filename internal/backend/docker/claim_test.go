@@ -23,7 +23,7 @@ func TestIdentify(t *testing.T) {
 	const pw, sid, other = "00000000000000aa", "00000000000000bb", "00000000000000cc"
 	socketDir := t.TempDir()
 	d := newWithEngine(Config{Image: "x", ContainerPrefix: "p", SocketDir: t.TempDir()}, nil, nil)
-	mounts := []container.MountPoint{{Destination: socketMount, Source: filepath.Join(socketDir, pw)}}
+	mounts := []container.MountPoint{{Destination: apiMount, Source: filepath.Join(socketDir, pw, apiDirName)}}
 	warmLabels := map[string]string{backend.LabelManagedBy: backend.ManagedByValue, backend.LabelSandboxID: pw,
 		backend.LabelUser: "", backend.LabelThread: "", backend.LabelPrewarm: "fp", backend.LabelFleet: "f",
 		labelSecret: "s3cret", labelAPI: apiUnix}

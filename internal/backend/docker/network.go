@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -25,19 +27,34 @@ import (
 // there is no route to another sandbox, to the host's ports or anywhere
 // else, which no firewall rule has to get right. The gateway reaches the
 // server on a Unix socket, and the sandbox reaches its egress proxy on
-// another, both in a directory of the host bound at /run/sandgate:
+// another, each in a directory of the host of its own:
 //
-//	{SocketDir}/{sid}/api.sock            the sandbox server (it creates it)
-//	{SocketDir}/{sid}/egress/proxy.sock   the egress proxy (the gateway's)
+//	{SocketDir}/{sid}/                    the gateway's (0755), not in the container
+//	{SocketDir}/{sid}/api/api-*.sock      the server's socket (it creates it): the dir
+//	                                      is bound read-write at /run/sandgate/api
+//	{SocketDir}/{sid}/egress/proxy.sock   the egress proxy (the gateway's): the dir
+//	                                      is bound read-only at /run/sandgate/egress
+//
+// The container can write in api/ only, which it sees as a mount's root
+// (it can rename neither it nor egress/), so nothing it writes is a parent
+// of a path the gateway uses, and the one name it controls, its socket's,
+// the gateway dials without following a symlink (backend.DialSocket).
+// Containers made before this layout have {sid} bound read-write at
+// /run/sandgate (legacySocketMount): still dialled safely, and their egress
+// socket served only while egress/ is the gateway's own (backend.OwnDir).
 //
 // The gateway's data dir holds SocketDir, so a gateway in a container
 // (compose) shares them with the engine exactly as it shares thread dirs.
 // With egress open the container joins OpenNetwork, a bridge network with
 // inter-container traffic disabled.
 const (
-	// socketMount is where the socket dir is bound in the container.
-	socketMount = "/run/sandgate"
-	apiSocket   = "api.sock"
+	// apiMount is where the server's socket dir is bound in the container.
+	apiMount = "/run/sandgate/api"
+	// legacySocketMount is where containers made before the api/ dir had
+	// the whole socket dir bound.
+	legacySocketMount = "/run/sandgate"
+	apiDirName        = "api"
+	apiSocket         = "api.sock"
 	// labelAPISocket names the server's socket of this incarnation
 	// (api-{random}.sock): a replica still holding a dead incarnation's
 	// route then fails to dial and re-resolves, instead of reaching the new
@@ -54,15 +71,34 @@ const (
 	DefaultOpenNetwork = "sandgate-open"
 )
 
-// socketDir is the host dir bound at socketMount in sid's container.
+// socketDir is sid's socket dir on the host (SocketDir/{sid}).
 func (d *Docker) socketDir(sid string) string { return filepath.Join(d.cfg.SocketDir, sid) }
+
+// mountedSocketDir is the host socket dir of a container, read off its
+// mounts (the replica that made it may have another socket_dir), and the
+// dir its server's socket is in.
+func mountedSocketDir(mounts []container.MountPoint) (dir, apiDir string, ok bool) {
+	for _, m := range mounts {
+		switch m.Destination {
+		case apiMount:
+			return filepath.Dir(m.Source), m.Source, true
+		case legacySocketMount:
+			return m.Source, m.Source, true
+		}
+	}
+	return "", "", false
+}
 
 // networking fills in how a container of our own server is reached and
 // what it reaches: the socket dir, the server's socket, its egress.
 func (d *Docker) networking(spec backend.Spec, cfg *container.Config, host *container.HostConfig) {
 	sid := spec.SandboxID
 	cfg.Labels[labelAPI] = apiUnix
-	host.Mounts = append(host.Mounts, bindMounts([]backend.Mount{{HostPath: d.socketDir(sid), ContainerPath: socketMount}})...)
+	dir := d.socketDir(sid)
+	host.Mounts = append(host.Mounts, bindMounts([]backend.Mount{
+		{HostPath: filepath.Join(dir, apiDirName), ContainerPath: apiMount},
+		{HostPath: filepath.Join(dir, filepath.Base(backend.EgressDir)), ContainerPath: backend.EgressDir, ReadOnly: true},
+	})...)
 	policy, _ := json.Marshal(spec.Egress)
 	cfg.Labels[labelEgress] = string(policy)
 	switch spec.Egress.EffectiveMode() {
@@ -82,20 +118,19 @@ func (d *Docker) networking(spec backend.Spec, cfg *container.Config, host *cont
 	}
 }
 
-// prepareSockets makes the sandbox's socket dir (writable by whatever uid
-// the container runs as: only the gateway can reach it on the host, under
-// SocketDir's 0700), the open network when needed, and serves the egress
-// proxy.
+// prepareSockets makes the sandbox's socket dirs (see above: api/ writable
+// by whatever uid the container runs as, the rest the gateway's; only the
+// gateway reaches them on the host, under SocketDir's 0700), the open
+// network when needed, and serves the egress proxy. A concurrent creator
+// (another replica) may have made them already.
 func (d *Docker) prepareSockets(ctx context.Context, spec backend.Spec) error {
 	dir := d.socketDir(spec.SandboxID)
 	egressDir := filepath.Join(dir, filepath.Base(backend.EgressDir))
 	if err := os.MkdirAll(d.cfg.SocketDir, 0o700); err != nil {
 		return fmt.Errorf("%w: socket dir: %w", backend.ErrHostDirs, err)
 	}
-	if err := os.MkdirAll(egressDir, 0o755); err != nil {
-		return fmt.Errorf("%w: socket dir: %w", backend.ErrHostDirs, err)
-	}
-	if err := errors.Join(os.Chmod(dir, 0o777), os.Chmod(egressDir, 0o755)); err != nil {
+	err := errors.Join(ensureDir(dir, 0o755), ensureDir(filepath.Join(dir, apiDirName), 0o777), ensureDir(egressDir, 0o755))
+	if err != nil {
 		return fmt.Errorf("%w: socket dir: %w", backend.ErrHostDirs, err)
 	}
 	switch spec.Egress.EffectiveMode() {
@@ -110,6 +145,28 @@ func (d *Docker) prepareSockets(ctx context.Context, spec backend.Spec) error {
 		}
 	}
 	return nil
+}
+
+// ensureDir makes a directory unless it exists, checks that it is one of
+// the gateway's (not a symlink, its uid), and sets its mode through its
+// descriptor (Mkdir's would be narrowed by the umask), never by path.
+func ensureDir(path string, mode os.FileMode) error {
+	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is not the gateway's (uid %d)", filepath.Base(path), st.Uid)
+	}
+	return f.Chmod(mode)
 }
 
 // dropSockets stops serving a removed container's proxy (under the ids it

@@ -49,7 +49,7 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		// Each incarnation's socket has a name of its own (see labelAPISocket).
 		sock := newAPISocketName()
 		cfg.Labels[labelAPISocket] = sock
-		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + socketMount + "/" + sock, "--home", backend.VirtualWorkspace}
+		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + apiMount + "/" + sock, "--home", backend.VirtualWorkspace}
 		cfg.WorkingDir = backend.VirtualWorkspace
 		if user.umask != "" {
 			cfg.Cmd = append(cfg.Cmd, "--umask", user.umask)
@@ -162,16 +162,15 @@ func (d *Docker) sandboxURL(name string, labels map[string]string, mounts []cont
 	if labels[labelAPI] == apiUnix {
 		// Where the container's socket dir really is: the replica that made
 		// it may have another socket_dir.
-		for _, m := range mounts {
-			if m.Destination == socketMount {
-				sock := labels[labelAPISocket]
-				if sock == "" || sock != filepath.Base(sock) {
-					sock = apiSocket // a container made before sockets were named per incarnation
-				}
-				return backend.UnixURL(filepath.Join(m.Source, sock)), nil
-			}
+		_, apiDir, ok := mountedSocketDir(mounts)
+		if !ok {
+			return "", fmt.Errorf("container %s has no socket dir mounted at %s", name, apiMount)
 		}
-		return "", fmt.Errorf("container %s has no socket dir mounted at %s", name, socketMount)
+		sock := labels[labelAPISocket]
+		if sock == "" || sock != filepath.Base(sock) {
+			sock = apiSocket // a container made before sockets were named per incarnation
+		}
+		return backend.UnixURL(filepath.Join(apiDir, sock)), nil
 	}
 	if d.cfg.Network != "" {
 		return "http://" + name + ":" + strconv.Itoa(d.cfg.Port), nil

@@ -64,7 +64,7 @@ func TestContainerSpec(t *testing.T) {
 			if !regexp.MustCompile(`^api-[0-9a-f]{8}\.sock$`).MatchString(sock) {
 				t.Errorf("incarnation socket %q, want api-{8 hex}.sock", sock)
 			}
-			wantCmd := []string{"sandbox", "--listen", "unix:/run/sandgate/" + sock, "--home", backend.VirtualWorkspace}
+			wantCmd := []string{"sandbox", "--listen", "unix:/run/sandgate/api/" + sock, "--home", backend.VirtualWorkspace}
 			if os.Geteuid() != 0 {
 				wantCmd = append(wantCmd, "--umask", "007")
 			}
@@ -100,7 +100,10 @@ func TestContainerSpec(t *testing.T) {
 			want := []mount.Mount{
 				{Type: mount.TypeBind, Source: "/data/ws", Target: backend.VirtualWorkspace},
 				{Type: mount.TypeBind, Source: "/skills", Target: backend.VirtualSkills, ReadOnly: true},
-				{Type: mount.TypeBind, Source: "/sock/0123456789abcdef", Target: "/run/sandgate"},
+				// The server's socket dir read-write, the egress one read-only:
+				// nothing the container writes is a parent of a gateway path.
+				{Type: mount.TypeBind, Source: "/sock/0123456789abcdef/api", Target: "/run/sandgate/api"},
+				{Type: mount.TypeBind, Source: "/sock/0123456789abcdef/egress", Target: backend.EgressDir, ReadOnly: true},
 			}
 			if !slices.Equal(h.Mounts, want) {
 				t.Errorf("mounts %+v", h.Mounts)

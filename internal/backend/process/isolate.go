@@ -22,6 +22,9 @@ import (
 // inside).
 const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// probeID holds the start-up probe's host id (no sandbox id looks like it).
+const probeID = "probe"
+
 // probeTimeout bounds the start-up check that this kernel can isolate.
 const probeTimeout = 10 * time.Second
 
@@ -30,7 +33,10 @@ const probeTimeout = 10 * time.Second
 // an unprivileged uid of its own, Landlock, seccomp and limits, in its own
 // cgroups when this machine lets the gateway make them.
 func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File) (*exec.Cmd, error) {
-	uid, gid := jail.HostID(spec.SandboxID)
+	uid, gid, err := p.hostIDs.For(spec.SandboxID)
+	if err != nil {
+		return nil, err
+	}
 	mounts := make([]jail.Mount, 0, len(spec.Mounts))
 	for _, m := range spec.Mounts {
 		if uid != os.Geteuid() && backend.SandboxOwned(m) {
@@ -186,7 +192,10 @@ func (p *Process) probe() error {
 		},
 		Output: out,
 	}
-	c.UID, c.GID = jail.HostID("probe")
+	if c.UID, c.GID, err = p.hostIDs.For(probeID); err != nil {
+		return err
+	}
+	defer func() { _ = p.hostIDs.Release(probeID) }()
 	if err := jail.Own(dir, c.UID, c.GID); err != nil {
 		return err
 	}

@@ -98,6 +98,9 @@ type Process struct {
 	children map[int]*child // by pid: sandboxes this Process started and reaps
 
 	cgroups *jail.Cgroups // nil with IsolationNone
+	// hostIDs are the isolated sandboxes' host uids, in the state dir: a
+	// root gateway's sandboxes each hold one until their state goes.
+	hostIDs *jail.HostIDs
 }
 
 var _ backend.Backend = (*Process)(nil)
@@ -133,7 +136,8 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Process{cfg: cfg, log: log.With("backend", Name), children: map[int]*child{}}
+	p := &Process{cfg: cfg, log: log.With("backend", Name), children: map[int]*child{},
+		hostIDs: jail.NewHostIDs(cfg.StateDir)}
 	if cfg.Isolation == IsolationNone {
 		p.log.Warn("process_isolation: none: sandboxes run as the gateway's user, see its files, processes and network " +
 			"(no egress policy applies); for one trusted user only")

@@ -219,16 +219,15 @@ func (p *Process) listen(ctx context.Context, sid string) (*os.File, string, err
 	nonce := make([]byte, 4)
 	_, _ = rand.Read(nonce)
 	path := p.socketPath(sid, hex.EncodeToString(nonce))
-	bind, done, err := backend.ShortSocketPath(path)
-	if err != nil {
-		return nil, "", err
-	}
-	defer done()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bind, Net: "unix"})
+	dir, err := backend.OwnDir(filepath.Dir(path))
 	if err != nil {
 		return nil, "", fmt.Errorf("bind sandbox socket: %w", err)
 	}
-	ln.SetUnlinkOnClose(false) // the socket file belongs to the sandbox now
+	defer dir.Close()
+	ln, err := backend.ListenSocket(dir, filepath.Base(path), 0) // the file is left to the sandbox
+	if err != nil {
+		return nil, "", fmt.Errorf("bind sandbox socket: %w", err)
+	}
 	defer ln.Close()
 	f, err := ln.File()
 	if err != nil {

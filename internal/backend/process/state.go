@@ -146,7 +146,8 @@ func (p *Process) removeState(sid, rid string) error {
 	if err := os.Remove(p.statePath(sid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove sandbox state: %w", err)
 	}
-	return nil
+	// Its processes are gone: its host id may go to another sandbox.
+	return p.hostIDs.Release(sid)
 }
 
 // removeLogs deletes a destroyed sandbox's logs. A crashed sandbox keeps its

@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -71,6 +72,11 @@ type Config struct {
 	URL string
 	// APIKey is sent as X-API-Key; "" sends no header.
 	APIKey string
+	// SandboxHosts are the hosts, besides the provisioner's own, that a
+	// sandbox_url it returns may name (any port; "*" = any host). Empty =
+	// only the provisioner's host: DeerFlow's provisioner on another host
+	// than its sandboxes' node needs that node's host listed here.
+	SandboxHosts []string
 }
 
 // Validate reports configuration errors.
@@ -79,12 +85,24 @@ func (c Config) Validate() error {
 	if c.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("remote backend: provisioner_url %q: want an http(s) URL", c.URL)
 	}
+	for _, h := range c.SandboxHosts {
+		if h == "*" {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+		_, ipErr := netip.ParseAddr(name)
+		if name == "" || ipErr != nil && strings.ContainsAny(name, "/:@?#%[] ") || checkHost(strings.ToLower(name)) != nil {
+			return fmt.Errorf("remote backend: provisioner_sandbox_hosts %q: want a host name or address without a port, not a link-local, multicast, unspecified or metadata one", h)
+		}
+	}
 	return nil
 }
 
 // Remote implements backend.Backend over a provisioner.
 type Remote struct {
 	base     string
+	host     string   // the provisioner's host: its sandbox_urls may name it
+	allowed  []string // Config.SandboxHosts
 	key      string
 	client   *http.Client
 	timeouts timeouts
@@ -102,14 +120,21 @@ func New(cfg Config, log *slog.Logger) (*Remote, error) {
 		log = slog.Default()
 	}
 	return &Remote{
-		base: strings.TrimRight(cfg.URL, "/"),
-		key:  cfg.APIKey,
-		client: &http.Client{Transport: &http.Transport{
-			Proxy:               http.ProxyFromEnvironment,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 16,
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		base:    strings.TrimRight(cfg.URL, "/"),
+		host:    provisionerHost(cfg.URL),
+		allowed: sandboxHosts(cfg.SandboxHosts),
+		key:     cfg.APIKey,
+		client: &http.Client{
+			Transport: &http.Transport{
+				Proxy:               http.ProxyFromEnvironment,
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+				MaxIdleConnsPerHost: 16,
+				IdleConnTimeout:     90 * time.Second,
+			},
+			// A redirect is answered as the status it is: followed, it
+			// would carry X-API-Key to wherever the provisioner points.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		timeouts: deerFlowTimeouts,
 		log:      log.With("backend", Name),
 	}, nil
@@ -165,7 +190,7 @@ func (r *Remote) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	if status != http.StatusOK && status != http.StatusCreated {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: provisioner answered %d", spec.SandboxID, status)
 	}
-	if err := checkCreated(sb, spec, version); err != nil {
+	if err := r.checkCreated(sb, spec, version); err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
 	if err := r.waitReady(ctx, sb.SandboxURL); err != nil {
@@ -177,11 +202,12 @@ func (r *Remote) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	return info, nil
 }
 
-// checkCreated applies DeerFlow's checks to a create response: a v2
-// provisioner must echo the identity it was asked for.
-func checkCreated(sb sandbox, spec backend.Spec, version int) error {
-	if u, err := url.Parse(sb.SandboxURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("provisioner returned sandbox_url %q", sb.SandboxURL)
+// checkCreated applies DeerFlow's checks to a create response (a v2
+// provisioner must echo the identity it was asked for), and ours to its
+// sandbox_url, before anything connects to it.
+func (r *Remote) checkCreated(sb sandbox, spec backend.Spec, version int) error {
+	if err := r.checkURL(sb.SandboxURL, sb.SandboxID); err != nil {
+		return err
 	}
 	if version < mountContractVersion {
 		return nil
@@ -242,6 +268,50 @@ func (r *Remote) waitReady(ctx context.Context, sandboxURL string) error {
 	return backend.WaitReadyAs(ctx, sandboxURL, authorization)
 }
 
+// checkURL is checkSandboxURL against this provisioner and its settings,
+// and, for a URL on the provisioner's own origin, which gets the API key
+// (another Sandgate's admin key), that it names sandbox sid there and no
+// other: {base}/sandboxes/{sid} or a capability URL {base}/c/{capability}.
+// The URL itself is never in the error: it may be a capability.
+func (r *Remote) checkURL(sandboxURL, sid string) error {
+	if err := checkSandboxURL(sandboxURL, r.host, r.allowed); err != nil {
+		return err
+	}
+	if r.key == "" || !sameOrigin(sandboxURL, r.base) {
+		return nil
+	}
+	u, _ := url.Parse(sandboxURL) // parsed by checkSandboxURL
+	base, _ := url.Parse(r.base)  // validated by New
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(u.Path, "/"), strings.TrimSuffix(base.Path, "/"))
+	if ok && (rest == "/sandboxes/"+sid || isCapabilityPath(rest)) {
+		return nil
+	}
+	return fmt.Errorf("%w: on the provisioner's own origin (which gets its API key) it must be /sandboxes/%s or a capability URL", errSandboxURL, sid)
+}
+
+// isCapabilityPath: /c/ and a Sandgate capability (43 base64url characters).
+func isCapabilityPath(p string) bool {
+	c, ok := strings.CutPrefix(p, "/c/")
+	return ok && len(c) == 43 && strings.Trim(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
+}
+
+// sandboxHosts are the configured hosts as url.Hostname spells them
+// (IPv6 without brackets).
+func sandboxHosts(hosts []string) []string {
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		out[i] = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	}
+	return out
+}
+
+func provisionerHost(base string) string {
+	if u, err := url.Parse(base); err == nil {
+		return u.Hostname()
+	}
+	return ""
+}
+
 func sameOrigin(a, b string) bool {
 	ua, errA := url.Parse(a)
 	ub, errB := url.Parse(b)
@@ -296,6 +366,9 @@ func (r *Remote) get(ctx context.Context, sid string) (sandbox, bool, error) {
 	if sb.SandboxURL == "" {
 		return sb, false, fmt.Errorf("get sandbox %s: no sandbox_url in the answer", sid)
 	}
+	if err := r.checkURL(sb.SandboxURL, sid); err != nil {
+		return sb, false, fmt.Errorf("get sandbox %s: %w", sid, err)
+	}
 	sb.SandboxID = sid
 	return sb, true, nil
 }
@@ -314,9 +387,14 @@ func (r *Remote) List(ctx context.Context) ([]backend.Info, error) {
 	}
 	out := make([]backend.Info, 0, len(body.Sandboxes))
 	for _, sb := range body.Sandboxes {
-		if sb.SandboxID != "" && sb.SandboxURL != "" {
-			out = append(out, r.info(sb))
+		if sb.SandboxID == "" || sb.SandboxURL == "" {
+			continue
 		}
+		if err := r.checkURL(sb.SandboxURL, sb.SandboxID); err != nil {
+			r.log.Warn("listed sandbox skipped", "sandbox_id", sb.SandboxID, "thread", sb.ThreadID, "err", err)
+			continue
+		}
+		out = append(out, r.info(sb))
 	}
 	return out, nil
 }

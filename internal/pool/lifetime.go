@@ -1,0 +1,106 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/telemetry"
+)
+
+// Lifetime destroys sandboxes older than MaxLifetime, busy or not: a
+// command that never ends (or one that looks busy to the activity probe by
+// design) would otherwise keep its sandbox, and its share of the fleet,
+// for good. Every replica runs one over the buckets it holds; the lock and
+// the incarnation-checked claim make exactly one replica destroy each. A
+// pass reads every record of those buckets, as the reconciler's does, so
+// it runs at most once a minute (lifetimeInterval).
+type Lifetime struct{ p *Pool }
+
+// NewLifetime returns the lifetime loop of p.
+func NewLifetime(p *Pool) *Lifetime { return &Lifetime{p: p} }
+
+// Run destroys over-age sandboxes every lifetimeInterval until ctx ends;
+// max_lifetime < 0 disables it.
+func (l *Lifetime) Run(ctx context.Context) {
+	if l.p.cfg.MaxLifetime < 0 {
+		return
+	}
+	every(ctx, l.p.log, "lifetime", l.p.cfg.lifetimeInterval(), func(ctx context.Context) error {
+		_, err := l.Pass(ctx)
+		return err
+	})
+}
+
+// Pass destroys what is over age now and returns how many it destroyed.
+func (l *Lifetime) Pass(ctx context.Context) (n int, err error) {
+	p := l.p
+	if p.cfg.MaxLifetime < 0 {
+		return 0, nil
+	}
+	ctx, span := telemetry.Root(ctx, p.tracer, spanLifetime)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("destroyed", n))
+		}
+		end(span, err)
+	}()
+	records, err := p.store.BucketRecords(ctx, p.buckets())
+	if err != nil {
+		return 0, err
+	}
+	cutoff := p.clock.Now().Add(-p.cfg.MaxLifetime)
+	for _, rec := range records {
+		if !overAge(rec, cutoff) {
+			continue
+		}
+		done, err := l.expire(ctx, rec.SandboxID, rec.Incarnation, cutoff)
+		if err != nil {
+			return n, err
+		}
+		if done {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// overAge: rec is a thread's sandbox (active or warm) created before
+// cutoff. Pre-started ones ran nothing of a tenant's (prewarm trims them);
+// one being created or destroyed is someone else's under its lock.
+func overAge(rec lease.Record, cutoff time.Time) bool {
+	return (rec.State == lease.StateActive || rec.State == lease.StateWarm) &&
+		!rec.CreatedAt.IsZero() && rec.CreatedAt.Before(cutoff)
+}
+
+// expire destroys sid's incarnation if it is still over age, under its
+// lock; false if it was left (locked elsewhere: the next pass looks again).
+func (l *Lifetime) expire(ctx context.Context, sid, incarnation string, cutoff time.Time) (bool, error) {
+	p := l.p
+	held, err := p.lock(ctx, sid, 0)
+	if errors.Is(err, lease.ErrLocked) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer p.unlock(held)
+	cur, ok, err := p.store.Get(ctx, sid)
+	if err != nil || !ok || cur.Incarnation != incarnation || !overAge(cur, cutoff) {
+		return false, err
+	}
+	rec, ok, err := p.store.Claim(ctx, sid, incarnation)
+	if err != nil || !ok {
+		return false, err
+	}
+	p.log.InfoContext(ctx, "sandbox reached max_lifetime", "sandbox_id", sid, "thread", rec.Thread,
+		"age", p.clock.Now().Sub(rec.CreatedAt).Round(time.Second), "max_lifetime", p.cfg.MaxLifetime)
+	if err := p.destroyClaimed(ctx, rec, ReasonMaxLifetime); err != nil {
+		p.log.WarnContext(ctx, "destroy over-age sandbox", "sandbox_id", sid, "thread", rec.Thread, "err", err)
+		return false, nil
+	}
+	return true, nil
+}
