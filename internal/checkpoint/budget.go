@@ -171,6 +171,27 @@ func (c *usageCache) drop(user string) {
 	delete(c.m, user)
 }
 
+// AdmitThread refuses (BudgetError) a thread about to get its data on the
+// host when it has none yet and user already has Config.UserThreads
+// threads with data (pool.Deps.NewThread).
+func (t *Threads) AdmitThread(_ context.Context, user, thread string) error {
+	if t.limits.threads == 0 {
+		return nil
+	}
+	dir := filepath.Dir(t.Workspace(user, thread))
+	if err := unix.Access(dir, unix.F_OK); err == nil {
+		return nil
+	}
+	names, err := listNames(filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	if len(names) >= t.limits.threads {
+		return &BudgetError{Limit: LimitUserThreads, Used: int64(len(names)), Need: 1, Max: int64(t.limits.threads)}
+	}
+	return nil
+}
+
 // userUsage is what user's checkpoints and thread data take, measured by a
 // walk (cached for usageTTL).
 func (t *Threads) userUsage(ctx context.Context, user string) (Usage, error) {

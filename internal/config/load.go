@@ -73,7 +73,7 @@ func (c *Config) settings() []setting {
 		{"checkpoint-max-age", "drop workspace checkpoints older than this (0 = never)", (*offDuration)(&c.Checkpoints.MaxAge)},
 		{"checkpoint-user-bytes", "disk one user's checkpoints and thread data may take before a checkpoint or fork is refused (507), e.g. 20g (default a quarter of data-dir's filesystem; 0 = no limit)", (*offBytes)(&c.Checkpoints.UserBytes)},
 		{"checkpoint-user-inodes", "files one user's checkpoints and thread data may hold before a checkpoint or fork is refused (default a quarter of data-dir's inodes; 0 = no limit)", (*offInt)(&c.Checkpoints.UserInodes)},
-		{"checkpoint-user-threads", "threads with data one user may have before a fork is refused (default 1000; 0 = no limit)", (*offInt)(&c.Checkpoints.UserThreads)},
+		{"checkpoint-user-threads", "threads with data one user may have before a new thread's sandbox or a fork onto one is refused (default 1000; 0 = no limit)", (*offInt)(&c.Checkpoints.UserThreads)},
 		{"checkpoint-free-floor", "free space a checkpoint or fork must leave on data-dir's filesystem (default 1g, or a tenth of a smaller filesystem; 0 = none)", (*offBytes)(&c.Checkpoints.FreeFloor)},
 		{"checkpoint-method", "how checkpoints copy files: empty = detect (reflink where the data_dir's filesystem can, else copy) | reflink | copy", (*stringValue)(&c.Checkpoints.Method)},
 		{"max-lifetime", "destroy a sandbox this long after it was created, busy or not (0 = never)", (*offDuration)(&p.MaxLifetime)},

@@ -116,6 +116,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 			return nil, err
 		}
 	}
+	threads, err := threadCheckpoints(cfg, name, log)
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	var ckpts router.Checkpoints // nil, not a nil *Threads: the routes answer 501
+	var newThread func(ctx context.Context, user, thread string) error
+	if threads != nil {
+		ckpts, newThread = threads, threads.AdmitThread
+	}
 	g.pool, err = pool.New(cfg.Pool, pool.Deps{
 		Store:        store,
 		Backend:      be,
@@ -125,6 +135,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
 		Creates:      creates,
+		NewThread:    newThread,
 		Events:       g.events,
 		FailReason:   router.ClientReason,
 	})
@@ -135,11 +146,6 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	ready := []router.Pinger{store, g.layout}
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
-	}
-	ckpts, err := threadCheckpoints(cfg, name, log)
-	if err != nil {
-		g.close()
-		return nil, err
 	}
 	g.router = router.New(router.Deps{Pool: router.PoolOf(g.pool), Admin: g.pool, Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
 		Checkpoints: ckpts, Holder: g.pool,

@@ -53,7 +53,7 @@ func threadMeter(cfg config.Config, backendName string, log *slog.Logger) router
 // threadCheckpoints keeps workspace checkpoints where the gateway reaches
 // the thread data and can freeze the sandbox around the copy (process,
 // docker); nil elsewhere (the routes answer 501).
-func threadCheckpoints(cfg config.Config, backendName string, log *slog.Logger) (router.Checkpoints, error) {
+func threadCheckpoints(cfg config.Config, backendName string, log *slog.Logger) (*checkpoint.Threads, error) {
 	switch backendName {
 	case "process", "docker":
 	default:

@@ -172,6 +172,11 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		return r, OutcomeAdopted, nil
 	}
 
+	if p.newThread != nil {
+		if err := p.newThread(ctx, user, thread); err != nil {
+			return nil, "", err
+		}
+	}
 	if p.creates != nil && !quotaExempt(ctx) {
 		wait, ok, err := p.creates.AllowCreate(ctx, user)
 		if err != nil {

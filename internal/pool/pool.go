@@ -67,6 +67,11 @@ type Deps struct {
 	// limit. Only real creates count: cache hits, warm reclaims and
 	// adoptions do not.
 	Creates CreateLimiter
+	// NewThread admits a thread that is about to get a sandbox (a create or
+	// a claimed warm one) and so its data on the host: an error refuses
+	// the acquire (checkpoint.Threads.AdmitThread: the per-user bound on
+	// threads with data). nil = none.
+	NewThread func(ctx context.Context, user, thread string) error
 	// Events receives lifecycle events (queued, starting, pulling, ready,
 	// failed, released, destroyed); nil = none.
 	Events Publisher
@@ -97,7 +102,9 @@ type Pool struct {
 	tracer  trace.Tracer
 	metrics *telemetry.Metrics
 	creates CreateLimiter
-	events  Publisher
+	// newThread is Deps.NewThread.
+	newThread func(ctx context.Context, user, thread string) error
+	events    Publisher
 	// failReason: see Deps.FailReason.
 	failReason func(error) string
 	// prewarmFP fingerprints the spec of pre-started sandboxes; refill
@@ -152,6 +159,8 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		metrics: d.Metrics,
 		creates: d.Creates,
 		events:  d.Events,
+
+		newThread: d.NewThread,
 
 		failReason:   d.FailReason,
 		prewarmFP:    prewarmFingerprint(cfg, d.BackendName),

@@ -360,3 +360,30 @@ func TestDiskCheckpointENOSPCIs507(t *testing.T) {
 		t.Fatalf("checkpoint with space again: %d %s", code, body)
 	}
 }
+
+// Threads with data are bounded per user: past checkpoint_user_threads a
+// new thread gets no sandbox (and so no data dir), nor a fork onto a new
+// thread; the user's existing threads go on.
+func TestDiskThreadsPerUserBounded(t *testing.T) {
+	t.Parallel()
+	f, _ := diskFleet(t, "SANDGATE_CHECKPOINT_USER_THREADS=2")
+	g := f.start()
+	shell(t, g.URL, "t1", "true")
+	shell(t, g.URL, "t2", "true")
+	code, body, _ := call(t, "POST", g.URL+"/threads/t3/v1/shell/exec", map[string]any{"command": "true"})
+	if code != 507 || errorCode(t, body) != "insufficient_storage" || !strings.Contains(string(body), "checkpoint_user_threads") {
+		t.Fatalf("a third thread past checkpoint_user_threads=2: %d %s, want 507 insufficient_storage naming it", code, body)
+	}
+	code, body, _ = call(t, "POST", g.URL+"/threads/t1/fork", map[string]any{"thread": "t4"})
+	if code != 507 || !strings.Contains(string(body), "checkpoint_user_threads") {
+		t.Fatalf("a fork onto a third thread: %d %s, want 507 naming checkpoint_user_threads", code, body)
+	}
+	for _, thread := range []string{"t3", "t4"} {
+		if _, err := os.Lstat(filepath.Dir(f.userData(thread))); !os.IsNotExist(err) {
+			t.Errorf("refused thread %s has a data dir (%v)", thread, err)
+		}
+	}
+	if out := shell(t, g.URL, "t1", "echo -n alive"); out.Output != "alive" {
+		t.Fatalf("an existing thread after the refusals: %+v", out)
+	}
+}
