@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Virtual paths every sandbox sees, whatever the backend (DeerFlow's layout).
@@ -97,6 +98,18 @@ func EnsureHostDirs(mounts []Mount) error {
 		}
 	}
 	return nil
+}
+
+// ChmodDir sets a directory's mode through its descriptor, opened without
+// following a symlink: never a chmod by path, which would follow one a
+// sandbox put in the directory's place.
+func ChmodDir(path string, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Chmod(mode)
 }
 
 // SandboxOwned reports whether m is one of the thread's writable dirs, which

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,22 +18,65 @@ import (
 // belong to uid:gid: the writable mounts of a sandbox whose host uid is its
 // own. A dir that already belongs to them is left as is, so a thread's
 // files are walked once, not on every create.
+//
+// The tree is its tenant's, so the walk never goes by path: each entry is
+// reached from its parent directory's descriptor without following a
+// symlink (fchownat AT_SYMLINK_NOFOLLOW, openat O_NOFOLLOW), and a
+// directory swapped for a symlink mid-walk is skipped, never followed out
+// of the tree.
 func Own(dir string, uid, gid int) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
+	}
 	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
 		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
 	}
 	if int(st.Uid) == uid && int(st.Gid) == gid {
+		unix.Close(fd)
 		return nil
 	}
-	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
+	if err := ownTree(fd, uid, gid); err != nil {
+		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
+	}
+	return nil
+}
+
+// ownTree chowns the directory open at fd (which it closes) and all under it.
+func ownTree(fd, uid, gid int) error {
+	d := os.NewFile(uintptr(fd), "dir")
+	defer d.Close()
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		var st unix.Stat_t
+		err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			child, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				continue // changed under the walk: not followed
+			}
+			if err != nil {
+				return err
+			}
+			if err := ownTree(child, uid, gid); err != nil {
+				return err
+			}
+			continue
+		}
+		if err == nil {
+			err = unix.Fchownat(fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
 			return err
 		}
-		return os.Lchown(p, uid, gid)
-	})
-	if err != nil {
-		return fmt.Errorf("own %s: %w", filepath.Base(dir), err)
 	}
 	return nil
 }

@@ -137,7 +137,8 @@ func TestDockerAPISocketSymlinkRefused(t *testing.T) {
 // the host, the test acts as a container that did (the layout before the
 // fix let it): the egress dir replaced by one it writes, where an inotify
 // watcher swaps every proxy.sock the Keeper binds for a symlink to a
-// 0600 file of the host. After many re-binds the file is still 0600.
+// 0600 file of the host. After 3000 Keeper passes the file is still 0600
+// (the old code re-bound there and lost the file within a few dozen).
 func TestDockerEgressDirSwap(t *testing.T) {
 	t.Parallel()
 	d := newDockerEnv(t)

@@ -148,25 +148,21 @@ func (d *Docker) prepareSockets(ctx context.Context, spec backend.Spec) error {
 }
 
 // ensureDir makes a directory unless it exists, checks that it is one of
-// the gateway's (not a symlink, its uid), and sets its mode through its
-// descriptor (Mkdir's would be narrowed by the umask), never by path.
+// the gateway's (not a symlink, its uid: no sandbox writes in the dirs
+// above), and sets its mode through its descriptor (Mkdir's would be
+// narrowed by the umask).
 func ensureDir(path string, mode os.FileMode) error {
 	if err := os.Mkdir(path, mode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is not a dir of the gateway's", filepath.Base(path))
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%s is not the gateway's (uid %d)", filepath.Base(path), st.Uid)
-	}
-	return f.Chmod(mode)
+	return backend.ChmodDir(path, mode)
 }
 
 // dropSockets stops serving a removed container's proxy (under the ids it

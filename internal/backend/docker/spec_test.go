@@ -248,6 +248,13 @@ func TestSandboxURL(t *testing.T) {
 	if got, err := d.sandboxURL("p-x", unix, mounts[:1], nil); err == nil {
 		t.Errorf("socket URL without its mount: %q", got)
 	}
+	// This layout: the server's own dir api/, bound apart from egress/.
+	unix[labelAPISocket] = "api-0a1b2c3d.sock"
+	current := []container.MountPoint{mounts[0], {Destination: backend.EgressDir, Source: "/elsewhere/0123456789abcdef/egress"},
+		{Destination: apiMount, Source: "/elsewhere/0123456789abcdef/api"}}
+	if got, err := d.sandboxURL("p-x", unix, current, nil); got != "unix:///elsewhere/0123456789abcdef/api/api-0a1b2c3d.sock" || err != nil {
+		t.Errorf("socket URL in api/ %q %v", got, err)
+	}
 	ports := summaryPorts([]container.Port{{IP: "127.0.0.1", PrivatePort: 8080, PublicPort: 40000, Type: "tcp"}, {PrivatePort: 22, Type: "tcp"}})
 	d.cfg.Network = ""
 	if got, _ := d.sandboxURL("p-x", nil, nil, ports); got != "http://127.0.0.1:40000" {

@@ -104,7 +104,7 @@ func (u sandboxUser) prepareDirs(mounts []backend.Mount) error {
 			err = os.Lchown(m.HostPath, -1, u.gid)
 		}
 		if err == nil {
-			err = os.Chmod(m.HostPath, u.dirMode)
+			err = backend.ChmodDir(m.HostPath, u.dirMode)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: give %s to the sandbox's user %s: %w", backend.ErrHostDirs, m.ContainerPath, u.user, err)

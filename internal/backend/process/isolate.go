@@ -120,7 +120,7 @@ func (p *Process) openEgress(spec backend.Spec) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("egress socket dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // its uid is not ours
+	if err := backend.ChmodDir(dir, 0o755); err != nil { // its uid is not ours
 		return "", fmt.Errorf("egress socket dir: %w", err)
 	}
 	if err := p.cfg.Egress.Open(spec.EgressIdentity(), filepath.Join(dir, backend.EgressSocketName)); err != nil {
