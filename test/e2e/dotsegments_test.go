@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // TestDotSegmentsRefusedOnCapabilityAndSandboxURLs is
@@ -20,18 +18,7 @@ import (
 // key. Every form is a JSON 400 and none reaches nginx.
 func TestDotSegmentsRefusedOnCapabilityAndSandboxURLs(t *testing.T) {
 	t.Parallel()
-	nginxPort := testutil.FreePort(t)
-	nginxURL := fmt.Sprintf("http://127.0.0.1:%d", nginxPort)
-	inner := newFleet(t, "--auth-api-keys", "front="+sha("front-key")+":admin", "--public-url", nginxURL)
-	ig := inner.start()
-	accessLog := startNormalisingNginx(t, nginxPort, strings.TrimPrefix(ig.URL, "http://"))
-	og := newFleet(t, "--backend", "remote", "--provisioner-url", nginxURL, "--provisioner-api-key", "front-key",
-		"--auth-api-keys", "alice="+sha("alice-key")+",bob="+sha("bob-key")).start()
-
-	secret := map[string]any{"file": "/mnt/user-data/workspace/secret.txt", "content": "bob-private-marker"}
-	if code, body, _ := (req{"POST", "/threads/t/v1/file/write", "", secret, bearer("bob-key")}).do(t, og); code != 200 {
-		t.Fatalf("bob writes through the outer gateway: %d %s", code, body)
-	}
+	og, nginxURL, accessLog := remoteBehindNginx(t)
 	alice := provision(t, og, "alice-key", "alice", "x")
 	capURL, ok := strings.CutPrefix(alice.URL, og.URL)
 	if !ok || !strings.HasPrefix(capURL, "/c/") {

@@ -24,19 +24,7 @@ import (
 // the outer gateway would have done.
 func TestRemoteBackendDotSegmentsNeverLeave(t *testing.T) {
 	t.Parallel()
-	nginxPort := testutil.FreePort(t)
-	nginxURL := fmt.Sprintf("http://127.0.0.1:%d", nginxPort)
-	inner := newFleet(t, "--auth-api-keys", "front="+sha("front-key")+":admin", "--public-url", nginxURL)
-	ig := inner.start()
-	accessLog := startNormalisingNginx(t, nginxPort, strings.TrimPrefix(ig.URL, "http://"))
-	outer := newFleet(t, "--backend", "remote", "--provisioner-url", nginxURL, "--provisioner-api-key", "front-key",
-		"--auth-api-keys", "alice="+sha("alice-key")+",bob="+sha("bob-key"))
-	og := outer.start()
-
-	secret := map[string]any{"file": "/mnt/user-data/workspace/secret.txt", "content": "bob-private-marker"}
-	if code, body, _ := (req{"POST", "/threads/t/v1/file/write", "", secret, bearer("bob-key")}).do(t, og); code != 200 {
-		t.Fatalf("bob writes through the outer gateway: %d %s", code, body)
-	}
+	og, nginxURL, accessLog := remoteBehindNginx(t)
 	if code, body, _ := (req{"POST", "/threads/x/v1/shell/exec", "", map[string]any{"command": "echo hi"}, bearer("alice-key")}).do(t, og); code != 200 {
 		t.Fatalf("alice's own sandbox: %d %s", code, body)
 	}
@@ -122,4 +110,24 @@ func startNormalisingNginx(t *testing.T, port int, upstream string) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// remoteBehindNginx starts an inner Sandgate (the provisioner, key
+// front-key as admin) behind a path-normalising nginx and an outer gateway
+// (remote backend, keys alice-key and bob-key) in front of that nginx, and
+// has bob write a marker file in his thread t through the outer gateway.
+// It returns the outer gateway, nginx's URL and its access log.
+func remoteBehindNginx(t *testing.T) (og *gateway, nginxURL, accessLog string) {
+	t.Helper()
+	nginxPort := testutil.FreePort(t)
+	nginxURL = fmt.Sprintf("http://127.0.0.1:%d", nginxPort)
+	ig := newFleet(t, "--auth-api-keys", "front="+sha("front-key")+":admin", "--public-url", nginxURL).start()
+	accessLog = startNormalisingNginx(t, nginxPort, strings.TrimPrefix(ig.URL, "http://"))
+	og = newFleet(t, "--backend", "remote", "--provisioner-url", nginxURL, "--provisioner-api-key", "front-key",
+		"--auth-api-keys", "alice="+sha("alice-key")+",bob="+sha("bob-key")).start()
+	secret := map[string]any{"file": "/mnt/user-data/workspace/secret.txt", "content": "bob-private-marker"}
+	if code, body, _ := (req{"POST", "/threads/t/v1/file/write", "", secret, bearer("bob-key")}).do(t, og); code != 200 {
+		t.Fatalf("bob writes through the outer gateway: %d %s", code, body)
+	}
+	return og, nginxURL, accessLog
 }
