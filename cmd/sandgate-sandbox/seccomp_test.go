@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/bpf"
 
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/jail/seccompfilter"
@@ -47,7 +50,13 @@ func TestSandboxRefusesABadSeccompFilter(t *testing.T) {
 		{"allow all", insn(bpfRetK, seccompRetAllow), "lets unshare through"},
 		{"refused by the kernel", insn(0xffff, 0), "load filter"},
 		{"tampered", tamper(good), "lets unshare through"},
+		// The policy as go-seccomp-bpf compiles it, which lets another
+		// ABI through.
+		{"no ABI guard", unguarded(t), "lets ia32 unshare through"},
 	} {
+		if tc.name == "no ABI guard" && runtime.GOARCH != "amd64" {
+			continue // only x86_64 has the ia32 ABI
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			out, err := probeWith(t, bin, tc.program)
@@ -67,6 +76,30 @@ func TestSandboxRefusesABadSeccompFilter(t *testing.T) {
 			t.Fatalf("a sandbox without a filter: %v\n%s", err, out)
 		}
 	})
+}
+
+// unguarded is the sandbox's policy without the guard Program puts before
+// it (seccompfilter's guard).
+func unguarded(t *testing.T) []byte {
+	t.Helper()
+	policy, err := seccompfilter.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts, err := policy.Assemble()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for _, in := range raw {
+		out = binary.NativeEndian.AppendUint16(out, in.Op)
+		out = binary.NativeEndian.AppendUint32(append(out, in.Jt, in.Jf), in.K)
+	}
+	return out
 }
 
 // tamper turns every EPERM the filter returns into "allow": the program

@@ -56,3 +56,20 @@ func procList(t *testing.T, pid int, name string) []string {
 	}
 	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
 }
+
+// sandboxFiles are the state dir's entries that belong to sandboxes: all
+// but the host id table (jail.HostIDs), which is the backend's own.
+func sandboxFiles(t *testing.T, stateDir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "host-ids") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}

@@ -154,7 +154,7 @@ func TestDestroyTwice(t *testing.T) {
 	if ok, err := p.Alive(backendtest.Ctx(t), info); err != nil || ok {
 		t.Errorf("Alive after Destroy = %v, %v", ok, err)
 	}
-	entries, _ := os.ReadDir(stateDir)
+	entries := sandboxFiles(t, stateDir)
 	if len(entries) != 0 {
 		t.Errorf("state dir not empty after Destroy: %v", entries)
 	}
@@ -317,7 +317,7 @@ func TestInvalidInputRejected(t *testing.T) {
 	if ok, err := p.Alive(backendtest.Ctx(t), backend.Info{SandboxID: valid, Incarnation: "container-abc"}); err == nil || ok {
 		t.Errorf("Alive of a malformed incarnation = %v, %v", ok, err)
 	}
-	if entries, _ := os.ReadDir(p.cfg.StateDir); len(entries) != 0 {
+	if entries := sandboxFiles(t, p.cfg.StateDir); len(entries) != 0 {
 		t.Errorf("rejected input left files: %v", entries)
 	}
 }
