@@ -325,14 +325,18 @@ func TestNoCredentialReachesTheSandbox(t *testing.T) {
 
 // recordingSandbox builds testdata/recordsandbox into a directory of its own
 // and returns it.
-func recordingSandbox(t *testing.T) string {
+func recordingSandbox(t *testing.T) string { return buildTestdata(t, "recordsandbox") }
+
+// buildTestdata builds the static program testdata/name into a directory of
+// its own and returns its path.
+func buildTestdata(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "recordsandbox")
-	cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/testdata/recordsandbox")
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", bin, "./test/e2e/testdata/"+name)
 	cmd.Dir = testutil.ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the recording sandbox: %v\n%s", err, out)
+		t.Fatalf("build testdata/%s: %v\n%s", name, err, out)
 	}
 	return bin
 }
