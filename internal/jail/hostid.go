@@ -65,6 +65,17 @@ func (h *HostIDs) For(sandboxID string) (uid, gid int, err error) {
 	return id, id, err
 }
 
+// Probe is the host uid and gid of the start-up probe's throwaway jail: as
+// root, the id just above the allocated range, which no sandbox ever gets.
+// It needs no table, so a gateway whose disk is full still starts (and
+// answers 507 insufficient_storage) instead of failing its probe.
+func (h *HostIDs) Probe() (uid, gid int) {
+	if os.Geteuid() != 0 {
+		return os.Geteuid(), os.Getegid()
+	}
+	return allocBase + hostIDRange, allocBase + hostIDRange
+}
+
 // Claim returns the sandbox's host id: the one it holds, else the next free
 // one, which it then holds until Release.
 func (h *HostIDs) Claim(sandboxID string) (int, error) {

@@ -111,7 +111,8 @@ func TestUnexecutableSandboxBinaryRefusedAtStart(t *testing.T) {
 	}
 }
 
-// The thread's data directory cannot be made: 507 storage_unavailable, a
+// The thread's data directory cannot be made: 507 storage_unavailable (507
+// insufficient_storage when the disk is full, naming what ran out), a
 // message without the host path, nothing leaked; repaired, the thread works.
 // The tests run as root, so mode bits would not bind: the faults are a file
 // where a directory must be, the immutable attribute (EPERM even for root),
@@ -120,11 +121,12 @@ func TestDataDirErrorsAre507WithoutHostPath(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
+		want string // the error code
 		// breakIt breaks the data dir (before the gateway starts) and
 		// returns the repair.
 		breakIt func(t *testing.T, dataDir string) (repair func())
 	}{
-		{"not a directory", func(t *testing.T, dataDir string) func() {
+		{"not a directory", "storage_unavailable", func(t *testing.T, dataDir string) func() {
 			threads := filepath.Join(dataDir, "users", "default", "threads")
 			if err := os.MkdirAll(threads, 0o755); err != nil {
 				t.Fatal(err)
@@ -139,7 +141,7 @@ func TestDataDirErrorsAre507WithoutHostPath(t *testing.T) {
 				}
 			}
 		}},
-		{"permission denied", func(t *testing.T, dataDir string) func() {
+		{"permission denied", "storage_unavailable", func(t *testing.T, dataDir string) func() {
 			threads := filepath.Join(dataDir, "users", "default", "threads")
 			if err := os.MkdirAll(threads, 0o755); err != nil {
 				t.Fatal(err)
@@ -147,13 +149,13 @@ func TestDataDirErrorsAre507WithoutHostPath(t *testing.T) {
 			immutable(t, threads, true)
 			return func() { immutable(t, threads, false) }
 		}},
-		{"read-only filesystem", func(t *testing.T, dataDir string) func() {
+		{"read-only filesystem", "storage_unavailable", func(t *testing.T, dataDir string) func() {
 			users := filepath.Join(dataDir, "users")
 			mountTmpfs(t, users, "size=1m")
 			remount(t, users, true)
 			return func() { remount(t, users, false) }
 		}},
-		{"disk full", func(t *testing.T, dataDir string) func() {
+		{"disk full", "insufficient_storage", func(t *testing.T, dataDir string) func() {
 			users := filepath.Join(dataDir, "users")
 			mountTmpfs(t, users, "size=256k,nr_inodes=64")
 			return fill(t, users)
@@ -170,8 +172,8 @@ func TestDataDirErrorsAre507WithoutHostPath(t *testing.T) {
 				began := time.Now()
 				code, body, hdr := call(t, "POST", g.URL+"/threads/stored/v1/shell/exec", map[string]any{"command": "true"})
 				slowest = max(slowest, time.Since(began))
-				if code != 507 || errorCode(t, body) != "storage_unavailable" {
-					t.Fatalf("try %d: %d %s, want 507 storage_unavailable", try, code, body)
+				if code != 507 || errorCode(t, body) != tc.want {
+					t.Fatalf("try %d: %d %s, want 507 %s", try, code, body, tc.want)
 				}
 				if strings.Contains(string(body), f.dataDir) || strings.Contains(string(body), "/users/") {
 					t.Fatalf("error body names a host path: %s", body)
@@ -189,7 +191,7 @@ func TestDataDirErrorsAre507WithoutHostPath(t *testing.T) {
 			if b, err := os.ReadFile(host); err != nil || string(b) != "kept\n" {
 				t.Fatalf("after repair, host file %q %v", b, err)
 			}
-			measured(t, "507 storage_unavailable ×2 in ≤ %s, no Retry-After, no host path, 0 leaked; repaired: 200 in %s", round(slowest), round(time.Since(repaired)))
+			measured(t, "507 %s ×2 in ≤ %s, no Retry-After, no host path, 0 leaked; repaired: 200 in %s", tc.want, round(slowest), round(time.Since(repaired)))
 		})
 	}
 }
@@ -221,7 +223,7 @@ func TestDiskFullUnderARunningSandbox(t *testing.T) {
 		t.Fatalf("read on a full disk: %+v", d)
 	}
 	code, body, _ = call(t, "POST", g.URL+"/threads/newcomer/v1/shell/exec", map[string]any{"command": "true"})
-	if code != 507 || errorCode(t, body) != "storage_unavailable" {
+	if code != 507 || errorCode(t, body) != "insufficient_storage" {
 		t.Fatalf("new thread on a full disk: %d %s", code, body)
 	}
 
@@ -241,9 +243,8 @@ func TestDiskFullUnderARunningSandbox(t *testing.T) {
 // the thread's directories already exist: a clear JSON 5xx without host
 // paths, nothing leaked, and the thread's files intact once space is freed.
 //
-// Measured today: 502 sandbox_start_failed, because the process backend's
-// ENOSPC is not told apart from a sandbox that fails to start (reported to
-// the backend's owners; 507 storage_unavailable is the better answer).
+// ENOSPC anywhere is 507 insufficient_storage; a backend that reports it
+// as a failed start (502 sandbox_start_failed) is accepted too.
 func TestFullStateDirIsAClearError(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -260,7 +261,7 @@ func TestFullStateDirIsAClearError(t *testing.T) {
 
 	code, body, _ := call(t, "POST", g.URL+"/threads/again/v1/shell/exec", map[string]any{"command": "true"})
 	c := errorCode(t, body)
-	if !(code == 507 && c == "storage_unavailable") && !(code == 502 && c == "sandbox_start_failed") {
+	if !(code == 507 && c == "insufficient_storage") && !(code == 502 && c == "sandbox_start_failed") {
 		t.Fatalf("full state dir: %d %s", code, body)
 	}
 	if strings.Contains(string(body), f.dataDir) {

@@ -126,14 +126,14 @@ func (c *cluster) destroyProbe(ctx context.Context, thread string) probe {
 // dataDirProbes break one probe thread's data directory each way a root
 // process can be refused (the soak runs as root, where mode bits do not
 // bind): a file where the directory must be, the immutable attribute, a
-// full tmpfs. Each must answer 507 storage_unavailable without a host path.
+// full tmpfs. Each must answer 507 without a host path: storage_unavailable,
+// or insufficient_storage for the full disk (ENOSPC names what ran out).
 func (c *cluster) dataDirProbes(ctx context.Context) []probe {
 	threads := filepath.Join(c.dataDir, "users", "default", "threads")
 	if err := os.MkdirAll(threads, 0o755); err != nil {
 		return []probe{{name: "data dir", got: err.Error()}}
 	}
-	want := "507 storage_unavailable"
-	try := func(name, thread string, breakIt func(dir string) (repair func(), skip error)) probe {
+	try := func(name, thread, want string, breakIt func(dir string) (repair func(), skip error)) probe {
 		dir := filepath.Join(threads, thread)
 		repair, skip := breakIt(dir)
 		if skip != nil {
@@ -148,13 +148,13 @@ func (c *cluster) dataDirProbes(ctx context.Context) []probe {
 		return pr
 	}
 	return []probe{
-		try("data dir: a file where the thread's directory must be (ENOTDIR)", "probe-notdir", func(dir string) (func(), error) {
+		try("data dir: a file where the thread's directory must be (ENOTDIR)", "probe-notdir", "507 storage_unavailable", func(dir string) (func(), error) {
 			if err := os.WriteFile(dir, []byte("x"), 0o644); err != nil {
 				return nil, err
 			}
 			return func() { _ = os.Remove(dir) }, nil
 		}),
-		try("data dir: thread directory immutable (EPERM, binds root too)", "probe-eperm", func(dir string) (func(), error) {
+		try("data dir: thread directory immutable (EPERM, binds root too)", "probe-eperm", "507 storage_unavailable", func(dir string) (func(), error) {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				return nil, err
 			}
@@ -163,7 +163,7 @@ func (c *cluster) dataDirProbes(ctx context.Context) []probe {
 			}
 			return func() { _ = exec.Command("chattr", "-i", dir).Run() }, nil
 		}),
-		try("data dir: disk full (a full tmpfs, blocks and inodes)", "probe-full", func(dir string) (func(), error) {
+		try("data dir: disk full (a full tmpfs, blocks and inodes)", "probe-full", "507 insufficient_storage", func(dir string) (func(), error) {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				return nil, err
 			}

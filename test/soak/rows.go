@@ -244,7 +244,7 @@ var rows = []row{
 	},
 	{
 		failure:   "The thread's data directory cannot be made: a file in its place, permission denied (immutable, binds root), read-only filesystem, disk full",
-		happens:   "507 `storage_unavailable`, no `Retry-After`, no host path in the body; nothing leaked; the thread works once repaired",
+		happens:   "507 `storage_unavailable` (`insufficient_storage` for a full disk), no `Retry-After`, no host path in the body; nothing leaked; the thread works once repaired",
 		mechanism: "the backends that bind host dirs (process, docker, applecontainer) make them first in `Create` (`backend.EnsureHostDirs`); its `backend.ErrHostDirs` maps to `pool.ErrStorage`, before any sandbox starts. Backends without host dirs (kubernetes, remote) never touch the gateway's disk",
 		tests:     []testRef{{e2e, "TestDataDirErrorsAre507WithoutHostPath"}},
 		note:      "; soak probes below",

@@ -22,9 +22,6 @@ import (
 // inside).
 const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// probeID holds the start-up probe's host id (no sandbox id looks like it).
-const probeID = "probe"
-
 // probeTimeout bounds the start-up check that this kernel can isolate.
 const probeTimeout = 10 * time.Second
 
@@ -192,10 +189,7 @@ func (p *Process) probe() error {
 		},
 		Output: out,
 	}
-	if c.UID, c.GID, err = p.hostIDs.For(probeID); err != nil {
-		return err
-	}
-	defer func() { _ = p.hostIDs.Release(probeID) }()
+	c.UID, c.GID = p.hostIDs.Probe()
 	if err := jail.Own(dir, c.UID, c.GID); err != nil {
 		return err
 	}
