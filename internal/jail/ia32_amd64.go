@@ -17,16 +17,17 @@ const ia32Unshare = 310
 
 // unshareIA32 calls unshare(flags) through the ia32 syscall ABI (int
 // $0x80, the path around a filter that knows only the native one) in a
-// child process: see ia32Syscall.
+// child process: see IA32Syscall.
 func unshareIA32(flags uintptr) (supported bool, err error) {
-	return ia32Syscall(ia32Unshare, flags, 0, 0, 0, 0)
+	return IA32Syscall(ia32Unshare, flags, 0, 0, 0, 0)
 }
 
-// ia32Syscall makes syscall nr (an i386 number) through the ia32 ABI in a
+// IA32Syscall makes syscall nr (an i386 number) through the ia32 ABI in a
 // child process. It returns the call's error (nil when it went through);
 // supported is false when this kernel runs no ia32 code (the child died of
-// the fault), which leaves nothing to refuse.
-func ia32Syscall(nr, a1, a2, a3, a4, a5 uintptr) (supported bool, err error) {
+// the fault), which leaves nothing to refuse. The end-to-end probe of the
+// jail (test/e2e/testdata/abiprobe) makes its calls with it too.
+func IA32Syscall(nr, a1, a2, a3, a4, a5 uintptr) (supported bool, err error) {
 	pid, errno := forkIA32Syscall(nr, a1, a2, a3, a4, a5)
 	if errno != 0 {
 		return true, fmt.Errorf("fork: %w", syscall.Errno(errno))

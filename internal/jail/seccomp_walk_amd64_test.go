@@ -47,11 +47,11 @@ func runWalk() int {
 		nr := arch.X86_64.SyscallNames[name]
 		emit("native "+name, errnoOf(unix.Syscall6(uintptr(nr), allOnes, allOnes, allOnes, allOnes, allOnes, allOnes)), "")
 		if nr, ok := arch.I386.SyscallNames[name]; ok {
-			emit("ia32 "+name, ia32Result(ia32Syscall(uintptr(nr), allOnes, allOnes, allOnes, allOnes, allOnes)), "")
+			emit("ia32 "+name, ia32Result(IA32Syscall(uintptr(nr), allOnes, allOnes, allOnes, allOnes, allOnes)), "")
 		}
 	}
 	emit("ia32 unshare newuser", ia32Result(unshareIA32(unix.CLONE_NEWUSER)), "")
-	emit("ia32 getpid", ia32Result(ia32Syscall(uintptr(arch.I386.SyscallNames["getpid"]), 0, 0, 0, 0, 0)), "")
+	emit("ia32 getpid", ia32Result(IA32Syscall(uintptr(arch.I386.SyscallNames["getpid"]), 0, 0, 0, 0, 0)), "")
 	emit("io_uring_setup 8", func() error {
 		var params [120]byte // struct io_uring_params
 		fd, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 8, uintptr(unsafe.Pointer(&params)), 0)

@@ -9,14 +9,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-func forkIA32(nr, a1, a2, a3 uintptr) (pid int, errno uintptr)
+	"github.com/sandgate/sandgate/internal/jail"
+)
 
 // i386 syscall numbers.
 const (
@@ -32,30 +31,17 @@ func main() {
 
 // ia32 is the outcome of syscall nr through int $0x80 in a child.
 func ia32(nr, a1 uintptr) string {
-	pid, errno := forkIA32(nr, a1, 0, 0)
-	if errno != 0 {
-		return "fork " + unix.ErrnoName(unix.Errno(errno))
+	supported, err := jail.IA32Syscall(nr, a1, 0, 0, 0, 0)
+	if !supported {
+		return "no ia32 ABI"
 	}
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return "wait " + err.Error()
-		}
-		break
+	if errno, ok := err.(unix.Errno); ok {
+		return unix.ErrnoName(errno)
 	}
-	switch {
-	case ws.Exited() && ws.ExitStatus() == 0:
-		return "ok"
-	case ws.Exited():
-		return unix.ErrnoName(unix.Errno(ws.ExitStatus()))
-	case ws.Signaled():
-		return "killed by " + unix.SignalName(ws.Signal())
+	if err != nil {
+		return err.Error()
 	}
-	return fmt.Sprintf("status %#x", uint32(ws))
+	return "ok"
 }
 
 // ioUringSetup is io_uring_setup(1, &params) on the native ABI; a ring it
