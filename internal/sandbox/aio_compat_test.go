@@ -92,36 +92,55 @@ func TestGlobResultShape(t *testing.T) {
 	}
 }
 
-// TestBashExecFreshSession: bash/exec without session_id runs in a new
-// session (AIO BashExecRequest): it inherits no cd/export of the default
-// session, leaves none behind, and a request-scoped env variable the
-// command exports is never visible to a later call.
-func TestBashExecFreshSession(t *testing.T) {
+// TestBashSessionState: bash sessions as AIO 1.9.4's BashExecRequest says.
+// session_id: "If not provided or empty, a new session is created
+// automatically. Reuse the same session_id to continue the same bash
+// session. Only API-level session state is preserved across calls. Note:
+// `cd` or `export` inside a command do NOT affect subsequent calls."
+// exec_dir: "if the session already exists, its default working directory
+// is updated for subsequent calls." Each case runs a first call, then
+// `pwd` and the variables in the same session: the second call sees the
+// session's default dir and none of the first call's cd, export or env,
+// nor the default shell session's state (DeerFlow's request-scoped secrets
+// must never reach a later command).
+func TestBashSessionState(t *testing.T) {
 	t.Parallel()
 	ts := newHostServer(t)
 	shellRun(t, ts, map[string]any{"command": "cd /mnt/user-data/outputs && export AGENT_STATE=agent"})
-	sessions := len(ts.srv.sessions.all())
-
-	env := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{
-		"command": `pwd; echo "[$AGENT_STATE]"; export LEAKED="$SECRET"; cd /mnt/user-data/uploads`,
-		"env":     map[string]any{"SECRET": "s3cret-value"},
+	const outputs, uploads = "/mnt/user-data/outputs", "/mnt/user-data/uploads"
+	const firstCmd = `export X="x$SECRET"; cd ` + outputs
+	cases := []struct {
+		name   string
+		create map[string]any // bash/sessions/create body; nil: the first call gives no session_id
+		first  map[string]any // the first bash/exec, less session_id
+		dir    string         // the session's default dir the second call must start in
+	}{
+		{"session-less id is reusable", nil, map[string]any{"command": firstCmd, "env": map[string]any{"SECRET": "s3cret"}}, vWorkspace},
+		{"explicit session keeps its dir", map[string]any{"exec_dir": uploads}, map[string]any{"command": firstCmd}, uploads},
+		{"exec_dir moves the default", map[string]any{}, map[string]any{"command": firstCmd, "exec_dir": uploads}, uploads},
+		{"session-less exec_dir moves the default", nil, map[string]any{"command": firstCmd, "exec_dir": uploads}, uploads},
+	}
+	t.Run("cases", func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				if tc.create != nil {
+					tc.first["session_id"] = okData[bashSessionInfo](t, ts, "/v1/bash/sessions/create", tc.create).SessionID
+				}
+				first := okData[bashResult](t, ts, "/v1/bash/exec", tc.first)
+				if first.SessionID == "" || tc.create != nil && first.SessionID != tc.first["session_id"] {
+					t.Fatalf("first call answered session %q", first.SessionID)
+				}
+				// okData requires a 200: the session outlives its first command.
+				second := map[string]any{"session_id": first.SessionID, "command": `pwd; echo "[$X][$SECRET][$AGENT_STATE]"`}
+				if got := okData[bashResult](t, ts, "/v1/bash/exec", second); got.Stdout != tc.dir+"\n[][][]\n" {
+					t.Fatalf("second call in the session: %q, want the session's dir %s and no variables", got.Stdout, tc.dir)
+				}
+			})
+		}
 	})
-	if env.Stdout != vWorkspace+"\n[]\n" {
-		t.Fatalf("env-bearing bash/exec inherited the default session's state: %q", env.Stdout)
-	}
-	after := shellRun(t, ts, map[string]any{"command": `pwd; echo "[$LEAKED][$SECRET][$AGENT_STATE]"`})
-	if after.Output != "/mnt/user-data/outputs\n[][][agent]\n" {
-		t.Fatalf("bash/exec leaked into the default session: %q", after.Output)
-	}
-	again := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"command": `pwd; echo "[$LEAKED][$SECRET]"`})
-	if again.Stdout != vWorkspace+"\n[][]\n" || again.SessionID == env.SessionID {
-		t.Fatalf("a later bash/exec saw the earlier one: %+v", again)
-	}
-	if n := len(ts.srv.sessions.all()); n != sessions {
-		t.Fatalf("finished id-less bash/exec calls left sessions behind: %d, want %d", n, sessions)
-	}
-	if r := ts.post(t, "/v1/bash/exec", map[string]any{"session_id": env.SessionID, "command": "true"}); r.Status != http.StatusNotFound {
-		t.Fatalf("the throw-away session is still usable: %d %s", r.Status, r.Body)
+	if after := shellRun(t, ts, map[string]any{"command": `pwd; echo "[$X][$SECRET][$AGENT_STATE]"`}); after.Output != outputs+"\n[][][agent]\n" {
+		t.Fatalf("bash/exec changed the default shell session: %q", after.Output)
 	}
 }
 

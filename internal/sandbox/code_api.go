@@ -34,10 +34,10 @@ var runtimes = map[string]runtimeSpec{
 	"javascript": {"node", `node -e "$` + codeEnvVar + `"`, "Node.js (one-shot process)", "node --version"},
 }
 
-// runOnce runs command in a fresh session and waits for it (at most hard),
-// leaving no session behind.
+// runOnce runs command in a new session, as an id-less bash/exec does, and
+// waits for it (at most hard), leaving no session behind.
 func (s *Server) runOnce(ctx context.Context, command string, env map[string]*string, hard time.Duration) (*command, string, error) {
-	sess, c, err := s.startExec(execReq{command: command, env: env, hard: hard, separate: true, fresh: true}, "session_id")
+	sess, c, err := s.startExec(execReq{command: command, env: env, hard: hard, separate: true, bashAPI: true}, "session_id")
 	if err != nil {
 		return nil, "", err
 	}

@@ -17,9 +17,10 @@
 // depend on it (shell_api.go):
 //   - shell/exec without `id` runs in the server's one default session, so
 //     `cd /tmp` in one id-less call holds in the next; `session_id` in the
-//     result names it. bash/exec without `session_id` runs in a fresh
-//     session that inherits nothing and leaves nothing behind (AIO's
-//     BashExecRequest).
+//     result names it. bash/exec without `session_id` runs in a new
+//     session that inherits nothing and whose id stays reusable; in any
+//     session a bash/exec command's `cd`/`export` never reach later calls
+//     (AIO's BashExecRequest).
 //   - A command started with async_mode reads a pipe that shell/write and
 //     bash/write feed; others read /dev/null.
 //   - `timeout` is how long the call waits: past it the call returns status

@@ -20,7 +20,9 @@ const maxSessions = 64
 
 // session is a shell session: a cwd and an exported environment carried from
 // one command to the next. Every command runs as a fresh `shell -c` process
-// started from the session's state and reports its final state back.
+// started from the session's state and reports its final state back; a
+// bash/exec command's report is dropped (runSpec.stateless), so through the
+// bash API a session keeps only its default dir.
 //
 // Concurrency is fork, not serialize: a call on a session that is already
 // running a command starts at once from a snapshot of the session state, so
@@ -198,6 +200,10 @@ type runSpec struct {
 	separate     bool
 	stdin        bool
 	hardTimeout  time.Duration
+	// stateless: the command's final cwd and environment are not committed
+	// to the session (bash/exec, per AIO's BashExecRequest: "`cd` or
+	// `export` inside a command do NOT affect subsequent calls").
+	stateless bool
 }
 
 // start launches a command from the session's current state.
@@ -229,7 +235,7 @@ func (s *session) start(srv *Server, rs runSpec) (*command, error) {
 		maxOutput: srv.maxOutput, pm: srv.pm, hardTimeout: rs.hardTimeout,
 	}
 	seq := s.seq
-	c, err := startCommand(sh, sp, &srv.groups, func(c *command) { s.finish(c, sp.stateFile, base, rs.env) })
+	c, err := startCommand(sh, sp, &srv.groups, func(c *command) { s.finish(c, sp.stateFile, base, rs) })
 	if err != nil {
 		return nil, err
 	}
@@ -241,21 +247,21 @@ func (s *session) start(srv *Server, rs runSpec) (*command, error) {
 	return c, nil
 }
 
-// finish commits a finished command's reported state, unless it was killed
-// or a later-started command already committed.
-func (s *session) finish(c *command, stateFile string, base []string, perCmd map[string]*string) {
+// finish commits a finished command's reported state, unless the command is
+// stateless, was killed or a later-started command already committed.
+func (s *session) finish(c *command, stateFile string, base []string, rs runSpec) {
 	st, err := readState(stateFile)
 	_ = os.Remove(stateFile)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.running, c)
 	s.lastUsed = time.Now()
-	if err != nil || c.killedByUs() || c.seq <= s.committed {
+	if rs.stateless || err != nil || c.killedByUs() || c.seq <= s.committed {
 		return
 	}
 	s.committed = c.seq
 	s.cwd = st.cwd
-	s.env = revertEnv(st.env, base, perCmd)
+	s.env = revertEnv(st.env, base, rs.env)
 }
 
 // commandEnv is the session env with the per-command overrides and PWD set.

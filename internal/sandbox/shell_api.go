@@ -15,12 +15,12 @@ import (
 //   - shell/exec without `id` runs in the server's one default session, so
 //     state carries over between id-less calls; its id comes back in
 //     `session_id`.
-//   - bash/exec without `session_id` runs in a fresh session made from the
-//     server's start state (home dir, inherited env), as AIO's
-//     BashExecRequest says: it sees no earlier `cd`/`export` and leaves none
-//     behind. A command that finished within the call takes its session
-//     with it; one still running keeps it (a generated session, evicted
-//     first) so bash/output and bash/kill can follow it.
+//   - bash/exec follows AIO's BashExecRequest: without `session_id` it runs
+//     in a new session made from the server's start state (home dir,
+//     inherited env) whose id comes back and stays usable until closed or
+//     evicted (a generated session, evicted first). In any session a
+//     bash/exec command's own `cd`/`export` never reach later calls; only
+//     `exec_dir` moves the session's default working directory.
 //   - `timeout` (seconds) only stops waiting, as in the all-in-one sandbox:
 //     the call returns status running with the output so far and the
 //     command continues (shell/view follows it). `hard_timeout` kills the
@@ -121,8 +121,11 @@ type execReq struct {
 	env                         map[string]*string
 	hard                        time.Duration
 	separate                    bool
-	fresh                       bool // no session id: a new session, not the default one
-	stdin                       bool // async_mode: stdin is a pipe for shell/write, bash/write
+	// bashAPI is AIO's bash/exec: no session id makes a new session, not the
+	// default one; the command's cd/export never reach the session; exec_dir
+	// becomes the session's default working directory.
+	bashAPI bool
+	stdin   bool // async_mode: stdin is a pipe for shell/write, bash/write
 }
 
 // startExec finds the session (without an id, the default one) and starts
@@ -131,7 +134,8 @@ func (s *Server) startExec(x execReq, idField string) (*session, *command, error
 	if s.closing.Load() {
 		return nil, nil, statusErr(http.StatusServiceUnavailable, "sandbox server is shutting down")
 	}
-	rs := runSpec{text: x.command, mapped: s.pm.MapCommand(x.command), separate: x.separate, stdin: x.stdin, hardTimeout: x.hard}
+	rs := runSpec{text: x.command, mapped: s.pm.MapCommand(x.command), separate: x.separate, stdin: x.stdin,
+		hardTimeout: x.hard, stateless: x.bashAPI}
 	if strings.ContainsRune(x.command, 0) {
 		return nil, nil, invalid("command", "command must not contain NUL bytes")
 	}
@@ -157,13 +161,16 @@ func (s *Server) startExec(x execReq, idField string) (*session, *command, error
 	}
 	var sess *session
 	found := true
-	if x.fresh && x.sessionID == "" {
+	if x.bashAPI && x.sessionID == "" {
 		sess, _ = s.sessions.create("", s.homeHost, s.baseEnv, 0)
 	} else {
 		sess, found = s.sessions.byID(x.sessionID, s.homeHost, s.baseEnv)
 	}
 	if !found {
 		return nil, nil, statusErr(http.StatusNotFound, "unknown session: %s (field %s)", x.sessionID, idField)
+	}
+	if x.bashAPI && rs.dir != "" {
+		sess.chdir(rs.dir)
 	}
 	c, err := sess.start(s, rs)
 	if err != nil {
@@ -455,15 +462,12 @@ func (s *Server) handleBashExec(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sess, c, err := s.startExec(execReq{sessionID: req.SessionID, command: cmd, execDir: req.ExecDir,
-		env: req.Env, hard: hard, separate: true, fresh: true, stdin: req.AsyncMode}, "session_id")
+		env: req.Env, hard: hard, separate: true, bashAPI: true, stdin: req.AsyncMode}, "session_id")
 	if err != nil {
 		return err
 	}
 	o := awaitOpts{async: req.AsyncMode, wait: wait}
 	st := await(r.Context(), c, o, nil)
-	if req.SessionID == "" && st != statusRunning {
-		s.sessions.remove(sess.id)
-	}
 	res := bashResult{SessionID: sess.id, CommandID: c.id, Command: c.text, Status: bashStatus(st),
 		Stdout: truncateChars(c.streams[0].String(), limit), Stderr: truncateChars(c.streams[1].String(), limit),
 		ExitCode: exitCodeFor(c, st), Offset: c.streams[0].size(), StderrOffset: c.streams[1].size()}

@@ -110,12 +110,15 @@ func TestBashExec(t *testing.T) {
 	if res.Stdout != "out\n[s3cret]\n" || res.Stderr != "err\n" || res.ExitCode == nil || *res.ExitCode != 4 || res.CommandID == "" {
 		t.Fatalf("bash exec: %+v", res)
 	}
-	okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{"id": "kept"})
-	okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"session_id": "kept",
+	// Neither env{} nor an export reaches the next bash/exec, even in a
+	// session made through the shell API (AIO: "`cd` or `export` inside a
+	// command do NOT affect subsequent calls").
+	okData[sessionResult](t, ts, "/v1/shell/sessions/create", map[string]any{"id": "shared"})
+	okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"session_id": "shared",
 		"command": `export KEPT=1`, "env": map[string]any{"API_TOKEN": "s3cret"}})
-	next := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"session_id": "kept", "command": `echo "[$API_TOKEN][$KEPT]"`})
-	if next.Stdout != "[][1]\n" {
-		t.Fatalf("env{} persisted or export lost: %q", next.Stdout)
+	next := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"session_id": "shared", "command": `echo "[$API_TOKEN][$KEPT]"`})
+	if next.Stdout != "[][]\n" {
+		t.Fatalf("env{} or export persisted: %q", next.Stdout)
 	}
 
 	long := okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"command": "printf '%0100d' 0", "max_output_length": 20})

@@ -64,11 +64,20 @@ func TestDeerFlowToolsThroughGateway(t *testing.T) {
 	code, body, _ = call(t, "POST", v1+"/bash/exec", map[string]any{
 		"command": `pwd; echo "[$AGENT_VAR]"; export LEAKED="$TOKEN"; cd /tmp`, "env": map[string]string{"TOKEN": "tok-9d2e"}})
 	var bash struct {
-		Stdout string `json:"stdout"`
+		SessionID string `json:"session_id"`
+		Stdout    string `json:"stdout"`
 	}
 	data(t, "bash/exec", code, body, &bash)
 	if bash.Stdout != "/mnt/user-data/workspace\n[]\n" {
 		t.Fatalf("bash/exec without session_id inherited the default session: %q", bash.Stdout)
+	}
+	// Its session stays reusable (AIO BashExecRequest: "Reuse the same
+	// session_id to continue the same bash session"), and keeps none of the
+	// command's cd, export or env.
+	code, body, _ = call(t, "POST", v1+"/bash/exec", map[string]any{"session_id": bash.SessionID, "command": `pwd; echo "[$LEAKED][$TOKEN]"`})
+	data(t, "bash/exec reusing "+bash.SessionID, code, body, &bash)
+	if bash.Stdout != "/mnt/user-data/workspace\n[][]\n" {
+		t.Fatalf("the session-less call's session kept its state: %q", bash.Stdout)
 	}
 	if out := shell(t, g.URL, "tools", `pwd; echo "[$LEAKED][$TOKEN][$AGENT_VAR]"`).Output; out != "/mnt/user-data/outputs\n[][][agent]\n" {
 		t.Fatalf("bash/exec left state in the default session: %q", out)
