@@ -42,6 +42,10 @@ type shellExecReq struct {
 	NoChangeTimeout *float64           `json:"no_change_timeout"`
 	HardTimeout     *float64           `json:"hard_timeout"`
 	Env             map[string]*string `json:"env"`
+	// an exec_dir that does not exist is always an error here
+	Strict           unsupported `json:"strict"`
+	PreserveSymlinks unsupported `json:"preserve_symlinks" accept:"false"`
+	Truncate         unsupported `json:"truncate" accept:"true"`
 }
 
 type bashExecReq struct {
@@ -56,9 +60,10 @@ type bashExecReq struct {
 }
 
 type sessionReq struct {
-	ID              string   `json:"id"`
-	ExecDir         string   `json:"exec_dir"`
-	NoChangeTimeout *float64 `json:"no_change_timeout"`
+	ID               string      `json:"id"`
+	ExecDir          string      `json:"exec_dir"`
+	NoChangeTimeout  *float64    `json:"no_change_timeout"`
+	PreserveSymlinks unsupported `json:"preserve_symlinks" accept:"false"`
 }
 
 type shellResult struct {
