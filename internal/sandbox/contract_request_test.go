@@ -27,7 +27,7 @@ func aioRequests(ws string) []aioRequest {
 	return []aioRequest{
 		{"POST /v1/shell/exec", map[string]any{"command": "true"}, map[string]any{
 			"id": "o1", "exec_dir": ws, "async_mode": true, "timeout": 5, "no_change_timeout": 5, "hard_timeout": 5,
-			"strict": true, "preserve_symlinks": true, "truncate": false,
+			"strict": false, "preserve_symlinks": true, "truncate": false,
 		}, []string{"strict", "preserve_symlinks", "truncate"}},
 		{"POST /v1/shell/wait", map[string]any{"id": "missing"}, map[string]any{"seconds": 1, "max_wait_seconds": 1}, nil},
 		{"POST /v1/shell/sessions/create", map[string]any{}, map[string]any{

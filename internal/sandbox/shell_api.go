@@ -42,8 +42,9 @@ type shellExecReq struct {
 	NoChangeTimeout *float64           `json:"no_change_timeout"`
 	HardTimeout     *float64           `json:"hard_timeout"`
 	Env             map[string]*string `json:"env"`
-	// an exec_dir that does not exist is always an error here
-	Strict           unsupported `json:"strict"`
+	// a missing exec_dir is always an error here (strict), and output is
+	// always capped (at DefaultMaxOutput, not AIO's 30000 characters)
+	Strict           unsupported `json:"strict" accept:"true"`
 	PreserveSymlinks unsupported `json:"preserve_symlinks" accept:"false"`
 	Truncate         unsupported `json:"truncate" accept:"true"`
 }
