@@ -104,6 +104,9 @@ func TestAIORequestOptions(t *testing.T) {
 					switch named := namesField(r, field); {
 					case refused && value != nil:
 						wantStatus(t, r, http.StatusUnprocessableEntity, field)
+						if !strings.Contains(r.Message, "not supported") {
+							t.Fatalf("422 does not say the option is unsupported: %s", r.Message)
+						}
 					case named:
 						t.Fatalf("%s refused: %s", field, r.Body)
 					}

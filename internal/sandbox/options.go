@@ -45,7 +45,7 @@ func refuseUnsupported(dst any) error {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		msg := name + ": not supported by this sandbox; send it absent or null"
 		if hasDef {
-			msg += " or " + def
+			msg = strings.Replace(msg, " or null", ", null or "+def, 1)
 		}
 		if why := f.Tag.Get("why"); why != "" {
 			msg += " (" + why + ")"
