@@ -31,8 +31,9 @@ func (s *Server) bashInfo(sess *session) bashSessionInfo {
 
 func (s *Server) handleBashSessionCreate(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
-		SessionID string `json:"session_id"`
-		ExecDir   string `json:"exec_dir"`
+		SessionID    string      `json:"session_id"`
+		ExecDir      string      `json:"exec_dir"`
+		SnapshotPath unsupported `json:"snapshot_path"`
 	}
 	if err := decode(w, r, &req); err != nil {
 		return err

@@ -49,11 +49,13 @@ func (s *Server) runOnce(ctx context.Context, command string, env map[string]*st
 }
 
 type codeExecReq struct {
-	Language *string  `json:"language"`
-	Code     *string  `json:"code"`
-	Timeout  *float64 `json:"timeout"`
-	Cwd      string   `json:"cwd"`
-	Stateful bool     `json:"stateful"`
+	Language *string     `json:"language"`
+	Code     *string     `json:"code"`
+	Timeout  *float64    `json:"timeout"`
+	Cwd      string      `json:"cwd"`
+	Stateful unsupported `json:"stateful" accept:"false" why:"stateful execution needs the AIO image's Jupyter or Node REPL"`
+	// only meaningful for stateful execution
+	SessionID unsupported `json:"session_id"`
 }
 
 type codeExecResult struct {
@@ -81,9 +83,6 @@ func (s *Server) handleCodeExecute(w http.ResponseWriter, r *http.Request) error
 	}
 	if req.Code == nil {
 		return missing("code")
-	}
-	if req.Stateful {
-		return invalid("stateful", "stateful execution needs the AIO image's Jupyter or Node REPL")
 	}
 	if _, err := exec.LookPath(rt.bin); err != nil {
 		return invalid("language", "%s is not installed in this sandbox", rt.bin)

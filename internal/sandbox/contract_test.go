@@ -184,6 +184,8 @@ func contractCalls(ws string) []contractCall {
 		post("/v1/file/grep", map[string]any{"path": ws, "pattern": "two"}),
 		post("/v1/file/grep", map[string]any{"path": ws, "pattern": "("}),
 		post("/v1/file/grep", map[string]any{"path": "/etc", "pattern": "x"}),
+		post("/v1/file/grep", map[string]any{"path": ws, "pattern": "two", "include": []string{"*.txt"}, "context_before": 1, "context_after": 1}),
+		post("/v1/file/grep", map[string]any{"path": ws, "pattern": "two", "multiline": true}), // unsupported option: 422
 		post("/v1/file/glob", map[string]any{"path": ws, "pattern": "*.txt"}),
 		post("/v1/file/glob", map[string]any{"path": ws}),
 		post("/v1/file/list", map[string]any{"path": ws, "recursive": true}),
@@ -207,6 +209,7 @@ func contractCalls(ws string) []contractCall {
 		post("/v1/code/execute", map[string]any{"language": "javascript", "code": "throw new Error('x')"}),
 		post("/v1/code/execute", map[string]any{"language": "cobol", "code": "x"}),
 		post("/v1/code/execute", map[string]any{"language": "python"}),
+		post("/v1/code/execute", map[string]any{"language": "python", "code": "1", "stateful": true}),
 		// malformed bodies reach every JSON endpoint the same way
 		post("/v1/file/read", "{not json"),
 	}

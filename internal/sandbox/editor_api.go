@@ -33,8 +33,9 @@ var editMu sync.Mutex
 
 func (s *Server) handleFileSearch(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
-		File  *string `json:"file"`
-		Regex *string `json:"regex"`
+		File  *string     `json:"file"`
+		Regex *string     `json:"regex"`
+		Sudo  unsupported `json:"sudo" accept:"false"`
 	}
 	if err := decode(w, r, &req); err != nil {
 		return err
@@ -97,6 +98,12 @@ type editorReq struct {
 	InsertLine  *int    `json:"insert_line"`
 	ViewRange   []int   `json:"view_range"`
 	ReplaceMode string  `json:"replace_mode"`
+	// PDF, Excel and PowerPoint views need AIO's document readers
+	PageRange      unsupported `json:"page_range"`
+	SheetName      unsupported `json:"sheet_name"`
+	RowRange       unsupported `json:"row_range"`
+	SlideRange     unsupported `json:"slide_range"`
+	EnableMetadata unsupported `json:"enable_metadata" accept:"false"`
 }
 
 type editorResult struct {

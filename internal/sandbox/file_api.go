@@ -24,9 +24,10 @@ const maxFileContent = 16 << 20
 const maxUpload = 4 << 30
 
 type fileReadReq struct {
-	File      *string `json:"file"`
-	StartLine *int    `json:"start_line"`
-	EndLine   *int    `json:"end_line"`
+	File      *string     `json:"file"`
+	StartLine *int        `json:"start_line"`
+	EndLine   *int        `json:"end_line"`
+	Sudo      unsupported `json:"sudo" accept:"false"`
 }
 
 type fileReadResult struct {
@@ -38,16 +39,20 @@ type fileReadResult struct {
 }
 
 type fileWriteReq struct {
-	File     *string `json:"file"`
-	Content  *string `json:"content"`
-	Encoding string  `json:"encoding"`
-	Append   bool    `json:"append"`
+	File            *string     `json:"file"`
+	Content         *string     `json:"content"`
+	Encoding        string      `json:"encoding"`
+	Append          bool        `json:"append"`
+	LeadingNewline  unsupported `json:"leading_newline" accept:"false"`
+	TrailingNewline unsupported `json:"trailing_newline" accept:"false"`
+	Sudo            unsupported `json:"sudo" accept:"false"`
 }
 
 type fileReplaceReq struct {
-	File   *string `json:"file"`
-	OldStr *string `json:"old_str"`
-	NewStr *string `json:"new_str"`
+	File   *string     `json:"file"`
+	OldStr *string     `json:"old_str"`
+	NewStr *string     `json:"new_str"`
+	Sudo   unsupported `json:"sudo" accept:"false"`
 }
 
 // handleFileRead returns lines [start_line, end_line) (0-based, end

@@ -23,6 +23,8 @@ type globReq struct {
 	MaxResults    *int     `json:"max_results"`
 	SortBy        string   `json:"sort_by"`
 	SortDesc      bool     `json:"sort_desc"`
+	// size and modified_time are always sent
+	IncludeMetadata unsupported `json:"include_metadata" accept:"true"`
 }
 
 // globFile is the AIO GlobFileInfo.

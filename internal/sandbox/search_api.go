@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,9 +41,11 @@ type listEntry struct {
 }
 
 type grepMatch struct {
-	File        string `json:"file"`
-	LineNumber  int    `json:"line_number"`
-	LineContent string `json:"line_content"`
+	File          string   `json:"file"`
+	LineNumber    int      `json:"line_number"`
+	LineContent   string   `json:"line_content"`
+	ContextBefore []string `json:"context_before,omitempty"`
+	ContextAfter  []string `json:"context_after,omitempty"`
 }
 
 // searchRoot resolves the path field of a search request to an existing
@@ -217,6 +220,12 @@ func (s *Server) handleFileList(w http.ResponseWriter, r *http.Request) error {
 		Recursive  bool    `json:"recursive"`
 		ShowHidden bool    `json:"show_hidden"`
 		MaxDepth   *int    `json:"max_depth"`
+		// entries come in walk order (by name) with size and permissions
+		FileTypes          unsupported `json:"file_types"`
+		IncludeSize        unsupported `json:"include_size" accept:"true"`
+		IncludePermissions unsupported `json:"include_permissions" accept:"true"`
+		SortBy             unsupported `json:"sort_by" accept:"\"name\""`
+		SortDesc           unsupported `json:"sort_desc" accept:"false"`
 	}
 	if err := decode(w, r, &req); err != nil {
 		return err
@@ -281,6 +290,78 @@ type grepReq struct {
 	MaxResults      *int            `json:"max_results"`
 	Recursive       *bool           `json:"recursive"`
 	MaxFileSize     json.RawMessage `json:"max_file_size"` // bytes, or "512K" / "1M" / "1G"
+	Include         []string        `json:"include"`
+	Exclude         []string        `json:"exclude"`
+	ContextBefore   *int            `json:"context_before"`
+	ContextAfter    *int            `json:"context_after"`
+	Multiline       unsupported     `json:"multiline" accept:"false" why:"RE2 matches line by line here"`
+	// pagination would need a stable order across calls and files
+	Offset unsupported `json:"offset" accept:"0"`
+	Type   unsupported `json:"type" why:"ripgrep's type table is not built in; use include"`
+}
+
+// maxGrepContext is AIO's bound on context_before and context_after.
+const maxGrepContext = 20
+
+// pathFilter applies grep's include and exclude globs the way ripgrep's
+// --glob does: a pattern without "/" matches an entry's name at any depth, one
+// with "/" the path relative to the search root ("**" spans directories), and
+// a trailing "/" restricts it to directories. An excluded directory is not
+// entered; with include patterns only files matching one of them are
+// searched (directories are still entered).
+type pathFilter struct{ include, exclude []string }
+
+func newPathFilter(include, exclude []string, rootVirt string) (pathFilter, error) {
+	var f pathFilter
+	for _, set := range []struct {
+		field string
+		in    []string
+		out   *[]string
+	}{{"include", include, &f.include}, {"exclude", exclude, &f.exclude}} {
+		for _, raw := range set.in {
+			p, dirOnly := strings.CutSuffix(raw, "/")
+			pattern, err := checkGlob(set.field, p, rootVirt)
+			if err != nil {
+				return f, err
+			}
+			if dirOnly {
+				pattern += "/"
+			}
+			*set.out = append(*set.out, pattern)
+		}
+	}
+	return f, nil
+}
+
+func globHit(patterns []string, rel string, isDir bool) bool {
+	for _, p := range patterns {
+		p, dirOnly := strings.CutSuffix(p, "/")
+		switch {
+		case dirOnly && !isDir:
+		case !strings.Contains(p, "/") && matchGlob(p, path.Base(rel)), matchGlob(p, rel):
+			return true
+		}
+	}
+	return false
+}
+
+// keep reports whether grep searches the file, or enters the directory, rel.
+func (f pathFilter) keep(rel string, isDir bool) bool {
+	if globHit(f.exclude, rel, isDir) {
+		return false
+	}
+	return isDir || len(f.include) == 0 || globHit(f.include, rel, false)
+}
+
+// contextLines checks a context_before/context_after value (0 when absent).
+func contextLines(field string, n *int) (int, error) {
+	if n == nil {
+		return 0, nil
+	}
+	if *n < 0 || *n > maxGrepContext {
+		return 0, invalid(field, "%s must be between 0 and %d", field, maxGrepContext)
+	}
+	return *n, nil
 }
 
 // handleFileGrep searches file contents with an RE2 regular expression (or
@@ -320,15 +401,29 @@ func (s *Server) handleFileGrep(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return invalid("max_file_size", "max_file_size: %v", err)
 	}
+	filter, err := newPathFilter(req.Include, req.Exclude, virt)
+	if err != nil {
+		return err
+	}
 	g := grepper{re: re, limit: limit, maxSize: maxSize, matches: []grepMatch{}}
+	if g.before, err = contextLines("context_before", req.ContextBefore); err != nil {
+		return err
+	}
+	if g.after, err = contextLines("context_after", req.ContextAfter); err != nil {
+		return err
+	}
 	if !fi.IsDir() {
-		g.file(r.Context(), host, virt)
+		// a single file is filtered by its name, as rg filters a path it is given
+		if filter.keep(path.Base(virt), false) {
+			g.file(r.Context(), host, virt)
+		}
 	} else {
 		recursive := req.Recursive == nil || *req.Recursive
 		err = walk(r.Context(), host, func(rel string, d fs.DirEntry) error {
 			switch {
-			case d.IsDir() && !recursive:
+			case d.IsDir() && (!recursive || !filter.keep(rel, true)):
 				return fs.SkipDir
+			case !filter.keep(rel, false):
 			case d.Type().IsRegular():
 				if g.file(r.Context(), filepath.Join(host, filepath.FromSlash(rel)), path.Join(virt, rel)) {
 					return errWalkLimit
@@ -364,6 +459,7 @@ type grepper struct {
 	re                *regexp.Regexp
 	limit             int
 	maxSize           int64
+	before, after     int // context lines around each match
 	matches           []grepMatch
 	searched, matched int
 	truncated         bool
@@ -385,6 +481,11 @@ func (g *grepper) file(ctx context.Context, host, virt string) bool {
 	}
 	g.searched++
 	counted := false
+	// recent holds the last g.before lines; open are this file's matches
+	// still collecting g.after lines. Every match gets its own neighbours,
+	// even when they are matches too.
+	var recent []string
+	open := []int{}
 	sc := bufio.NewScanner(br)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -392,17 +493,36 @@ func (g *grepper) file(ctx context.Context, host, virt string) bool {
 			return true
 		}
 		line := bytes.TrimSuffix(sc.Bytes(), []byte("\r"))
-		if !g.re.Match(line) {
-			continue
+		text := ""
+		if g.before > 0 || len(open) > 0 {
+			text = cutLine(line)
 		}
-		if len(g.matches) == g.limit {
-			g.truncated = true
-			return true
+		for len(open) > 0 && len(g.matches[open[0]].ContextAfter) == g.after {
+			open = open[1:]
 		}
-		if !counted {
-			g.matched, counted = g.matched+1, true
+		for _, i := range open {
+			g.matches[i].ContextAfter = append(g.matches[i].ContextAfter, text)
 		}
-		g.matches = append(g.matches, grepMatch{File: virt, LineNumber: n, LineContent: cutLine(line)})
+		if g.re.Match(line) {
+			if len(g.matches) == g.limit {
+				g.truncated = true
+				return true
+			}
+			if !counted {
+				g.matched, counted = g.matched+1, true
+			}
+			m := grepMatch{File: virt, LineNumber: n, LineContent: cutLine(line)}
+			if len(recent) > 0 {
+				m.ContextBefore = slices.Clone(recent)
+			}
+			g.matches = append(g.matches, m)
+			if g.after > 0 {
+				open = append(open, len(g.matches)-1)
+			}
+		}
+		if g.before > 0 {
+			recent = append(recent[max(0, len(recent)+1-g.before):], text)
+		}
 	}
 	return false // a line over 1 MiB ends the scan of that file
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -176,6 +177,15 @@ func TestFileGrep(t *testing.T) {
 		{"not recursive", map[string]any{"pattern": "o", "recursive": false}, []string{"main.py:1:import os", "main.py:2:print('Hello')"}},
 		{"single file", map[string]any{"path": vWorkspace + "/src/app.py", "pattern": "world"}, []string{"src/app.py:2:    return 'HELLO world'"}},
 		{"size limit", map[string]any{"pattern": "hello", "max_file_size": "12"}, []string{"src/lib/notes.md:1:hello again"}},
+		// include/exclude are ripgrep's --glob / --glob '!…': a name pattern
+		// matches at any depth, a path pattern from the search root
+		{"include by name", map[string]any{"pattern": "hello", "include": []string{"*.md", "*.txt"}}, []string{"src/lib/notes.md:1:hello again"}},
+		{"include by path", map[string]any{"pattern": "hello", "include": []string{"src/**"}}, []string{"src/app.py:1:def hello():", "src/lib/notes.md:1:hello again"}},
+		{"include absolute", map[string]any{"pattern": "hello", "include": []string{vWorkspace + "/src/*.py"}}, []string{"src/app.py:1:def hello():"}},
+		{"exclude prunes a directory", map[string]any{"pattern": "hello", "exclude": []string{"src"}}, []string{".hidden/h.py:1:hello hidden"}},
+		{"exclude directories only", map[string]any{"pattern": "hello", "exclude": []string{"lib/", "app.py/"}}, []string{".hidden/h.py:1:hello hidden", "src/app.py:1:def hello():"}},
+		{"exclude beats include", map[string]any{"pattern": "hello", "include": []string{"*.py"}, "exclude": []string{".hidden"}}, []string{"src/app.py:1:def hello():"}},
+		{"single file excluded", map[string]any{"path": vWorkspace + "/src/app.py", "pattern": "world", "exclude": []string{"*.py"}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.body["path"] == nil {
@@ -190,6 +200,38 @@ func TestFileGrep(t *testing.T) {
 	r := okData[grepResult](t, ts, "/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "l", "max_results": 2})
 	if len(r.Matches) != 2 || !r.Truncated {
 		t.Fatalf("max_results: %+v", r)
+	}
+}
+
+// TestFileGrepContext checks context_before/context_after (rg -B/-A): each
+// match carries its own neighbouring lines, cut at the file's ends, even
+// when a neighbour is itself a match.
+func TestFileGrepContext(t *testing.T) {
+	t.Parallel()
+	ts := newHostServer(t)
+	tree(t, ts.ws, map[string]string{"c.txt": "a\nb\nM1\nc\nM2\nd\n"})
+	type ctx struct{ Before, After []string }
+	for _, tc := range []struct {
+		name          string
+		before, after int
+		want          []ctx
+	}{
+		{"none", 0, 0, []ctx{{}, {}}},
+		{"both", 2, 2, []ctx{{[]string{"a", "b"}, []string{"c", "M2"}}, {[]string{"M1", "c"}, []string{"d"}}}},
+		{"cut at the ends", 5, 5, []ctx{{[]string{"a", "b"}, []string{"c", "M2", "d"}}, {[]string{"a", "b", "M1", "c"}, []string{"d"}}}},
+		{"after only", 0, 1, []ctx{{nil, []string{"c"}}, {nil, []string{"d"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := okData[struct{ Matches []grepMatch }](t, ts, "/v1/file/grep", map[string]any{
+				"path": vWorkspace, "pattern": "^M", "context_before": tc.before, "context_after": tc.after})
+			var got []ctx
+			for _, m := range r.Matches {
+				got = append(got, ctx{m.ContextBefore, m.ContextAfter})
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -216,6 +258,10 @@ func TestSearchErrors(t *testing.T) {
 		{"/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "x", "max_results": 0}, http.StatusUnprocessableEntity, "max_results"},
 		{"/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "x", "max_file_size": "lots"}, http.StatusUnprocessableEntity, "max_file_size"},
 		{"/v1/file/grep", map[string]any{"path": "/mnt/user-data/workspace/../../..", "pattern": "x"}, http.StatusForbidden, ""},
+		{"/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "x", "include": []string{"[a-"}}, http.StatusUnprocessableEntity, "include"},
+		{"/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "x", "exclude": []string{"/etc/*"}}, http.StatusUnprocessableEntity, "exclude"},
+		{"/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "x", "context_before": 21}, http.StatusUnprocessableEntity, "context_before"},
+		{"/v1/file/grep", map[string]any{"path": vWorkspace, "pattern": "x", "context_after": -1}, http.StatusUnprocessableEntity, "context_after"},
 	} {
 		t.Run(tc.path+" "+string(mustJSON(t, tc.body)), func(t *testing.T) {
 			wantStatus(t, ts.post(t, tc.path, tc.body), tc.status, tc.field)

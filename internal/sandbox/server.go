@@ -372,7 +372,7 @@ func decode(w http.ResponseWriter, r *http.Request, dst any) error {
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case err == nil:
-		return nil
+		return refuseUnsupported(dst)
 	case errors.As(err, &maxErr):
 		return statusErr(http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", maxErr.Limit)
 	case errors.As(err, &typeErr) && typeErr.Field != "":

@@ -42,6 +42,11 @@ type shellExecReq struct {
 	NoChangeTimeout *float64           `json:"no_change_timeout"`
 	HardTimeout     *float64           `json:"hard_timeout"`
 	Env             map[string]*string `json:"env"`
+	// a missing exec_dir is always an error here (strict), and output is
+	// always capped (at DefaultMaxOutput, not AIO's 30000 characters)
+	Strict           unsupported `json:"strict" accept:"true"`
+	PreserveSymlinks unsupported `json:"preserve_symlinks" accept:"false"`
+	Truncate         unsupported `json:"truncate" accept:"true"`
 }
 
 type bashExecReq struct {
@@ -56,9 +61,10 @@ type bashExecReq struct {
 }
 
 type sessionReq struct {
-	ID              string   `json:"id"`
-	ExecDir         string   `json:"exec_dir"`
-	NoChangeTimeout *float64 `json:"no_change_timeout"`
+	ID               string      `json:"id"`
+	ExecDir          string      `json:"exec_dir"`
+	NoChangeTimeout  *float64    `json:"no_change_timeout"`
+	PreserveSymlinks unsupported `json:"preserve_symlinks" accept:"false"`
 }
 
 type shellResult struct {
