@@ -371,7 +371,11 @@ func (s *Server) handleShellKill(w http.ResponseWriter, r *http.Request) error {
 	}
 	killed := 0
 	for _, c := range sess.runningCommands() {
-		if c.kill(statusTerminated) {
+		running, err := c.kill(statusTerminated)
+		if err != nil {
+			return fmt.Errorf("kill command %s: %w", c.id, err)
+		}
+		if running {
 			killed++
 		}
 		select {
