@@ -256,7 +256,7 @@ func (s *Server) handleBashKill(w http.ResponseWriter, r *http.Request) error {
 	for _, c := range sess.runningCommands() {
 		running, err := c.signal(sg.sig, reason)
 		if err != nil {
-			return fmt.Errorf("%s command %s: %w", name, c.id, err)
+			return &apiError{status: http.StatusInternalServerError, msg: "could not signal the command", err: fmt.Errorf("%s: %w", name, err)}
 		}
 		if running {
 			n++

@@ -373,7 +373,7 @@ func (s *Server) handleShellKill(w http.ResponseWriter, r *http.Request) error {
 	for _, c := range sess.runningCommands() {
 		running, err := c.kill(statusTerminated)
 		if err != nil {
-			return fmt.Errorf("kill command %s: %w", c.id, err)
+			return &apiError{status: http.StatusInternalServerError, msg: "could not kill the command", err: err}
 		}
 		if running {
 			killed++
