@@ -35,6 +35,13 @@ var landlockConfig = landlock.Config{
 // Without Landlock in the kernel it does nothing and returns nil
 // (landlockABI then says 0); an error means Landlock is there but failed.
 // It sets no_new_privs on all threads.
+//
+// go-landlock restricts each thread with a landlock_restrict_self call of its
+// own, and each call makes a domain: the threads end up in sibling domains.
+// With signals scoped, a thread may signal only processes of its own domain
+// (or nested in it), that is those forked by the same thread; the sandbox
+// server forks and signals its commands from one thread for that reason
+// (sandbox's procThread).
 func restrictFilesystem(writable []string) error {
 	err := landlockConfig.Restrict(
 		landlock.RODirs("/"),

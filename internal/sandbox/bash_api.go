@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"net/http"
 	"syscall"
 	"time"
@@ -248,9 +249,17 @@ func (s *Server) handleBashKill(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	reason := ""
+	if sg.ends {
+		reason = statusTerminated
+	}
 	n := 0
 	for _, c := range sess.runningCommands() {
-		if c.signal(sg.sig, sg.ends) {
+		running, err := c.signal(sg.sig, reason)
+		if err != nil {
+			return &apiError{status: http.StatusInternalServerError, msg: "could not signal the command", err: fmt.Errorf("%s: %w", name, err)}
+		}
+		if running {
 			n++
 		}
 	}

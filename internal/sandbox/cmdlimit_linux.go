@@ -47,7 +47,7 @@ func limitedScript(script string) string {
 func startLimited(cmd *exec.Cmd) error {
 	n := commandNPROC()
 	if n == 0 {
-		return cmd.Start()
+		return startCmd(cmd)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -55,7 +55,7 @@ func startLimited(cmd *exec.Cmd) error {
 	}
 	defer w.Close()
 	cmd.ExtraFiles = []*os.File{r} // fd 3
-	err = cmd.Start()
+	err = startCmd(cmd)
 	_ = r.Close()
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,7 +225,11 @@ func startCommand(sh shellInfo, sp startSpec, reg *groups, onExit func(*command)
 		reg.remove(c)
 	}()
 	if sp.hardTimeout > 0 {
-		c.timer = time.AfterFunc(sp.hardTimeout, func() { c.kill(statusHardTimeout) })
+		c.timer = time.AfterFunc(sp.hardTimeout, func() {
+			if _, err := c.kill(statusHardTimeout); err != nil {
+				slog.Error("hard timeout", "command", c.id, "err", err)
+			}
+		})
 	}
 	go c.wait(cmd, pipes, drained, onExit)
 	return c, nil
@@ -289,33 +294,30 @@ func (c *command) wait(cmd *exec.Cmd, pipes []*pipeReader, drained <-chan struct
 }
 
 // kill SIGKILLs the command's whole process group, background children
-// included, and records why. It reports whether the command was running.
-func (c *command) kill(reason string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.finished {
-		return false
-	}
-	if c.killedAs == "" {
-		c.killedAs = reason
-	}
-	_ = syscall.Kill(-c.pgid, syscall.SIGKILL)
-	return true
+// included, and records why: the one way kill requests, timeouts and
+// session ends stop a command. It reports whether the command was running.
+func (c *command) kill(reason string) (bool, error) {
+	return c.signal(syscall.SIGKILL, reason)
 }
 
-// signal sends sig to the command's process group; a signal that ends
-// commands marks it killed, so its state is not committed.
-func (c *command) signal(sig syscall.Signal, ends bool) bool {
+// signal sends sig to the command's process group (from procThread, see
+// signalGroup). A reason marks a signal that ends commands: once sent, the
+// command's status is the reason and its state is not committed. It reports
+// whether the command was running; a signal that could not be sent leaves
+// the command as it was.
+func (c *command) signal(sig syscall.Signal, reason string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.finished {
-		return false
+		return false, nil
 	}
-	if ends && c.killedAs == "" {
-		c.killedAs = statusTerminated
+	if err := signalGroup(c.pgid, sig); err != nil {
+		return true, err
 	}
-	_ = syscall.Kill(-c.pgid, sig)
-	return true
+	if reason != "" && c.killedAs == "" {
+		c.killedAs = reason
+	}
+	return true, nil
 }
 
 // errNoStdin: the command takes no input (it ended, or it was not started
@@ -390,8 +392,10 @@ func (g *groups) kill(match func(*command) bool) {
 	defer g.mu.Unlock()
 	for pgid, c := range g.m {
 		if match(c) {
-			c.kill(statusTerminated)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			if running, _ := c.kill(statusTerminated); !running {
+				// a finished command's group may still hold its background children
+				_ = signalGroup(pgid, syscall.SIGKILL)
+			}
 		}
 	}
 }

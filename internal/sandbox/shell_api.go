@@ -384,7 +384,11 @@ func (s *Server) handleShellKill(w http.ResponseWriter, r *http.Request) error {
 	}
 	killed := 0
 	for _, c := range sess.runningCommands() {
-		if c.kill(statusTerminated) {
+		running, err := c.kill(statusTerminated)
+		if err != nil {
+			return &apiError{status: http.StatusInternalServerError, msg: "could not kill the command", err: err}
+		}
+		if running {
 			killed++
 		}
 		select {

@@ -199,7 +199,7 @@ func (t *terminal) run(ctx context.Context, line string) {
 		case <-changed:
 			continue
 		case <-ctx.Done():
-			c.kill(statusTerminated)
+			_, _ = c.kill(statusTerminated) // the client is gone: nobody to tell
 			return
 		case <-c.done:
 		}

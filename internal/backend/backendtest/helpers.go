@@ -113,7 +113,7 @@ func Exec(t testing.TB, info backend.Info, command string) ExecResult {
 		Output   string `json:"output"`
 		ExitCode *int   `json:"exit_code"`
 	}
-	if err := call(t, info, "/v1/shell/exec", map[string]any{"command": command}, &data); err != nil {
+	if err := Call(t, info, "/v1/shell/exec", map[string]any{"command": command}, &data); err != nil {
 		t.Fatalf("exec %q: %v", command, err)
 	}
 	if data.ExitCode == nil {
@@ -126,7 +126,7 @@ func Exec(t testing.TB, info backend.Info, command string) ExecResult {
 // API; the error carries the answer of a refusal.
 func WriteFile(t testing.TB, info backend.Info, file, content string) error {
 	t.Helper()
-	return call(t, info, "/v1/file/write", map[string]any{"file": file, "content": content}, nil)
+	return Call(t, info, "/v1/file/write", map[string]any{"file": file, "content": content}, nil)
 }
 
 // ReadFile reads file (a virtual path) through the sandbox's API.
@@ -136,7 +136,7 @@ func ReadFile(t testing.TB, info backend.Info, file string) (string, error) {
 		Content  string `json:"content"`
 		Encoding string `json:"encoding"`
 	}
-	if err := call(t, info, "/v1/file/read", map[string]any{"file": file}, &data); err != nil {
+	if err := Call(t, info, "/v1/file/read", map[string]any{"file": file}, &data); err != nil {
 		return "", err
 	}
 	if data.Encoding != "utf-8" {
@@ -145,9 +145,9 @@ func ReadFile(t testing.TB, info backend.Info, file string) (string, error) {
 	return data.Content, nil
 }
 
-// call POSTs req to the sandbox's API and decodes the envelope's data into
+// Call POSTs req to the sandbox's API and decodes the envelope's data into
 // out (nil = ignore it); anything but a 200 with success true is an error.
-func call(t testing.TB, info backend.Info, path string, req, out any) error {
+func Call(t testing.TB, info backend.Info, path string, req, out any) error {
 	t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
