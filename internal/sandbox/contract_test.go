@@ -90,6 +90,7 @@ func TestAIOContract(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	okSeen, errSeen := map[string]bool{}, map[string]bool{}
+	answers := map[string][]string{} // each endpoint's answers, to say why one was not exercised
 	for _, r := range rec.seen {
 		if r.endpoint == "/" {
 			continue // unknown path: checked below as the 404 shape
@@ -101,6 +102,7 @@ func TestAIOContract(t *testing.T) {
 		if err := checkResponse(r.endpoint, r.status, r.body); err != nil {
 			t.Errorf("contract: %v\nbody: %s", err, r.body)
 		}
+		answers[r.endpoint] = append(answers[r.endpoint], fmt.Sprintf("%d %.200s", r.status, r.body))
 		if r.status == http.StatusOK {
 			okSeen[r.endpoint] = true
 		} else {
@@ -112,7 +114,7 @@ func TestAIOContract(t *testing.T) {
 			errSeen[ep] = true // no input, no failing answer
 		}
 		if !okSeen[ep] || !errSeen[ep] {
-			t.Errorf("%s: not exercised (success seen %v, error seen %v)", ep, okSeen[ep], errSeen[ep])
+			t.Errorf("%s: not exercised (success seen %v, error seen %v); answers: %q", ep, okSeen[ep], errSeen[ep], answers[ep])
 		}
 	}
 }

@@ -311,7 +311,9 @@ func (c *command) signal(sig syscall.Signal, reason string) (bool, error) {
 	if c.finished {
 		return false, nil
 	}
-	if err := signalGroup(c.pgid, sig); err != nil {
+	if err := signalGroup(c.pgid, sig); errors.Is(err, syscall.ESRCH) {
+		return false, nil // its group is gone; Wait has not marked it finished yet
+	} else if err != nil {
 		return true, err
 	}
 	if reason != "" && c.killedAs == "" {
