@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 const (
@@ -132,7 +133,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 	// and nginx targets pass it on; the gateway drops it and sends its own
 	// copy, as it does for any client's.
 	for i := range workloads {
-		workloads[i].headers = append(workloads[i].headers, [2]string{backend.SecretHeader, secret})
+		workloads[i].headers = append(workloads[i].headers, [2]string{sandboxspec.SecretHeader, secret})
 	}
 	for _, w := range workloads {
 		for _, t := range targets {
@@ -297,7 +298,7 @@ func writeBigFile(ctx context.Context, sandboxURL, secret string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := call(ctx, http.MethodPost, sandboxURL+"/v1/file/write", string(body), [][2]string{{"Content-Type", "application/json"}, {backend.SecretHeader, secret}}); err != nil {
+	if _, err := call(ctx, http.MethodPost, sandboxURL+"/v1/file/write", string(body), [][2]string{{"Content-Type", "application/json"}, {sandboxspec.SecretHeader, secret}}); err != nil {
 		return fmt.Errorf("write big.bin: %w", err)
 	}
 	return nil

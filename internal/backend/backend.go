@@ -65,16 +65,12 @@ type Info struct {
 	Backend     string
 	Labels      map[string]string
 	CreatedAt   time.Time
-	// Secret is what the sandbox server requires in SecretHeader on every
+	// Secret is what the sandbox server requires in sandboxspec.SecretHeader on every
 	// request; "" = none of its own (the shared key applies). Discover and
 	// List return it too, so a replica that adopts the sandbox after Redis
 	// lost its record can still reach it. Never logged or shown to clients.
 	Secret string
 }
-
-// SecretHeader carries a sandbox's secret (or the shared sandbox_api_key)
-// from the gateway to the sandbox: the all-in-one sandbox's API key header.
-const SecretHeader = "X-Aio-Api-Key"
 
 // ErrUnavailable marks a backend that cannot be reached (engine down, API
 // server gone); callers answer 503 rather than 502.

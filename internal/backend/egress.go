@@ -76,11 +76,6 @@ func validAllowEntry(a string) error {
 	return nil
 }
 
-// EgressPort is the loopback port inside a sandbox where its egress proxy
-// answers (process and docker: bridged by the sandbox server to the Unix
-// socket the gateway serves).
-const EgressPort = 3128
-
 // EgressIdentity is who a proxied connection belongs to, for the policy,
 // the logs and the metrics.
 type EgressIdentity struct {

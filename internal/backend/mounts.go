@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Virtual paths every sandbox sees, whatever the backend (DeerFlow's layout).
 const (
 	VirtualUserData     = "/mnt/user-data"
-	VirtualWorkspace    = "/mnt/user-data/workspace"
+	VirtualWorkspace    = sandboxspec.VirtualWorkspace
 	VirtualUploads      = "/mnt/user-data/uploads"
 	VirtualOutputs      = "/mnt/user-data/outputs"
 	VirtualSkills       = "/mnt/skills"

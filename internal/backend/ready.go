@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -55,9 +56,9 @@ func WaitReadyAs(ctx context.Context, baseURL, authorization string) error {
 }
 
 // WaitReadySecret is WaitReady for a sandbox server that requires secret
-// in SecretHeader ("" = none).
+// in sandboxspec.SecretHeader ("" = none).
 func WaitReadySecret(ctx context.Context, baseURL, secret string) error {
-	return waitReady(ctx, baseURL, SecretHeader, secret)
+	return waitReady(ctx, baseURL, sandboxspec.SecretHeader, secret)
 }
 
 func waitReady(ctx context.Context, baseURL, header, value string) (err error) {

@@ -47,7 +47,7 @@ func ValidateSpec(spec Spec) error {
 // name, then HOME=home unless configured (home "" = none), then
 // keepVar=NAME,... naming every configured variable (keepVar "" = none):
 // the sandbox server strips secret-looking variables from its shells except
-// those (sandbox.KeepEnvVar, which this package cannot import).
+// those (sandboxspec.KeepEnvVar, which this package cannot import).
 func ServerEnv(configured map[string]string, home, keepVar string) []string {
 	names := make([]string, 0, len(configured))
 	for name := range configured {

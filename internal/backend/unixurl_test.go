@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 func TestUnixURLParsing(t *testing.T) {
@@ -54,7 +56,7 @@ func waitReadyOn(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/sandbox" || r.Host != UnixHost || r.Header.Get(SecretHeader) != "s3" {
+		if r.URL.Path != "/v1/sandbox" || r.Host != UnixHost || r.Header.Get(sandboxspec.SecretHeader) != "s3" {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/checkpoint"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
@@ -204,7 +205,7 @@ func Default() Config {
 			LockTTL:           lease.DefaultLockTTL,
 			ReconcileInterval: pool.DefaultReconcileInterval,
 			ReconcileGrace:    pool.DefaultReconcileGrace,
-			BusyIdleAfter:     pool.DefaultBusyIdleAfter,
+			BusyIdleAfter:     sandboxspec.DefaultBusyIdleAfter,
 			MaxLifetime:       pool.DefaultMaxLifetime,
 			Fleet:             backend.DefaultFleet,
 		},

@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/serve"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -322,7 +323,7 @@ func (g *Gateway) logLimits() {
 	g.log.Info("sandbox limits", "multi_user", g.cfg.Auth.Enabled(),
 		"max_sandboxes_per_user", capOf(p.MaxSandboxesPerUser), "max_creates_per_user", capOf(p.MaxCreatesPerUser),
 		"max_lifetime", durOf(p.MaxLifetime, pool.DefaultMaxLifetime),
-		"busy_idle_after", durOf(p.BusyIdleAfter, pool.DefaultBusyIdleAfter))
+		"busy_idle_after", durOf(p.BusyIdleAfter, sandboxspec.DefaultBusyIdleAfter))
 }
 
 // sandboxTransport is NewSandboxTransport for the named backend. The remote

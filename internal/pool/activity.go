@@ -10,30 +10,14 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
-// ActivityPath is the sandbox server's answer to "does anything run in
-// you": its running commands and its requests in flight besides this one,
-// in the data of its usual envelope.
-const ActivityPath = "/v1/sandgate/activity"
-
-// Activity is what ActivityPath answers. Commands counts the busy ones:
-// a stopped or stalled command (see Config.BusyIdleAfter) is in Stalled,
-// which keeps nothing alive.
-type Activity struct {
-	Commands int `json:"commands"`
-	Stalled  int `json:"stalled"`
-	Requests int `json:"requests"`
-}
-
-// Running: a command runs, or a request other than the probe is served.
-func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
-
-// activityPathFor is ActivityPath with the busy_idle_after the sandbox
+// activityPathFor is sandboxspec.ActivityPath with the busy_idle_after the sandbox
 // server applies (0 there: only a stop ends busy). A server that predates
 // the parameter ignores it.
 func activityPathFor(busyIdleAfter time.Duration) string {
-	return ActivityPath + "?busy_idle_after=" + max(busyIdleAfter, 0).String()
+	return sandboxspec.ActivityPath + "?" + sandboxspec.BusyIdleAfterParam + "=" + max(busyIdleAfter, 0).String()
 }
 
 // activityProbeTimeout bounds the probe: a sandbox too slow to answer it
@@ -41,18 +25,18 @@ func activityPathFor(busyIdleAfter time.Duration) string {
 const activityProbeTimeout = 2 * time.Second
 
 // activity asks rec's sandbox what runs in it. An error means it cannot
-// tell: a third-party image without ActivityPath, a sandbox that does not
+// tell: a third-party image without sandboxspec.ActivityPath, a sandbox that does not
 // answer (a frozen one never does: do not ask it).
-func (p *Pool) activity(ctx context.Context, rec lease.Record) (Activity, error) {
+func (p *Pool) activity(ctx context.Context, rec lease.Record) (sandboxspec.Activity, error) {
 	ctx, cancel := context.WithTimeout(ctx, activityProbeTimeout)
 	defer cancel()
 	base, socket := backend.HTTPBase(rec.URL)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+p.activityPath, nil)
 	if err != nil {
-		return Activity{}, fmt.Errorf("activity probe: %w", err)
+		return sandboxspec.Activity{}, fmt.Errorf("activity probe: %w", err)
 	}
 	if rec.Secret != "" {
-		req.Header.Set(backend.SecretHeader, rec.Secret)
+		req.Header.Set(sandboxspec.SecretHeader, rec.Secret)
 	}
 	rt := p.newRT(socket)
 	defer func() {
@@ -62,17 +46,17 @@ func (p *Pool) activity(ctx context.Context, rec lease.Record) (Activity, error)
 	}()
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		return Activity{}, fmt.Errorf("activity probe: %w", err)
+		return sandboxspec.Activity{}, fmt.Errorf("activity probe: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Activity{}, fmt.Errorf("activity probe answered %d", resp.StatusCode)
+		return sandboxspec.Activity{}, fmt.Errorf("activity probe answered %d", resp.StatusCode)
 	}
 	var env struct {
-		Data Activity `json:"data"`
+		Data sandboxspec.Activity `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&env); err != nil {
-		return Activity{}, fmt.Errorf("activity probe: %w", err)
+		return sandboxspec.Activity{}, fmt.Errorf("activity probe: %w", err)
 	}
 	return env.Data, nil
 }

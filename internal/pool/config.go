@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Config of the pool. The zero value is the documented default.
@@ -112,7 +113,6 @@ const (
 	DefaultReapInterval      = 10 * time.Second
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultReconcileGrace    = time.Minute
-	DefaultBusyIdleAfter     = 30 * time.Minute
 	DefaultMaxLifetime       = 24 * time.Hour
 )
 
@@ -180,7 +180,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ReconcileGrace, DefaultReconcileGrace)
 	def(&c.LockTTL, lease.DefaultLockTTL)
 	def(&c.BucketLeaseTTL, DefaultBucketLeaseTTL)
-	def(&c.BusyIdleAfter, DefaultBusyIdleAfter)
+	def(&c.BusyIdleAfter, sandboxspec.DefaultBusyIdleAfter)
 	def(&c.MaxLifetime, DefaultMaxLifetime)
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes

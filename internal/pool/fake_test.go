@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -34,7 +35,7 @@ type fakeBackend struct {
 	paused    map[string]bool
 	// progress is reported by every Create, as a backend pulling an image would.
 	progress []backend.Progress
-	// commands is what every sandbox reports running (ActivityPath).
+	// commands is what every sandbox reports running (sandboxspec.ActivityPath).
 	commands atomic.Int64
 	// idleAfter is the busy_idle_after of the last activity probe.
 	idleAfter atomic.Value
@@ -44,7 +45,7 @@ func newFakeBackend(t testing.TB) *fakeBackend {
 	f := &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{},
 		clock: realClock{}, paused: map[string]bool{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == ActivityPath { // what the sandbox server answers the freezer
+		if r.URL.Path == sandboxspec.ActivityPath { // what the sandbox server answers the freezer
 			f.idleAfter.Store(r.URL.Query().Get("busy_idle_after"))
 			fmt.Fprintf(w, `{"success":true,"data":{"commands":%d,"requests":0}}`, f.commands.Load())
 		}

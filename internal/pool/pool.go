@@ -112,7 +112,7 @@ type Pool struct {
 	prewarmFP string
 	refill    chan struct{}
 	bg        background
-	// activityPath is ActivityPath with this pool's busy_idle_after.
+	// activityPath is sandboxspec.ActivityPath with this pool's busy_idle_after.
 	activityPath string
 	// owned are the buckets whose leases this replica holds (nil: no lease
 	// loop runs, every bucket is this replica's); leaseToken names this

@@ -3,6 +3,8 @@ package proxy
 import (
 	"net/http"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // A sandbox runs its tenant's code, yet its responses are served on the
@@ -31,7 +33,7 @@ const (
 
 // secureResponse applies the above to a sandbox's response headers.
 func (p *Proxy) secureResponse(h http.Header) {
-	delete(h, SandboxAPIKeyHeader) // between the gateway and the sandbox only
+	delete(h, sandboxspec.SecretHeader) // between the gateway and the sandbox only
 	if !p.cfg.ForwardCookies {
 		delete(h, "Set-Cookie")
 	}

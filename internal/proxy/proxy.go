@@ -19,7 +19,7 @@ type Upstream interface {
 	BaseURL() *url.URL
 	// RoundTripper is the connection pool dedicated to this incarnation.
 	RoundTripper() http.RoundTripper
-	// SandboxKey is the SandboxAPIKeyHeader value of this incarnation's own
+	// SandboxKey is the sandboxspec.SecretHeader value of this incarnation's own
 	// secret, as a header value shared by every request (never modified),
 	// or nil: the sandbox has none, and Config.SandboxAPIKey is sent.
 	SandboxKey() []string
@@ -40,7 +40,7 @@ type ErrorWriter func(w http.ResponseWriter, r *http.Request, err error)
 
 // Config of the proxy. The zero value is the documented default.
 type Config struct {
-	// SandboxAPIKey, when set, is sent as SandboxAPIKeyHeader to every
+	// SandboxAPIKey, when set, is sent as sandboxspec.SecretHeader to every
 	// sandbox without a secret of its own (Upstream.SandboxKey): one key
 	// shared by all of them, for third-party sandbox images. Clients can
 	// neither set nor read it.
@@ -102,12 +102,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Headers of the all-in-one sandbox: its own API key, and the port its
-// internal forwarder sends a request to.
-const (
-	SandboxAPIKeyHeader = "X-Aio-Api-Key"
-	ProxyPortHeader     = "X-Aio-Proxy-Port"
-)
+// ProxyPortHeader is the all-in-one sandbox's header naming the port its
+// internal forwarder sends a request to (its API key header is
+// sandboxspec.SecretHeader).
+const ProxyPortHeader = "X-Aio-Proxy-Port"
 
 // Proxy is the one ReverseProxy every data-plane request goes through.
 type Proxy struct {

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // upstream is a test sandbox: a real HTTP server counting its connections.
@@ -264,7 +266,7 @@ func TestHeaderHygiene(t *testing.T) {
 	seen := make(chan http.Header, 1)
 	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Header.Clone()
-		w.Header().Set(SandboxAPIKeyHeader, "leak")
+		w.Header().Set(sandboxspec.SecretHeader, "leak")
 		w.Header().Set("X-Ok", "1")
 	}))
 	tg := newTarget(t, up.URL)
@@ -273,7 +275,7 @@ func TestHeaderHygiene(t *testing.T) {
 	req, _ := http.NewRequest("GET", gw.URL+"/v1/x", nil)
 	req.Header.Set("Authorization", "Bearer gateway-token")
 	req.Header.Set("X-Aio-Proxy-Port", "22")
-	req.Header.Set(SandboxAPIKeyHeader, "client-forged")
+	req.Header.Set(sandboxspec.SecretHeader, "client-forged")
 	req.Header.Set("X-Forwarded-For", "203.0.113.7")
 	req.Header.Set("Connection", "X-Hop")
 	req.Header.Set("X-Hop", "must-go")
@@ -288,7 +290,7 @@ func TestHeaderHygiene(t *testing.T) {
 			t.Errorf("%s reached the sandbox: %q", name, v)
 		}
 	}
-	if got := h.Get(SandboxAPIKeyHeader); got != "sandbox-secret" {
+	if got := h.Get(sandboxspec.SecretHeader); got != "sandbox-secret" {
 		t.Errorf("sandbox key = %q, want the configured one", got)
 	}
 	if got := h.Get("X-Forwarded-For"); got != "203.0.113.7, 127.0.0.1" {
@@ -297,7 +299,7 @@ func TestHeaderHygiene(t *testing.T) {
 	if h.Get("X-Forwarded-Host") == "" || h.Get("X-Forwarded-Proto") != "http" {
 		t.Errorf("X-Forwarded-Host/Proto missing: %v", h)
 	}
-	if resp.Header.Get(SandboxAPIKeyHeader) != "" || resp.Header.Get("X-Ok") != "1" {
+	if resp.Header.Get(sandboxspec.SecretHeader) != "" || resp.Header.Get("X-Ok") != "1" {
 		t.Errorf("response headers: %v", resp.Header)
 	}
 }

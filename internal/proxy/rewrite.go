@@ -3,11 +3,13 @@ package proxy
 import (
 	"net/http"
 	"net/http/httputil"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Headers a client may not send to a sandbox: the gateway's own credential,
 // and the all-in-one sandbox's internal port-forward selector.
-var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", SandboxAPIKeyHeader}
+var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", sandboxspec.SecretHeader}
 
 // rewrite points the outbound request at the sandbox. ReverseProxy has
 // already removed hop-by-hop headers and inbound X-Forwarded-* at this point.
@@ -53,10 +55,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (p *Proxy) setSandboxKey(h http.Header, up Upstream) {
 	switch key := up.SandboxKey(); {
 	case key != nil:
-		h[SandboxAPIKeyHeader] = key
+		h[sandboxspec.SecretHeader] = key
 	case p.apiKey != nil:
-		h[SandboxAPIKeyHeader] = p.apiKey
+		h[sandboxspec.SecretHeader] = p.apiKey
 	default:
-		delete(h, SandboxAPIKeyHeader)
+		delete(h, sandboxspec.SecretHeader)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // fixedUpstream is an Upstream that is never dialled: the rewrite only
@@ -38,7 +40,7 @@ func BenchmarkRewrite(b *testing.B) {
 			header:  map[string]string{"Authorization": "Bearer t", "X-Api-Key": "k", "X-Forwarded-For": "198.51.100.7"},
 			wantXFF: "198.51.100.7, 192.0.2.1"},
 		{name: "per-sandbox-secret", base: "http://127.0.0.1:9000", key: "shared", secret: "own-secret",
-			header: map[string]string{SandboxAPIKeyHeader: "forged"}, wantXFF: "192.0.2.1"},
+			header: map[string]string{sandboxspec.SecretHeader: "forged"}, wantXFF: "192.0.2.1"},
 		{name: "behind-another-gateway", base: "http://127.0.0.1:9000/sandboxes/0123456789abcdef", wantXFF: "192.0.2.1"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -85,7 +87,7 @@ func BenchmarkRewrite(b *testing.B) {
 			p.rewrite(pr)
 			if out.URL.Host != base.Host || out.URL.Path != base.Path+"/v1/file/read" || out.Header.Get("Authorization") != "" ||
 				out.Header.Get("X-Api-Key") != "" || out.Header.Get("X-Forwarded-For") != c.wantXFF ||
-				len(out.Header.Values(SandboxAPIKeyHeader)) > 1 || out.Header.Get(SandboxAPIKeyHeader) != want {
+				len(out.Header.Values(sandboxspec.SecretHeader)) > 1 || out.Header.Get(sandboxspec.SecretHeader) != want {
 				b.Fatalf("rewrite: url %s, headers %v", out.URL, out.Header)
 			}
 

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // TestSandboxKeyPerUpstream: a sandbox with a secret of its own gets that
@@ -24,8 +26,8 @@ func TestSandboxKeyPerUpstream(t *testing.T) {
 			t.Parallel()
 			seen := make(chan []string, 1)
 			up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				seen <- r.Header.Values(SandboxAPIKeyHeader)
-				w.Header().Set(SandboxAPIKeyHeader, "echoed")
+				seen <- r.Header.Values(sandboxspec.SecretHeader)
+				w.Header().Set(sandboxspec.SecretHeader, "echoed")
 			}))
 			tg := newTarget(t, up.URL)
 			if c.own != "" {
@@ -35,8 +37,8 @@ func TestSandboxKeyPerUpstream(t *testing.T) {
 			gw := gatewayFor(t, p, func() Upstream { return tg })
 			for range 2 { // the shared header value survives reuse unchanged
 				req, _ := http.NewRequest("GET", gw.URL+"/v1/sandbox", nil)
-				req.Header.Add(SandboxAPIKeyHeader, "forged-1")
-				req.Header.Add(SandboxAPIKeyHeader, "forged-2")
+				req.Header.Add(sandboxspec.SecretHeader, "forged-1")
+				req.Header.Add(sandboxspec.SecretHeader, "forged-2")
 				resp, err := gw.Client().Do(req)
 				if err != nil {
 					t.Fatal(err)
@@ -44,10 +46,10 @@ func TestSandboxKeyPerUpstream(t *testing.T) {
 				resp.Body.Close()
 				got := <-seen
 				if c.want == "" && len(got) != 0 || c.want != "" && (len(got) != 1 || got[0] != c.want) {
-					t.Fatalf("sandbox saw %s = %q, want %q", SandboxAPIKeyHeader, got, c.want)
+					t.Fatalf("sandbox saw %s = %q, want %q", sandboxspec.SecretHeader, got, c.want)
 				}
-				if v := resp.Header.Get(SandboxAPIKeyHeader); v != "" {
-					t.Fatalf("client saw %s = %q", SandboxAPIKeyHeader, v)
+				if v := resp.Header.Get(sandboxspec.SecretHeader); v != "" {
+					t.Fatalf("client saw %s = %q", sandboxspec.SecretHeader, v)
 				}
 			}
 			if c.own != "" && tg.key[0] != c.own {
@@ -64,7 +66,7 @@ func TestRetryCarriesTheReplacementsKey(t *testing.T) {
 	t.Parallel()
 	seen := make(chan []string, 1)
 	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- r.Header.Values(SandboxAPIKeyHeader)
+		seen <- r.Header.Values(sandboxspec.SecretHeader)
 	}))
 	fresh := newTarget(t, up.URL)
 	fresh.key = []string{"new-incarnation-secret"}
@@ -82,6 +84,6 @@ func TestRetryCarriesTheReplacementsKey(t *testing.T) {
 		t.Fatalf("status %d after %d retries", resp.StatusCode, res.calls.Load())
 	}
 	if got := <-seen; len(got) != 1 || got[0] != "new-incarnation-secret" {
-		t.Fatalf("the replacement saw %s = %q", SandboxAPIKeyHeader, got)
+		t.Fatalf("the replacement saw %s = %q", sandboxspec.SecretHeader, got)
 	}
 }

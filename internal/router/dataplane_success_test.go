@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -155,7 +156,7 @@ func recorder(got chan<- received) func(*testRoute) http.HandlerFunc {
 			body, _ := io.ReadAll(r.Body)
 			got <- received{method: r.Method, uri: r.RequestURI, host: r.Host, body: string(body),
 				header: r.Header.Clone(), inflight: route.inflight.Load()}
-			w.Header().Set(proxy.SandboxAPIKeyHeader, "leaked")
+			w.Header().Set(sandboxspec.SecretHeader, "leaked")
 			w.Header().Set("X-Sandbox", "yes")
 			_, _ = io.WriteString(w, "ok")
 		}
@@ -220,7 +221,7 @@ func TestDataPlaneProxiesToTheRoute(t *testing.T) {
 			// Client credentials and selectors that must never reach a sandbox.
 			req.Header.Set("Authorization", "Bearer gateway-credential")
 			req.Header.Set("X-Api-Key", "gateway-key")
-			req.Header.Set(proxy.SandboxAPIKeyHeader, "forged")
+			req.Header.Set(sandboxspec.SecretHeader, "forged")
 			req.Header.Set(proxy.ProxyPortHeader, "22")
 			req.Header.Set("X-Forwarded-For", "203.0.113.9")
 			req.Header.Set("X-Client", "kept")
@@ -233,7 +234,7 @@ func TestDataPlaneProxiesToTheRoute(t *testing.T) {
 			if resp.StatusCode != 200 || string(body) != "ok" {
 				t.Fatalf("%d %s", resp.StatusCode, body)
 			}
-			if resp.Header.Get("X-Sandbox") != "yes" || resp.Header.Get(proxy.SandboxAPIKeyHeader) != "" {
+			if resp.Header.Get("X-Sandbox") != "yes" || resp.Header.Get(sandboxspec.SecretHeader) != "" {
 				t.Errorf("response headers: %v", resp.Header)
 			}
 			r := <-got
@@ -247,7 +248,7 @@ func TestDataPlaneProxiesToTheRoute(t *testing.T) {
 			if h.Get("Authorization") != "" || h.Get("X-Api-Key") != "" {
 				t.Errorf("a gateway credential reached the sandbox: %v", h)
 			}
-			if k := h.Values(proxy.SandboxAPIKeyHeader); len(k) != 1 || k[0] != c.wantKey {
+			if k := h.Values(sandboxspec.SecretHeader); len(k) != 1 || k[0] != c.wantKey {
 				t.Errorf("sandbox key %q, want %q", k, c.wantKey)
 			}
 			if p := h.Values(proxy.ProxyPortHeader); c.wantPort == "" && len(p) != 0 || c.wantPort != "" && (len(p) != 1 || p[0] != c.wantPort) {
@@ -369,8 +370,8 @@ func TestDataPlaneRetriesOnANewIncarnation(t *testing.T) {
 				t.Fatalf("%d %s", resp.StatusCode, body)
 			}
 			r := <-got
-			if r.method != c.method || r.body != c.body || r.header.Get(proxy.SandboxAPIKeyHeader) != "new-secret" {
-				t.Errorf("the new incarnation got %s %q key %q", r.method, r.body, r.header.Get(proxy.SandboxAPIKeyHeader))
+			if r.method != c.method || r.body != c.body || r.header.Get(sandboxspec.SecretHeader) != "new-secret" {
+				t.Errorf("the new incarnation got %s %q key %q", r.method, r.body, r.header.Get(sandboxspec.SecretHeader))
 			}
 			if r.inflight != 1 {
 				t.Errorf("new route in flight while served: %d, want 1", r.inflight)

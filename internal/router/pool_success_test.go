@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -53,7 +54,7 @@ func (b *httpBackend) Create(_ context.Context, spec backend.Spec) (backend.Info
 	b.seq++
 	inc, secret := fmt.Sprintf("inc-%d", b.seq), fmt.Sprintf("secret-%d", b.seq)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(backend.SecretHeader) != secret {
+		if r.Header.Get(sandboxspec.SecretHeader) != secret {
 			http.Error(w, "wrong secret", http.StatusUnauthorized)
 			return
 		}

@@ -4,36 +4,19 @@ import (
 	"net/http"
 	"sync"
 	"time"
-)
 
-// DefaultBusyIdleAfter is how long a running command may use no CPU and
-// write no output before it stops counting as busy, when the gateway does
-// not say (query busy_idle_after).
-const DefaultBusyIdleAfter = 30 * time.Minute
+	"github.com/sandgate/sandgate/internal/sandboxspec"
+)
 
 // procRoot is where process groups are looked up.
 const procRoot = "/proc"
 
-// activity is what GET /v1/sandgate/activity answers: the gateway's
-// freezer asks it before it stops an idle sandbox's processes, the reaper
-// before it destroys one, and a checkpoint restore before it swaps the
-// files under them. Commands counts the busy commands: running, not
-// stopped, and not stalled (see progress); Stalled the others, which keep
-// nothing alive. Requests counts the server's requests in flight besides
-// this one: an open WebSocket terminal, an SSE stream, a command being
-// waited for.
-type activity struct {
-	Commands int   `json:"commands"`
-	Stalled  int   `json:"stalled"`
-	Requests int64 `json:"requests"`
-}
-
-// handleActivity answers activity. busy_idle_after (a Go duration; 0 =
-// idleness never ends busy, only a stop does) comes from the gateway, so a
-// sandbox image need not change for the gateway's setting to apply.
+// handleActivity answers sandboxspec.ActivityPath (see sandboxspec.Activity):
+// the busy commands are the running ones neither stopped nor stalled (see
+// progress), with the gateway's sandboxspec.BusyIdleAfterParam.
 func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request) error {
-	idleAfter := DefaultBusyIdleAfter
-	if v := r.URL.Query().Get("busy_idle_after"); v != "" {
+	idleAfter := sandboxspec.DefaultBusyIdleAfter
+	if v := r.URL.Query().Get(sandboxspec.BusyIdleAfterParam); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
 			return statusErr(http.StatusBadRequest, "busy_idle_after: want a non-negative duration such as 30m")
@@ -51,7 +34,7 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request) error {
 	// Unreadable /proc: every command counts as busy (it cannot tell).
 	stats, err := scanGroups(procRoot, want)
 	now := time.Now()
-	a := activity{Requests: s.inflight.Load() - 1}
+	a := sandboxspec.Activity{Requests: s.inflight.Load() - 1}
 	for _, c := range cmds {
 		if err != nil || c.prog.busy(stats[c.pgid], time.Unix(0, c.wrote.Load()), now, idleAfter) {
 			a.Commands++

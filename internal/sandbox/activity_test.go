@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -184,10 +186,10 @@ func TestActivityStoppedOrStalled(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("procfs is Linux's")
 	}
-	probe := func(ts *testServer, q string) activity {
+	probe := func(ts *testServer, q string) sandboxspec.Activity {
 		t.Helper()
-		r := ts.do(t, http.MethodGet, "/v1/sandgate/activity"+q, nil)
-		var a activity
+		r := ts.do(t, http.MethodGet, sandboxspec.ActivityPath+q, nil)
+		var a sandboxspec.Activity
 		if r.Status != http.StatusOK || json.Unmarshal(r.Data, &a) != nil {
 			t.Fatalf("activity: %d %s", r.Status, r.Body)
 		}
@@ -229,7 +231,7 @@ func TestActivityStoppedOrStalled(t *testing.T) {
 		t.Parallel()
 		ts := newHostServer(t)
 		for _, q := range []string{"?busy_idle_after=soon", "?busy_idle_after=-1s"} {
-			if r := ts.do(t, http.MethodGet, "/v1/sandgate/activity"+q, nil); r.Status != http.StatusBadRequest || r.Success {
+			if r := ts.do(t, http.MethodGet, sandboxspec.ActivityPath+q, nil); r.Status != http.StatusBadRequest || r.Success {
 				t.Fatalf("%s: %d %s", q, r.Status, r.Body)
 			}
 		}

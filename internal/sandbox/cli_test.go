@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -48,7 +49,7 @@ func TestBinaryListenFD(t *testing.T) {
 	cmd := osexec.Command(bin, "sandbox", "--listen-fd", "3", "--max-output", strconv.Itoa(maxOut),
 		"--map", vWorkspace+"="+ws, "--map-ro", vSkills+"="+skills)
 	cmd.ExtraFiles = []*os.File{lf}
-	cmd.Env = append(os.Environ(), "FOO_TOKEN=leak-me", "KEEP_TOKEN=kept-value", KeepEnvVar+"=KEEP_TOKEN")
+	cmd.Env = append(os.Environ(), "FOO_TOKEN=leak-me", "KEEP_TOKEN=kept-value", sandboxspec.KeepEnvVar+"=KEEP_TOKEN")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
@@ -97,7 +98,7 @@ func TestBinaryListenFD(t *testing.T) {
 	}
 	env := exec(`{"command":"pwd; env"}`).Output
 	if !strings.HasPrefix(env, vWorkspace+"\n") || !strings.Contains(env, "KEEP_TOKEN=kept-value") ||
-		strings.Contains(env, "FOO_TOKEN") || strings.Contains(env, KeepEnvVar) {
+		strings.Contains(env, "FOO_TOKEN") || strings.Contains(env, sandboxspec.KeepEnvVar) {
 		t.Fatalf("env in sandbox:\n%s", env)
 	}
 

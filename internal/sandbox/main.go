@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Main parses the `gateway sandbox` arguments and serves until ctx ends,
@@ -68,7 +70,7 @@ func Run(ctx context.Context, args []string, t Tracing) error {
 	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
 	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
 	egressSocket := fs.String("egress-socket", "", "bridge the egress port on loopback to the gateway's egress proxy on this Unix socket")
-	egressPortFlag := fs.Int("egress-port", egressPort, "loopback port of the egress bridge")
+	egressPortFlag := fs.Int("egress-port", sandboxspec.EgressPort, "loopback port of the egress bridge")
 	umask := fs.String("umask", DefaultUmask, "umask of the server and its commands (octal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

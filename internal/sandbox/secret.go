@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Bounds of a sandbox secret as delivered: the pool mints 43 characters
@@ -19,7 +21,7 @@ const (
 )
 
 // requireSecret answers 401 to every request that does not carry the
-// server's secret in secretHeader. Without a secret the server is
+// server's secret in sandboxspec.SecretHeader. Without a secret the server is
 // open (unit tests, a server run by hand); every backend that runs this
 // server configures one. The comparison is of SHA-256 digests in constant
 // time, so neither the secret's bytes nor its length leak through timing.
@@ -28,9 +30,9 @@ func (s *Server) requireSecret(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(r.Header.Get(secretHeader)))
+		got := sha256.Sum256([]byte(r.Header.Get(sandboxspec.SecretHeader)))
 		if subtle.ConstantTimeCompare(got[:], s.secret) != 1 {
-			s.writeError(w, r, statusErr(http.StatusUnauthorized, "missing or wrong %s: this sandbox answers its gateway only", secretHeader))
+			s.writeError(w, r, statusErr(http.StatusUnauthorized, "missing or wrong %s: this sandbox answers its gateway only", sandboxspec.SecretHeader))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 const testSecret = "0123456789abcdef0123456789abcdef-own"
@@ -50,15 +50,15 @@ func TestSecretRequiredOnEveryRoute(t *testing.T) {
 		for _, rt := range targets {
 			h := http.Header{"Content-Type": {"application/json"}}
 			if bad != "" {
-				h.Set(backend.SecretHeader, bad)
+				h.Set(sandboxspec.SecretHeader, bad)
 			}
 			r := ts.send(t, rt.method, rt.path, h, strings.NewReader(body))
-			if r.Status != http.StatusUnauthorized || r.Success || !strings.Contains(r.Message, backend.SecretHeader) {
+			if r.Status != http.StatusUnauthorized || r.Success || !strings.Contains(r.Message, sandboxspec.SecretHeader) {
 				t.Errorf("%s %s (route %q) with secret %q: %d %s", rt.method, rt.path, rt.pattern, bad, r.Status, r.Body)
 			}
 		}
 	}
-	h := http.Header{backend.SecretHeader: {testSecret}}
+	h := http.Header{sandboxspec.SecretHeader: {testSecret}}
 	if r := ts.send(t, "GET", "/v1/sandbox", h, nil); r.Status != http.StatusOK {
 		t.Fatalf("with the secret: %d %s", r.Status, r.Body)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // DefaultMaxOutput caps the output a command returns.
@@ -40,7 +42,7 @@ type Config struct {
 	MaxOutput int64        // cap on returned command output; 0 = DefaultMaxOutput
 	Env       []string     // inherited environment before secret stripping; nil = os.Environ()
 	Logger    *slog.Logger // nil = discard
-	// Secret, when set, is required in secretHeader on every
+	// Secret, when set, is required in sandboxspec.SecretHeader on every
 	// request (secret.go); "" = open, as in unit tests.
 	Secret string
 
@@ -118,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 func inheritedEnv(env []string) []string {
 	keep := map[string]bool{}
 	for _, kv := range env {
-		if name, val, _ := strings.Cut(kv, "="); name == KeepEnvVar {
+		if name, val, _ := strings.Cut(kv, "="); name == sandboxspec.KeepEnvVar {
 			for _, k := range strings.Split(val, ",") {
 				if k = strings.TrimSpace(k); k != "" {
 					keep[k] = true
@@ -126,11 +128,11 @@ func inheritedEnv(env []string) []string {
 			}
 		}
 	}
-	out := StripSecrets(env, keep)
+	out := sandboxspec.StripSecrets(env, keep)
 	kept := out[:0]
 	for _, kv := range out {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == KeepEnvVar || strings.HasPrefix(name, "OTEL_") && !keep[name] {
+		if name == sandboxspec.KeepEnvVar || strings.HasPrefix(name, "OTEL_") && !keep[name] {
 			continue
 		}
 		kept = append(kept, kv)
@@ -149,8 +151,8 @@ func homeDir(home string, pm *PathMap, env []string) (string, error) {
 		return path.Clean(home), nil
 	}
 	if pm.Enabled() {
-		if _, _, err := pm.ToHost(virtualWorkspace); err == nil {
-			return virtualWorkspace, nil
+		if _, _, err := pm.ToHost(sandboxspec.VirtualWorkspace); err == nil {
+			return sandboxspec.VirtualWorkspace, nil
 		}
 		return pm.mounts[len(pm.mounts)-1].virtual, nil
 	}
@@ -204,7 +206,7 @@ type route struct {
 func (s *Server) routeTable() []route {
 	return []route{
 		{"GET /v1/sandbox", s.handleSandbox},
-		{"GET /v1/sandgate/activity", s.handleActivity},
+		{"GET " + sandboxspec.ActivityPath, s.handleActivity},
 		{"GET /v1/sandbox/packages/python", s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")},
 		{"GET /v1/sandbox/packages/nodejs", s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")},
 		{"POST /v1/code/execute", bodyType(jsonBody, s.handleCodeExecute)},

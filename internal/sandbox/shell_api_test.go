@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 func TestSandboxInfo(t *testing.T) {
@@ -465,10 +467,10 @@ func TestLargeOutputIsCapped(t *testing.T) {
 
 func TestSecretsStrippedFromShellEnv(t *testing.T) {
 	t.Parallel()
-	ts := newHostServer(t, "FOO_TOKEN=leak-me", "DB_PASSWORD=leak-me-too", "BAR_TOKEN=kept-value", KeepEnvVar+"=BAR_TOKEN", "PLAIN_VAR=plain",
+	ts := newHostServer(t, "FOO_TOKEN=leak-me", "DB_PASSWORD=leak-me-too", "BAR_TOKEN=kept-value", sandboxspec.KeepEnvVar+"=BAR_TOKEN", "PLAIN_VAR=plain",
 		"OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer leak-otel") // the server's tracing, not the shell's
 	out := shellRun(t, ts, map[string]any{"command": "env"}).Output
-	for _, bad := range []string{"FOO_TOKEN", "leak-me", "DB_PASSWORD", KeepEnvVar, "OTEL_", "leak-otel"} {
+	for _, bad := range []string{"FOO_TOKEN", "leak-me", "DB_PASSWORD", sandboxspec.KeepEnvVar, "OTEL_", "leak-otel"} {
 		if strings.Contains(out, bad) {
 			t.Fatalf("env output contains %s:\n%s", bad, out)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -78,7 +79,7 @@ func TestSandboxSecretDockerBackend(t *testing.T) {
 	for _, key := range []string{"", sharedKey, bob.secret} {
 		hdr := []string{}
 		if key != "" {
-			hdr = append(hdr, backend.SecretHeader+": "+key)
+			hdr = append(hdr, sandboxspec.SecretHeader+": "+key)
 		}
 		for _, a := range v1Attacks {
 			if out, _ := asNobody(t, curlStatus(a.method, alice.url, a.path, a.body, hdr...)...); out != "401" && out != "000" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -38,7 +39,7 @@ var v1Attacks = []struct{ method, path, body string }{
 
 // direct sends one request straight to the sandbox server at sandboxURL
 // (http:// or unix://), bypassing the gateway, with key in
-// backend.SecretHeader ("" = none); it returns the status.
+// sandboxspec.SecretHeader ("" = none); it returns the status.
 func direct(t *testing.T, sandboxURL, method, path, body, key string) int {
 	t.Helper()
 	var rd io.Reader
@@ -54,7 +55,7 @@ func direct(t *testing.T, sandboxURL, method, path, body, key string) int {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
-		req.Header.Set(backend.SecretHeader, key)
+		req.Header.Set(sandboxspec.SecretHeader, key)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -172,7 +173,7 @@ func sandboxSecretAttacks(t *testing.T, isolation, fromSandbox string) {
 	for _, key := range []string{"", sharedKey, bob.Secret} {
 		hdr := []string{}
 		if key != "" {
-			hdr = append(hdr, backend.SecretHeader+": "+key)
+			hdr = append(hdr, sandboxspec.SecretHeader+": "+key)
 		}
 		for _, a := range v1Attacks {
 			// 000: the socket's dir is the gateway's alone (attackFromHost
@@ -199,7 +200,7 @@ func sandboxSecretAttacks(t *testing.T, isolation, fromSandbox string) {
 	for _, key := range []string{"", sharedKey, bob.Secret} {
 		hdr := []string{}
 		if key != "" {
-			hdr = append(hdr, backend.SecretHeader+": "+key)
+			hdr = append(hdr, sandboxspec.SecretHeader+": "+key)
 		}
 		for _, a := range v1Attacks {
 			if out := shell(t, g.URL, "bob-t", shellQuote(curlStatus(a.method, alice.URL, a.path, a.body, hdr...))).Output; strings.TrimSpace(out) != fromSandbox {

@@ -18,7 +18,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -102,7 +102,7 @@ func TestRunArgs(t *testing.T) {
 	if slices.Contains(old, "--cap-drop") || slices.Contains(old, "--init") {
 		t.Errorf("flags the CLI lacks: %q", old)
 	}
-	want := "API_KEY=topsecret\nHOME=" + backend.VirtualWorkspace + "\n" + sandbox.KeepEnvVar + "=API_KEY\n"
+	want := "API_KEY=topsecret\nHOME=" + backend.VirtualWorkspace + "\n" + sandboxspec.KeepEnvVar + "=API_KEY\n"
 	if got := envFile(spec.Env); got != want {
 		t.Errorf("env file %q, want %q", got, want)
 	}
@@ -162,7 +162,7 @@ func TestLifecycleWithStandInCLI(t *testing.T) {
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.EnvMode != 0o600 || !slices.Contains(st.Env, "API_KEY=topsecret-77") || !slices.Contains(st.Env, sandbox.KeepEnvVar+"=API_KEY") {
+	if st.EnvMode != 0o600 || !slices.Contains(st.Env, "API_KEY=topsecret-77") || !slices.Contains(st.Env, sandboxspec.KeepEnvVar+"=API_KEY") {
 		t.Errorf("env file mode %o, env %q", st.EnvMode, st.Env)
 	}
 	envPath := runs[0][slices.Index(runs[0], "--env-file")+1]

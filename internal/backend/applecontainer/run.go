@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // serverPath is where images from deployments/sandbox-image keep the server.
@@ -52,7 +52,7 @@ func validateSpec(spec backend.Spec) error {
 // envFile is the configured env plus, for the server, HOME = the workspace
 // and the names it must not strip (as the docker backend does).
 func envFile(env map[string]string) string {
-	return strings.Join(backend.ServerEnv(env, backend.VirtualWorkspace, sandbox.KeepEnvVar), "\n") + "\n"
+	return strings.Join(backend.ServerEnv(env, backend.VirtualWorkspace, sandboxspec.KeepEnvVar), "\n") + "\n"
 }
 
 // runArgs is the `container run` command line for spec (env values stay in

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // callTimeout bounds one backend call or sandbox request in a test: an
@@ -87,7 +88,7 @@ func ContainsRun(args, want []string) bool {
 	return false
 }
 
-// Status is the status of GET /v1/sandbox with key in backend.SecretHeader
+// Status is the status of GET /v1/sandbox with key in sandboxspec.SecretHeader
 // ("" = none), or 0 when the sandbox cannot be reached.
 func Status(t testing.TB, url, key string) int {
 	t.Helper()
@@ -188,7 +189,7 @@ func request(t testing.TB, url, key, method, path string, body []byte) (*http.Re
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if key != "" {
-		req.Header.Set(backend.SecretHeader, key)
+		req.Header.Set(sandboxspec.SecretHeader, key)
 	}
 	req.Close = true // a Unix-socket client is one per request: keep no idle connection behind
 	resp, err := client.Do(req)

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // A container running Sandgate's own server (an image with LabelServer)
@@ -109,7 +110,7 @@ func (d *Docker) networking(spec backend.Spec, cfg *container.Config, host *cont
 		if d.cfg.Egress != nil {
 			cfg.Cmd = append(cfg.Cmd, "--egress-socket", backend.EgressSocketPath)
 			// The configured variables win (an operator's own *_PROXY).
-			env := backend.ProxyEnv("http://127.0.0.1:" + strconv.Itoa(backend.EgressPort))
+			env := backend.ProxyEnv("http://127.0.0.1:" + strconv.Itoa(sandboxspec.EgressPort))
 			maps.Copy(env, spec.Env)
 			cfg.Env = containerEnv(env, true)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // containerSpec is everything ContainerCreate takes, built without the engine.
@@ -152,7 +152,7 @@ func containerEnv(configured map[string]string, ownServer bool) []string {
 	if !ownServer {
 		return backend.ServerEnv(configured, "", "")
 	}
-	return backend.ServerEnv(configured, backend.VirtualWorkspace, sandbox.KeepEnvVar)
+	return backend.ServerEnv(configured, backend.VirtualWorkspace, sandboxspec.KeepEnvVar)
 }
 
 // sandboxURL is where the gateway reaches the container: our server's Unix

@@ -20,7 +20,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/jail"
-	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // specFor builds a container spec without an engine.
@@ -71,7 +71,7 @@ func TestContainerSpec(t *testing.T) {
 			if !slices.Equal(c.Entrypoint, []string{"/gateway"}) || !slices.Equal(c.Cmd, wantCmd) {
 				t.Errorf("command %q %q", c.Entrypoint, c.Cmd)
 			}
-			wantEnv := []string{"API_KEY=k", "Z_VAR=z", "HOME=" + backend.VirtualWorkspace, sandbox.KeepEnvVar + "=API_KEY,Z_VAR"}
+			wantEnv := []string{"API_KEY=k", "Z_VAR=z", "HOME=" + backend.VirtualWorkspace, sandboxspec.KeepEnvVar + "=API_KEY,Z_VAR"}
 			if !slices.Equal(c.Env, wantEnv) {
 				t.Errorf("env %q, want %q", c.Env, wantEnv)
 			}

@@ -12,11 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
-
-	"github.com/sandgate/sandgate/internal/backend"
 )
 
 // URL modes: how the gateway reaches a sandbox.
@@ -47,7 +46,7 @@ const (
 	// default EgressProxyURL names (deployments/kubernetes/base/gateway.yaml).
 	DefaultEgressService = "sandgate-egress"
 	// DefaultEgressProxyPort is the gateway container's egress proxy port.
-	DefaultEgressProxyPort = backend.EgressPort
+	DefaultEgressProxyPort = sandboxspec.EgressPort
 )
 
 // DefaultGatewayPodLabels select the gateway's Pods (the Deployment in

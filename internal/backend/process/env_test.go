@@ -11,7 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
-	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Not parallel: t.Setenv changes the gateway environment the child inherits.
@@ -51,7 +51,7 @@ func TestChildEnvironment(t *testing.T) {
 		"PROCESS_TEST_PLAIN":            "inherited",
 		"OTEL_TRACES_EXPORTER":          "none",
 		"OTEL_EXPORTER_OTLP_CLIENT_KEY": "/etc/otel/client.key",
-		sandbox.KeepEnvVar:              "CONFIGURED_API_KEY,PROCESS_TEST_OVERRIDDEN,SANDBOX_VISIBLE",
+		sandboxspec.KeepEnvVar:          "CONFIGURED_API_KEY,PROCESS_TEST_OVERRIDDEN,SANDBOX_VISIBLE",
 	} {
 		if env[name] != want {
 			t.Errorf("child %s = %q, want %q", name, env[name], want)
@@ -94,7 +94,7 @@ func TestIsolatedEnvironment(t *testing.T) {
 			t.Errorf("command %s = %q, want %q", name, env[name], want)
 		}
 	}
-	for _, name := range []string{"PROCESS_TEST_PLAIN", "OTEL_TRACES_EXPORTER", sandbox.KeepEnvVar} {
+	for _, name := range []string{"PROCESS_TEST_PLAIN", "OTEL_TRACES_EXPORTER", sandboxspec.KeepEnvVar} {
 		if _, ok := env[name]; ok {
 			t.Errorf("gateway variable %s reached an isolated sandbox", name)
 		}

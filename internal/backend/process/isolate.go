@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/jail/seccompfilter"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // sandboxPath is the PATH of an isolated sandbox: the host's program dirs,
@@ -107,7 +108,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 
 // egressURL is the proxy as the sandbox's clients see it: the server's
 // loopback bridge to the gateway's socket.
-var egressURL = "http://127.0.0.1:" + strconv.Itoa(backend.EgressPort)
+var egressURL = "http://127.0.0.1:" + strconv.Itoa(sandboxspec.EgressPort)
 
 // openEgress has the gateway serve the sandbox's egress proxy on a socket in
 // a directory of its own, which the jail binds read-only (a socket is

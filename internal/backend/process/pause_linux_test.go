@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -184,7 +185,7 @@ func burn(t *testing.T, info backend.Info) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(backend.SecretHeader, info.Secret)
+	req.Header.Set(sandboxspec.SecretHeader, info.Secret)
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)

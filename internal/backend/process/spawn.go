@@ -14,7 +14,7 @@ import (
 	"syscall"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -97,14 +97,14 @@ func childEnv(parent []string, configured map[string]string) []string {
 		}
 	}
 	env := make([]string, 0, len(parent)+len(configured)+1)
-	for _, kv := range sandbox.StripSecrets(parent, otel) {
+	for _, kv := range sandboxspec.StripSecrets(parent, otel) {
 		name, _, _ := strings.Cut(kv, "=")
 		if _, set := configured[name]; set || strings.HasPrefix(name, "SANDGATE_") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	return append(env, backend.ServerEnv(configured, "", sandbox.KeepEnvVar)...)
+	return append(env, backend.ServerEnv(configured, "", sandboxspec.KeepEnvVar)...)
 }
 
 // start launches the sandbox server on a socket bound here: connections

@@ -1,0 +1,88 @@
+// Package sandboxspec is the written contract between the gateway and the
+// sandbox server: what crosses between them besides the AIO API itself
+// (headers, the activity probe, the environment's rules, the in-sandbox
+// egress port and home). Both sides import it and nothing else of each
+// other, so a change here is a change of the contract, seen by both; it
+// imports only the standard library (the sandbox server stays lean).
+package sandboxspec
+
+import (
+	"strings"
+	"time"
+)
+
+// SecretHeader carries a sandbox's secret (or the shared sandbox_api_key)
+// from the gateway to the sandbox: the all-in-one sandbox's API key header.
+const SecretHeader = "X-Aio-Api-Key"
+
+// VirtualWorkspace is the thread's workspace inside every sandbox
+// (DeerFlow's layout), the server's default home.
+const VirtualWorkspace = "/mnt/user-data/workspace"
+
+// EgressPort is the loopback port inside a sandbox where its egress proxy
+// answers (process and docker: bridged by the sandbox server to the Unix
+// socket the gateway serves).
+const EgressPort = 3128
+
+// ActivityPath is the sandbox server's answer to "does anything run in
+// you", in the data of its usual envelope. The gateway's freezer asks it
+// before it stops an idle sandbox's processes, the reaper before it
+// destroys one, a checkpoint restore before it swaps files under them.
+const ActivityPath = "/v1/sandgate/activity"
+
+// BusyIdleAfterParam is ActivityPath's query parameter (a Go duration; 0 =
+// idleness never ends busy, only a stop does): the gateway's setting, so a
+// sandbox image need not change for it to apply.
+const BusyIdleAfterParam = "busy_idle_after"
+
+// DefaultBusyIdleAfter is how long a running command may use no CPU and
+// write no output before it stops counting as busy.
+const DefaultBusyIdleAfter = 30 * time.Minute
+
+// Activity is what ActivityPath answers. Commands counts the busy commands:
+// running, not stopped and not stalled; Stalled the others, which keep
+// nothing alive. Requests counts the server's requests in flight besides
+// the probe: an open WebSocket terminal, an SSE stream, a command being
+// waited for.
+type Activity struct {
+	Commands int   `json:"commands"`
+	Stalled  int   `json:"stalled"`
+	Requests int64 `json:"requests"`
+}
+
+// Running: a command runs, or a request other than the probe is served.
+func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
+
+// KeepEnvVar names the variable through which a launcher lists, comma
+// separated, variables it set on purpose (configured sandbox env) that must
+// survive stripping even if their names look secret.
+const KeepEnvVar = "SANDGATE_KEEP_ENV"
+
+// secretMarkers are the name fragments that make an inherited variable look
+// like a credential; such variables never reach a sandbox shell.
+var secretMarkers = []string{"KEY", "SECRET", "TOKEN", "PASS", "CREDENTIAL"}
+
+// IsSecretName reports whether an environment variable name looks secret.
+func IsSecretName(name string) bool {
+	upper := strings.ToUpper(name)
+	for _, m := range secretMarkers {
+		if strings.Contains(upper, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// StripSecrets returns env (KEY=VALUE entries) without secret-looking
+// variables, except those named in keep.
+func StripSecrets(env []string, keep map[string]bool) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if IsSecretName(name) && !keep[name] {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
