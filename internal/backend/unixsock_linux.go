@@ -78,13 +78,7 @@ func openSocket(path string) (*os.File, uint32, error) {
 func DialSocket(ctx context.Context, d *net.Dialer, path string, wantUID int) (net.Conn, error) {
 	f, owner, err := openSocket(path)
 	if err != nil {
-		if !errors.Is(err, ErrUnsafeSocket) {
-			// A socket that is gone (a dead sandbox) is a failed dial, as a
-			// dial by path reported it: nothing was sent, so the proxy may
-			// re-resolve the thread and retry.
-			err = &net.OpError{Op: "dial", Net: "unix", Err: err}
-		}
-		return nil, err
+		return nil, notDialled(err)
 	}
 	defer f.Close()
 	if wantUID >= 0 && owner != uint32(wantUID) {

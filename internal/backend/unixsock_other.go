@@ -24,7 +24,7 @@ var ErrUnsafeSocket = errors.New("sandbox socket refused")
 func DialSocket(ctx context.Context, d *net.Dialer, path string, wantUID int) (net.Conn, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox socket: %w", err)
+		return nil, notDialled(fmt.Errorf("sandbox socket: %w", err))
 	}
 	if fi.Mode().Type() != os.ModeSocket {
 		return nil, fmt.Errorf("%w: not a socket", ErrUnsafeSocket)

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -37,6 +38,17 @@ func HTTPBase(rawURL string) (base, socket string) {
 		return "http://" + UnixHost, socket
 	}
 	return strings.TrimSuffix(rawURL, "/"), ""
+}
+
+// notDialled is a failure to reach a sandbox socket before any connection:
+// a socket that is gone (a dead sandbox) is a failed dial, as a dial by path
+// reported it, so the proxy may re-resolve the thread and retry; a refused
+// socket (ErrUnsafeSocket) stays what it is.
+func notDialled(err error) error {
+	if errors.Is(err, ErrUnsafeSocket) {
+		return err
+	}
+	return &net.OpError{Op: "dial", Net: "unix", Err: err}
 }
 
 // DialUnix returns a DialContext that ignores the address and dials socket

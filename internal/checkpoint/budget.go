@@ -182,7 +182,13 @@ func (t *Threads) AdmitThread(_ context.Context, user, thread string) error {
 	if err := unix.Access(dir, unix.F_OK); err == nil {
 		return nil
 	}
-	names, err := listNames(filepath.Dir(dir))
+	return t.roomForThread(user)
+}
+
+// roomForThread refuses (BudgetError) one more thread with data for user
+// when it has Config.UserThreads already.
+func (t *Threads) roomForThread(user string) error {
+	names, err := listNames(filepath.Join(t.dataDir, "users", user, "threads"))
 	if err != nil {
 		return err
 	}
@@ -215,12 +221,8 @@ func (t *Threads) userUsage(ctx context.Context, user string) (Usage, error) {
 // newThread: the copy gives the user one more thread with data.
 func (t *Threads) admit(ctx context.Context, user string, need Usage, newThread bool) (Budget, error) {
 	if newThread && t.limits.threads > 0 {
-		names, err := listNames(filepath.Join(t.dataDir, "users", user, "threads"))
-		if err != nil {
+		if err := t.roomForThread(user); err != nil {
 			return Budget{}, err
-		}
-		if len(names) >= t.limits.threads {
-			return Budget{}, &BudgetError{Limit: LimitUserThreads, Used: int64(len(names)), Need: 1, Max: int64(t.limits.threads)}
 		}
 	}
 	if t.limits.freeFloor > 0 {

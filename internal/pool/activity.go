@@ -13,9 +13,9 @@ import (
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
-// activityPathFor is sandboxspec.ActivityPath with the busy_idle_after the sandbox
-// server applies (0 there: only a stop ends busy). A server that predates
-// the parameter ignores it.
+// activityPathFor is sandboxspec.ActivityPath with the busy_idle_after the
+// sandbox server applies (0 there: only a stop ends busy). A server that
+// predates the parameter ignores it.
 func activityPathFor(busyIdleAfter time.Duration) string {
 	return sandboxspec.ActivityPath + "?" + sandboxspec.BusyIdleAfterParam + "=" + max(busyIdleAfter, 0).String()
 }
@@ -31,7 +31,7 @@ func (p *Pool) activity(ctx context.Context, rec lease.Record) (sandboxspec.Acti
 	ctx, cancel := context.WithTimeout(ctx, activityProbeTimeout)
 	defer cancel()
 	base, socket := backend.HTTPBase(rec.URL)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+p.activityPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+activityPathFor(p.cfg.BusyIdleAfter), nil)
 	if err != nil {
 		return sandboxspec.Activity{}, fmt.Errorf("activity probe: %w", err)
 	}

@@ -112,8 +112,6 @@ type Pool struct {
 	prewarmFP string
 	refill    chan struct{}
 	bg        background
-	// activityPath is sandboxspec.ActivityPath with this pool's busy_idle_after.
-	activityPath string
 	// owned are the buckets whose leases this replica holds (nil: no lease
 	// loop runs, every bucket is this replica's); leaseToken names this
 	// process in the leases, unique even if two replicas share an instance name.
@@ -162,11 +160,10 @@ func New(cfg Config, d Deps) (*Pool, error) {
 
 		newThread: d.NewThread,
 
-		failReason:   d.FailReason,
-		prewarmFP:    prewarmFingerprint(cfg, d.BackendName),
-		refill:       make(chan struct{}, 1),
-		activityPath: activityPathFor(cfg.BusyIdleAfter),
-		leaseToken:   cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		failReason: d.FailReason,
+		prewarmFP:  prewarmFingerprint(cfg, d.BackendName),
+		refill:     make(chan struct{}, 1),
+		leaseToken: cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
 	}, nil
 }
 
