@@ -79,7 +79,10 @@ func descendants(ctx context.Context, root int) ([]proc, error) {
 // terminate stops the sandbox whose leader is pid (verified live by the
 // caller): SIGTERM to its process group, a bounded wait, then SIGKILL to the
 // group and to every descendant that left it (shell sessions run in their
-// own groups) and still is the process that was seen at the start.
+// own groups) and still is the process that was seen at the start. It
+// returns once all of them are gone: a killed process exits only when it
+// is next scheduled (later on a loaded machine, or when it was stopped), and
+// a destroyed sandbox leaves nothing running.
 func terminate(ctx context.Context, pid int, start string) error {
 	tree, err := descendants(ctx, pid)
 	if err != nil {
@@ -90,6 +93,7 @@ func terminate(ctx context.Context, pid int, start string) error {
 	// cancelled destroy must not leave a half-stopped sandbox behind.
 	_ = waitGone(ctx, pid, start, termGrace)
 	signalBoth(pid, syscall.SIGKILL)
+	killed := tree[:0]
 	for _, d := range tree {
 		if ok, _ := live(ctx, d.PID, d.Start); !ok {
 			continue
@@ -98,8 +102,15 @@ func terminate(ctx context.Context, pid int, start string) error {
 			signalGroup(d.PID, syscall.SIGKILL)
 		}
 		_ = syscall.Kill(d.PID, syscall.SIGKILL)
+		killed = append(killed, d)
 	}
-	return waitGone(ctx, pid, start, termGrace)
+	err = waitGone(ctx, pid, start, termGrace)
+	for _, d := range killed {
+		if e := waitGone(ctx, d.PID, d.Start, termGrace); err == nil {
+			err = e
+		}
+	}
+	return err
 }
 
 // signalBoth signals the sandbox's process group and the process itself,
