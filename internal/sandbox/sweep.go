@@ -17,12 +17,18 @@ const virtualUserData = "/mnt/user-data"
 // sweepBound stops a start-up sweep of a huge tree.
 const sweepBound = 2 * time.Minute
 
+// clockSlack is how far a file's timestamp may lag time.Now: the kernel
+// stamps files from its coarse clock (a tick, 1 to 10 ms). A temp file a
+// write makes just after the start can carry a time a little before it,
+// so the sweep takes only files older than the start by more than this.
+const clockSlack = 50 * time.Millisecond
+
 // sweepTemps removes, in the background, the temporary files of writes and
 // uploads that a destroy or crash cut off (createTemp's names) from the
 // thread's data, which outlives every sandbox: without it each cut-off
 // upload would keep its bytes on the host forever. Only files older than
-// the server's start are taken, so a write that starts meanwhile keeps its
-// own. Symlinks are not followed.
+// the server's start (by clockSlack) are taken, so a write that starts
+// meanwhile keeps its own. Symlinks are not followed.
 func (s *Server) sweepTemps(ctx context.Context, log *slog.Logger) {
 	root, ro, err := s.pm.ToHost(virtualUserData)
 	if err != nil || ro {
@@ -32,7 +38,7 @@ func (s *Server) sweepTemps(ctx context.Context, log *slog.Logger) {
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, sweepBound)
 		defer cancel()
-		n, err := sweepDir(ctx, root, started)
+		n, err := sweepDir(ctx, root, started.Add(-clockSlack))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
