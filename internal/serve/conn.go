@@ -299,7 +299,34 @@ func (c *conn) reject(he *headError) {
 	msg := "HTTP/1.1 " + strconv.Itoa(he.status) + " " + text + "\r\nContent-Type: application/json\r\n" +
 		"Cache-Control: no-store\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body)
 	_ = c.rwc.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = io.WriteString(c.rwc, msg)
+	if _, err := io.WriteString(c.rwc, msg); err == nil {
+		c.linger()
+	}
+}
+
+// rejectLinger bounds how long, and rejectDrain how much, a refused
+// connection is read after the answer: closing with the rest of an
+// oversized head unread makes the kernel send a reset, which can reach
+// the client before it reads the 431.
+const (
+	rejectLinger = 500 * time.Millisecond
+	rejectDrain  = 256 << 10
+)
+
+// linger half-closes the connection and reads what the client still
+// sends, up to rejectDrain bytes or rejectLinger, so the close that
+// follows is a FIN, not a reset.
+func (c *conn) linger() {
+	type closeWriter interface{ CloseWrite() error }
+	cw, ok := c.rwc.(closeWriter)
+	if lc, isLimited := c.rwc.(*limitedConn); isLimited {
+		cw, ok = lc.Conn.(closeWriter)
+	}
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = c.rwc.SetReadDeadline(time.Now().Add(rejectLinger))
+	_, _ = io.CopyN(io.Discard, c.rwc, rejectDrain)
 }
 
 // writeContinue sends the 100 Continue an Expect: 100-continue request

@@ -372,3 +372,23 @@ func TestShutdownTimesOut(t *testing.T) {
 		t.Fatalf("Shutdown: %v, want the context's deadline", err)
 	}
 }
+
+// A client still sending an oversized head when the server refuses it
+// reads the 431: the server drains before closing, so the close is not a
+// reset that fails the client's write (as net/http's transport reports it).
+func TestRefusalOutlivesTheClientsWrite(t *testing.T) {
+	t.Parallel()
+	_, addr := start(t, echo(new(atomic.Int32)))
+	c, br := dial(t, addr)
+	send(t, c, "GET / HTTP/1.1\r\nHost: x\r\nX-A: "+strings.Repeat("a", 8<<10))
+	// The refusal is on its way; the rest of the head follows it.
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 16; i++ {
+		send(t, c, strings.Repeat("a", 8<<10))
+	}
+	res, _ := readResponse(t, br, http.MethodGet)
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("status %d, want 431", res.StatusCode)
+	}
+	expectClosed(t, br)
+}
