@@ -19,8 +19,8 @@ import (
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/gateway"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 func init() { register("lifecycle", lifecycle) }
@@ -50,7 +50,7 @@ func lifecycle(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	p, err := pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: filepath.Join(tmp, "data")}, MaxSandboxes: -1},
-		pool.Deps{Store: lease.NewStore(rdb, "bench:{lc}:"), Backend: be, BackendName: "process",
+		pool.Deps{Store: statedb.NewStore(rdb, "bench:{lc}:"), Backend: be, BackendName: "process",
 			NewTransport: gateway.NewSandboxTransport, Log: quiet})
 	if err != nil {
 		return Result{}, err
@@ -187,7 +187,7 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 			}
 		}
 	}()
-	keys := lease.NewKeys(prefix, 0)
+	keys := statedb.NewKeys(prefix, 0)
 	index := keys.Prewarm()
 	var out []time.Duration
 	for i := range opts.LifecycleColdRuns {
@@ -226,7 +226,7 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 }
 
 // prewarmIncarnations are the incarnations of the unclaimed pre-started sandboxes.
-func prewarmIncarnations(ctx context.Context, rdb *redis.Client, keys lease.Keys) (map[string]bool, error) {
+func prewarmIncarnations(ctx context.Context, rdb *redis.Client, keys statedb.Keys) (map[string]bool, error) {
 	ids, err := rdb.ZRange(ctx, keys.Prewarm(), 0, -1).Result()
 	if err != nil {
 		return nil, err

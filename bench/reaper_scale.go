@@ -13,8 +13,9 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // reaperAtScale writes records records straight to the store, then times
@@ -22,7 +23,7 @@ import (
 // Redis memory per record too.
 func reaperAtScale(ctx context.Context, rdb *redis.Client, log *slog.Logger, records, expiredN int) (int64, []time.Duration, time.Duration, error) {
 	prefix := "bench:{reap}:"
-	store := lease.NewStore(rdb, prefix)
+	store := statedb.NewStore(rdb, prefix)
 	before, err := usedMemory(ctx, rdb)
 	if err != nil {
 		return 0, nil, 0, err
@@ -30,8 +31,8 @@ func reaperAtScale(ctx context.Context, rdb *redis.Client, log *slog.Logger, rec
 	clock := &benchClock{now: time.Now()}
 	for i := range records {
 		thread := "t" + strconv.Itoa(i)
-		rec := lease.Record{SandboxID: identity.SandboxID("bench", thread), User: "bench", Thread: thread,
-			Backend: "null", Incarnation: "inc-" + strconv.Itoa(i), URL: "http://127.0.0.1:1", State: lease.StateActive,
+		rec := state.Record{SandboxID: identity.SandboxID("bench", thread), User: "bench", Thread: thread,
+			Backend: "null", Incarnation: "inc-" + strconv.Itoa(i), URL: "http://127.0.0.1:1", State: state.StateActive,
 			CreatedAt: clock.now}
 		at := clock.now
 		if i < expiredN {

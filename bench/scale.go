@@ -20,8 +20,9 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 func init() { register("scale", scaleSuite) }
@@ -50,7 +51,7 @@ const (
 	scaleReaperLag  = 2 * time.Hour
 	scaleSeeders    = 512
 	// scaleBuckets is the indexes' bucket count (the gateway's default).
-	scaleBuckets = lease.DefaultBuckets
+	scaleBuckets = statedb.DefaultBuckets
 )
 
 // scaleUser and scaleThread name record i's thread.
@@ -344,7 +345,7 @@ func memOf(st []nodeStats) []int64 {
 // (PutActive) from scaleSeeders goroutines: the first expired of them
 // scaleOldAge before t0, the next expired scaleExpiredAge before t0, the
 // rest at t0.
-func scaleSeed(ctx context.Context, store *lease.Store, records, expired int, t0 time.Time) error {
+func scaleSeed(ctx context.Context, store *statedb.Store, records, expired int, t0 time.Time) error {
 	var next atomic.Int64
 	errs := make([]error, scaleSeeders)
 	var wg sync.WaitGroup
@@ -357,9 +358,9 @@ func scaleSeed(ctx context.Context, store *lease.Store, records, expired int, t0
 					return
 				}
 				user, thread := scaleUser(i), scaleThread(i)
-				rec := lease.Record{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread,
+				rec := state.Record{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread,
 					Backend: "null", Incarnation: "inc-" + strconv.Itoa(i), URL: "http://127.0.0.1:1",
-					State: lease.StateActive, CreatedAt: t0}
+					State: state.StateActive, CreatedAt: t0}
 				at := t0
 				switch {
 				case i < expired:
@@ -381,7 +382,7 @@ func scaleSeed(ctx context.Context, store *lease.Store, records, expired int, t0
 // scalePool is one simulated replica: a real pool.Pool over the null
 // backend, with one shared no-op transport instead of a connection pool per
 // route (nothing is proxied).
-func scalePool(store *lease.Store, instance string, log *slog.Logger, clock pool.Clock) (*pool.Pool, error) {
+func scalePool(store *statedb.Store, instance string, log *slog.Logger, clock pool.Clock) (*pool.Pool, error) {
 	return pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: os.TempDir()}, IdleTimeout: scaleIdle,
 		MaxSandboxes: -1, Instance: instance, ReconcileInterval: -1},
 		pool.Deps{Store: store, Backend: nullBackend{}, BackendName: "null", Log: log, Clock: clock,
@@ -397,15 +398,15 @@ func (noTransport) RoundTrip(*http.Request) (*http.Response, error) {
 // scaleReplica is one simulated replica: a pool with its own Cluster client.
 type scaleReplica struct {
 	client *redis.ClusterClient
-	store  *lease.Store
+	store  *statedb.Store
 	name   string
 	p      *pool.Pool
 }
 
 // scaleStore is the store of every simulated replica: the prefix split into
 // scaleBuckets buckets.
-func scaleStore(rdb redis.UniversalClient) *lease.Store {
-	return lease.NewStoreBuckets(rdb, scalePrefix, scaleBuckets)
+func scaleStore(rdb redis.UniversalClient) *statedb.Store {
+	return statedb.NewStoreBuckets(rdb, scalePrefix, scaleBuckets)
 }
 
 // scaleReplicas makes opts.ScaleReplicas replicas, each with its own
@@ -668,7 +669,7 @@ func scaleResult(runs []scaleRun, took time.Duration) Result {
 	notes := []string{
 		fmt.Sprintf("Real redis-server processes (%s) started by the suite with `--cluster-enabled yes`: 1 node holding all 16384 slots "+
 			"(CLUSTER ADDSLOTSRANGE), and 3 masters joined by `redis-cli --cluster create --cluster-replicas 0`; each configuration is "+
-			"started fresh, seeded, measured and killed before the next (its memory freed). Keys are those internal/lease builds "+
+			"started fresh, seeded, measured and killed before the next (its memory freed). Keys are those internal/statedb builds "+
 			"(prefix `%s`, layout 2 with %d buckets); %d records (%d users' threads) are seeded through Store.PutActive from %d goroutines (go-redis's "+
 			"autopipeliner batches their concurrent calls per node), 2 %% of them in the past (the reaper rows), the rest with "+
 			"activity at the start of the run.",

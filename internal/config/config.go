@@ -25,11 +25,11 @@ import (
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/jail"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
 	"github.com/sandgate/sandgate/internal/serve"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // Backends the gateway knows.
@@ -51,7 +51,7 @@ type Config struct {
 	RedisURL    string
 	RedisPrefix string
 	// RedisBuckets splits the indexes into this many buckets (0 =
-	// lease.DefaultBuckets); fixed for the life of a prefix's state.
+	// statedb.DefaultBuckets); fixed for the life of a prefix's state.
 	RedisBuckets int
 	Backend      string
 	// PublicURL is how clients reach this gateway (for sandbox_url in the
@@ -174,7 +174,7 @@ func Default() Config {
 		DataDir:         "./.sandgate",
 		ThreadDataQuota: -1,
 		Checkpoints:     checkpoint.Config{Keep: checkpoint.DefaultKeep, MaxAge: checkpoint.DefaultMaxAge},
-		RedisPrefix:     lease.DefaultPrefix,
+		RedisPrefix:     statedb.DefaultPrefix,
 		Backend:         "process",
 		ShutdownTimeout: 30 * time.Second,
 		LogFormat:       "auto",
@@ -202,7 +202,7 @@ func Default() Config {
 			CacheTTL:          pool.DefaultCacheTTL,
 			TouchInterval:     pool.DefaultTouchInterval,
 			ReapInterval:      pool.DefaultReapInterval,
-			LockTTL:           lease.DefaultLockTTL,
+			LockTTL:           statedb.DefaultLockTTL,
 			ReconcileInterval: pool.DefaultReconcileInterval,
 			ReconcileGrace:    pool.DefaultReconcileGrace,
 			BusyIdleAfter:     sandboxspec.DefaultBusyIdleAfter,

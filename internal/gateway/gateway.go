@@ -23,12 +23,12 @@ import (
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/egress"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/serve"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -76,7 +76,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		g.close()
 		return nil, err
 	}
-	lease.OnError(g.rdb, g.metrics.RedisError)
+	statedb.OnError(g.rdb, g.metrics.RedisError)
 	authn, err := newAuthenticator(ctx, cfg.Auth, log)
 	if err != nil {
 		g.close()
@@ -94,10 +94,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		return nil, err
 	}
 	g.backend = be
-	store := lease.NewStoreBuckets(g.rdb, cfg.RedisPrefix, cfg.RedisBuckets)
+	store := statedb.NewStoreBuckets(g.rdb, cfg.RedisPrefix, cfg.RedisBuckets)
 	keys := store.Keys()
 	g.layout = &layoutGate{store: store, log: log}
-	if err := g.layout.migrate(ctx); errors.Is(err, lease.ErrLayout) {
+	if err := g.layout.migrate(ctx); errors.Is(err, statedb.ErrLayout) {
 		g.close()
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	})
 	var creates pool.CreateLimiter
 	if r := cfg.Limits.EffectiveCreateRate(); r.N > 0 {
-		if creates, err = lease.NewCreateRate(store, r.N, r.Per, nil); err != nil {
+		if creates, err = statedb.NewCreateRate(store, r.N, r.Per, nil); err != nil {
 			g.close()
 			return nil, err
 		}
@@ -247,7 +247,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 func (g *Gateway) connectRedis(ctx context.Context) error {
-	lease.SetLogger(g.log) // go-redis's own lines into the JSON log
+	statedb.SetLogger(g.log) // go-redis's own lines into the JSON log
 	if g.cfg.RedisURL == "" {
 		m, rdb, err := startEmbedded()
 		if err != nil {
@@ -258,7 +258,7 @@ func (g *Gateway) connectRedis(ctx context.Context) error {
 			"one replica only. Set SANDGATE_REDIS_URL for production.")
 		return nil
 	}
-	rdb, err := lease.Connect(g.cfg.RedisURL)
+	rdb, err := statedb.Connect(g.cfg.RedisURL)
 	if err != nil {
 		return err
 	}

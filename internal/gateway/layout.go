@@ -7,15 +7,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // layoutGate migrates Redis to the key layout this code uses before the
-// gateway reports ready (lease.Store.Migrate). Redis unreachable at start
+// gateway reports ready (statedb.Store.Migrate). Redis unreachable at start
 // is retried in the background; a layout this configuration cannot use
 // stops the start.
 type layoutGate struct {
-	store *lease.Store
+	store *statedb.Store
 	log   *slog.Logger
 	done  atomic.Bool
 }

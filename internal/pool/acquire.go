@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // acquireSlow is the path behind a cache miss: read the record, reuse it if
@@ -37,9 +37,9 @@ func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify
 
 // reuse returns a route for an existing record, or nil when the record is
 // unusable (dead, or being destroyed) and the caller must provision.
-func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route, Outcome, error) {
+func (p *Pool) reuse(ctx context.Context, rec state.Record, verify bool) (*Route, Outcome, error) {
 	switch rec.State {
-	case lease.StateActive, lease.StateWarm:
+	case state.StateActive, state.StateWarm:
 	default:
 		return nil, "", nil
 	}
@@ -48,7 +48,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 	// thaw checks by itself (it fails on a sandbox that is gone): only a
 	// failed one is followed by the liveness check.
 	thaw := p.thawsUnderLock(rec)
-	if (rec.State == lease.StateWarm || verify) && !thaw {
+	if (rec.State == state.StateWarm || verify) && !thaw {
 		if gone, err := p.dropIfDead(ctx, rec); gone || err != nil {
 			return nil, "", err
 		}
@@ -72,7 +72,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 	if err != nil {
 		return nil, "", err
 	}
-	if rec.State == lease.StateWarm {
+	if rec.State == state.StateWarm {
 		p.log.InfoContext(ctx, "sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
 		p.ready(ctx, r)
 		return r, OutcomeWarm, nil
@@ -85,7 +85,7 @@ func (p *Pool) reuse(ctx context.Context, rec lease.Record, verify bool) (*Route
 
 // dropIfDead asks the backend whether rec's sandbox still runs and, if
 // not, drops its record: gone is true and the caller provisions.
-func (p *Pool) dropIfDead(ctx context.Context, rec lease.Record) (gone bool, err error) {
+func (p *Pool) dropIfDead(ctx context.Context, rec state.Record) (gone bool, err error) {
 	alive, err := p.alive(ctx, rec)
 	if err != nil {
 		return false, fmt.Errorf("%w: check sandbox: %w", backend.ErrUnavailable, err)
@@ -105,8 +105,8 @@ func (p *Pool) dropIfDead(ctx context.Context, rec lease.Record) (gone bool, err
 // thawsUnderLock: rec's sandbox must be thawed before it is routed to (it
 // is frozen, or paused in the warm pool), which is done under its lock so
 // it cannot interleave with a freeze or a pause.
-func (p *Pool) thawsUnderLock(rec lease.Record) bool {
-	return !rec.Frozen.IsZero() || rec.State == lease.StateWarm && p.pauser() != nil
+func (p *Pool) thawsUnderLock(rec state.Record) bool {
+	return !rec.Frozen.IsZero() || rec.State == state.StateWarm && p.pauser() != nil
 }
 
 // provision runs under the sandbox's lock: re-check the record (another
@@ -138,7 +138,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		return nil, "", p.conflict(ctx, rec, user, thread)
 	}
 	if ok {
-		if rec.State == lease.StateDestroying {
+		if rec.State == state.StateDestroying {
 			// A destroyer died half way (its lock expired): finish its job.
 			if err := p.destroyBackend(ctx, rec); err != nil {
 				return nil, "", fmt.Errorf("%w: finish interrupted destroy: %w", backend.ErrUnavailable, err)
@@ -159,7 +159,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	}
 	if found && (info.User != "" && info.User != user || info.Thread != "" && info.Thread != thread) {
 		// A running sandbox labelled with another identity is never adopted for this one.
-		return nil, "", p.conflict(ctx, lease.RecordFromInfo(info, ""), user, thread)
+		return nil, "", p.conflict(ctx, state.RecordFromInfo(info, ""), user, thread)
 	}
 	if found {
 		r, err := p.record(ctx, info, user, thread)
@@ -269,7 +269,7 @@ func newSecret() (string, error) {
 // that names another user or thread, and refuses it: the id formula cannot
 // produce this (user names hold no ':'), so the record was written by an
 // older version, a 64-bit prefix collision or someone with Redis access.
-func (p *Pool) conflict(ctx context.Context, rec lease.Record, user, thread string) error {
+func (p *Pool) conflict(ctx context.Context, rec state.Record, user, thread string) error {
 	p.log.WarnContext(ctx, "sandbox identity conflict: not served", "sandbox_id", rec.SandboxID,
 		"user", user, "thread", thread, "record_user", rec.User, "record_thread", rec.Thread)
 	return fmt.Errorf("%w: sandbox %s", ErrIdentityConflict, rec.SandboxID)
@@ -295,7 +295,7 @@ func (p *Pool) record(ctx context.Context, info backend.Info, user, thread strin
 	if info.CreatedAt.IsZero() {
 		info.CreatedAt = p.clock.Now()
 	}
-	rec := lease.RecordFromInfo(info, lease.StateActive)
+	rec := state.RecordFromInfo(info, state.StateActive)
 	commit, err := p.store.RecordActive(ctx, rec, p.clock.Now())
 	if err == nil {
 		err = afterAnswer(ctx, commit)

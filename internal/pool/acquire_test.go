@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 var ctx = context.Background()
@@ -108,7 +108,7 @@ func TestTouchFlushRenewsAndDropsStaleRoutes(t *testing.T) {
 	e := newEnv(t, Config{IdleTimeout: time.Minute})
 	p := e.replica()
 	r, _, _ := p.Acquire(ctx, "u", "busy")
-	keys := lease.NewKeys("", 0)
+	keys := statedb.NewKeys("", 0)
 	score := func() float64 { return e.rdb().ZScore(ctx, keys.Active(keys.Bucket(r.SandboxID)), r.SandboxID).Val() }
 	before := score()
 	e.clock.Advance(30 * time.Second)

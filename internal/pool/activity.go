@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // activityPathFor is sandboxspec.ActivityPath with the busy_idle_after the
@@ -27,7 +27,7 @@ const activityProbeTimeout = 2 * time.Second
 // activity asks rec's sandbox what runs in it. An error means it cannot
 // tell: a third-party image without sandboxspec.ActivityPath, a sandbox that does not
 // answer (a frozen one never does: do not ask it).
-func (p *Pool) activity(ctx context.Context, rec lease.Record) (sandboxspec.Activity, error) {
+func (p *Pool) activity(ctx context.Context, rec state.Record) (sandboxspec.Activity, error) {
 	ctx, cancel := context.WithTimeout(ctx, activityProbeTimeout)
 	defer cancel()
 	base, socket := backend.HTTPBase(rec.URL)
@@ -65,7 +65,7 @@ func (p *Pool) activity(ctx context.Context, rec lease.Record) (sandboxspec.Acti
 // something or cannot tell (unknown is not idle: such a sandbox is never
 // frozen or restored under). running says which: the freezer and the
 // reaper spare a running sandbox and renew its activity.
-func (p *Pool) busy(ctx context.Context, rec lease.Record) (running bool, err error) {
+func (p *Pool) busy(ctx context.Context, rec state.Record) (running bool, err error) {
 	a, err := p.activity(ctx, rec)
 	if err != nil {
 		return false, fmt.Errorf("%w: it cannot tell: %w", ErrBusy, err)
@@ -80,7 +80,7 @@ func (p *Pool) busy(ctx context.Context, rec lease.Record) (running bool, err er
 // or serves a request, as a request in flight through a replica would be:
 // idle expiry and the freezer leave it alone until it has been quiet that
 // long. true if it was spared.
-func (p *Pool) spareRunning(ctx context.Context, rec lease.Record) bool {
+func (p *Pool) spareRunning(ctx context.Context, rec state.Record) bool {
 	if !rec.Frozen.IsZero() {
 		return false // stopped: nothing runs, and it could not answer
 	}
@@ -93,8 +93,8 @@ func (p *Pool) spareRunning(ctx context.Context, rec lease.Record) bool {
 
 // renew moves rec's activity to now, as the toucher does for a request in
 // flight; a failure only means it is looked at again sooner.
-func (p *Pool) renew(ctx context.Context, rec lease.Record) {
-	_, _ = p.store.Touch(ctx, []lease.TouchEntry{{SandboxID: rec.SandboxID, Incarnation: rec.Incarnation}}, p.clock.Now())
+func (p *Pool) renew(ctx context.Context, rec state.Record) {
+	_, _ = p.store.Touch(ctx, []state.TouchEntry{{SandboxID: rec.SandboxID, Incarnation: rec.Incarnation}}, p.clock.Now())
 }
 
 // servingHere: a request to sid is in flight on this replica (the toucher

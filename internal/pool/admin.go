@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // What the operator CLI asks of the pool beyond serving threads: logs and
@@ -50,13 +50,13 @@ func (p *Pool) CanStat() bool {
 	return ok
 }
 
-func (p *Pool) recorded(ctx context.Context, sid string) (lease.Record, error) {
+func (p *Pool) recorded(ctx context.Context, sid string) (state.Record, error) {
 	rec, ok, err := p.store.Get(ctx, sid)
 	if err != nil {
-		return lease.Record{}, fmt.Errorf("%w: %w", ErrState, err)
+		return state.Record{}, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !ok || rec.State == lease.StateDestroying {
-		return lease.Record{}, ErrNotFound
+	if !ok || rec.State == state.StateDestroying {
+		return state.Record{}, ErrNotFound
 	}
 	return rec, nil
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // TestFleetsOnOneBackend: two fleets (own Redis) share one backend. Each
@@ -35,10 +35,10 @@ func TestFleetsOnOneBackend(t *testing.T) {
 		t.Fatalf("beta's sandbox labelled fleet %q", l)
 	}
 	// A sandbox alpha lost the record of, and one nobody labelled.
-	if err := alphaEnv.rdb().Del(ctx, lease.NewKeys("", 0).Sandbox(mine.SandboxID)).Err(); err != nil {
+	if err := alphaEnv.rdb().Del(ctx, statedb.NewKeys("", 0).Sandbox(mine.SandboxID)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := alphaEnv.rdb().ZRem(ctx, lease.NewKeys("", 0).Active(lease.NewKeys("", 0).Bucket(mine.SandboxID)), mine.SandboxID).Err(); err != nil {
+	if err := alphaEnv.rdb().ZRem(ctx, statedb.NewKeys("", 0).Active(statedb.NewKeys("", 0).Bucket(mine.SandboxID)), mine.SandboxID).Err(); err != nil {
 		t.Fatal(err)
 	}
 	old := identity.SandboxID("u", "old")

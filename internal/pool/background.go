@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // background runs what an acquire leaves to do after it answered: releasing
@@ -63,7 +63,7 @@ func (b *background) drain() {
 func (b *background) wait() { b.wg.Wait() }
 
 // after holds what a provision leaves for once its caller is answered: the
-// last step of writing its record (lease.Store.RecordActive), which must
+// last step of writing its record (statedb.Store.RecordActive), which must
 // land before the sandbox's lock is released.
 type after struct {
 	mu  sync.Mutex
@@ -91,7 +91,7 @@ func afterAnswer(ctx context.Context, fn func(context.Context) error) error {
 
 // unlockAfter runs what the provision left, then releases its lock, after
 // the caller answered.
-func (p *Pool) unlockAfter(h *lease.Held, a *after) {
+func (p *Pool) unlockAfter(h *statedb.Held, a *after) {
 	p.bg.run(func() {
 		a.mu.Lock()
 		fns := a.fns

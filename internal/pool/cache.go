@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 type threadKey struct{ user, thread string }
@@ -15,12 +15,12 @@ type cache struct {
 	mu       sync.RWMutex
 	byThread map[threadKey]*Route
 	bySID    map[string]*Route
-	byCap    map[lease.CapabilitySum]*CapRoute
+	byCap    map[state.CapabilitySum]*CapRoute
 }
 
 func newCache() *cache {
 	return &cache{byThread: make(map[threadKey]*Route), bySID: make(map[string]*Route),
-		byCap: make(map[lease.CapabilitySum]*CapRoute)}
+		byCap: make(map[state.CapabilitySum]*CapRoute)}
 }
 
 // thread returns the live route of (user, thread), or nil.
@@ -47,7 +47,7 @@ func (c *cache) sandbox(sid string, now time.Time) *Route {
 
 // capability returns the live route a capability opens, or nil. The key is
 // the capability's SHA-256: the map's timing says nothing about the secret.
-func (c *cache) capability(sum lease.CapabilitySum, now time.Time) *CapRoute {
+func (c *cache) capability(sum state.CapabilitySum, now time.Time) *CapRoute {
 	c.mu.RLock()
 	cr := c.byCap[sum]
 	c.mu.RUnlock()
@@ -59,7 +59,7 @@ func (c *cache) capability(sum lease.CapabilitySum, now time.Time) *CapRoute {
 
 // putCapability caches that sum opens r (a cached route); the entry goes
 // when r does.
-func (c *cache) putCapability(sum lease.CapabilitySum, r *Route) *CapRoute {
+func (c *cache) putCapability(sum state.CapabilitySum, r *Route) *CapRoute {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cr := r.capRoute; cr != nil && cr.sum == sum {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // CapRoute is a route reached through a capability URL. It is its own type
@@ -15,7 +15,7 @@ import (
 // incarnation.
 type CapRoute struct {
 	*Route
-	sum lease.CapabilitySum
+	sum state.CapabilitySum
 }
 
 // Capability returns the capability of sid's current incarnation, minting
@@ -32,12 +32,12 @@ func (p *Pool) Capability(ctx context.Context, sid string) (string, error) {
 }
 
 // CapabilityRoute returns the route a well-formed capability opens (check
-// lease.ValidCapability first). The cached path is one SHA-256 and a map
+// state.ValidCapability first). The cached path is one SHA-256 and a map
 // read: no Redis round trip, no allocation. It never provisions: an unknown,
 // revoked or dead capability is ErrNotFound.
 func (p *Pool) CapabilityRoute(ctx context.Context, capability string) (*CapRoute, Outcome, error) {
 	start := time.Now()
-	sum := lease.SumCapability(capability)
+	sum := state.SumCapability(capability)
 	if cr := p.cache.capability(sum, p.now(start)); cr != nil {
 		cr.touched.Store(true)
 		p.hit(ctx, cr.Route, start)
@@ -56,7 +56,7 @@ func (p *Pool) RecheckCapability(ctx context.Context, failed *CapRoute) (*CapRou
 	return cr, err
 }
 
-func (p *Pool) capabilitySlow(ctx context.Context, sum lease.CapabilitySum, verify bool, start time.Time) (*CapRoute, Outcome, error) {
+func (p *Pool) capabilitySlow(ctx context.Context, sum state.CapabilitySum, verify bool, start time.Time) (*CapRoute, Outcome, error) {
 	rec, ok, err := p.store.ByCapability(ctx, sum)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)

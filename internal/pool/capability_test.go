@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // TestCachedCapabilityRouteDoesNotAllocate: a cached capability costs one
@@ -14,7 +14,7 @@ import (
 func TestCachedCapabilityRouteDoesNotAllocate(t *testing.T) {
 	p, r := hotPool(t)
 	const capability = "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXg"
-	want := p.cache.putCapability(lease.SumCapability(capability), r)
+	want := p.cache.putCapability(state.SumCapability(capability), r)
 	allocs := testing.AllocsPerRun(1000, func() {
 		cr, o, err := p.CapabilityRoute(ctx, capability)
 		if err != nil || cr != want || o != OutcomeHit {

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -37,7 +38,7 @@ func quotaExempt(ctx context.Context) bool {
 }
 
 // reserve takes a unit of fleet-wide capacity for sid, evicting a warm
-// sandbox when the pool or the user is full (see lease.scriptReserve for
+// sandbox when the pool or the user is full (see statedb.scriptReserve for
 // which). Soft mode (DeerFlow's) goes beyond the cap with a warning when
 // nothing is warm; hard mode waits up to AcquireTimeout, then answers
 // ErrCapacity. A user over a per-user limit or, at a full hard cap, over its
@@ -46,17 +47,17 @@ func quotaExempt(ctx context.Context) bool {
 // With claim, a pre-started sandbox is offered before any capacity is
 // reserved: it is returned taken (its capacity unit now sid's reservation)
 // with its lock held, which the caller releases.
-func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken lease.Record, held *lease.Held, err error) {
-	req := lease.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
+func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken state.Record, held *statedb.Held, err error) {
+	req := state.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
 	if claim {
-		req.Kind = lease.KindClaim
+		req.Kind = state.KindClaim
 	}
 	exempt := quotaExempt(ctx)
 	if !exempt {
 		req.MaxPerUser, req.MaxCreatesPerUser = p.cfg.MaxSandboxesPerUser, p.cfg.MaxCreatesPerUser
 	}
 	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 && !claim {
-		return lease.Record{}, nil, nil
+		return state.Record{}, nil, nil
 	}
 	ctx, span := p.span(ctx, spanReserve, sid, thread)
 	defer func() { end(span, err) }()
@@ -67,11 +68,11 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 		req.Deadline = req.Now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)
 		res, err := p.store.Reserve(ctx, req)
 		if err != nil {
-			return lease.Record{}, nil, fmt.Errorf("%w: %w", ErrState, err)
+			return state.Record{}, nil, fmt.Errorf("%w: %w", ErrState, err)
 		}
 		switch res.Outcome {
 		case "ok":
-			return lease.Record{}, nil, nil
+			return state.Record{}, nil, nil
 		case "prewarm":
 			rec, held, ok, err := p.takePrewarm(ctx, res.Victim, sid, user)
 			if err != nil || ok {
@@ -85,24 +86,24 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 		case "over":
 			p.log.WarnContext(ctx, "soft cap exceeded: creating beyond max_sandboxes, nothing warm to evict",
 				"sandbox_id", sid, "thread", thread, "max_sandboxes", p.cfg.MaxSandboxes)
-			return lease.Record{}, nil, nil
+			return state.Record{}, nil, nil
 		case "evict":
 			if evictions++; evictions > maxEvictions {
-				return lease.Record{}, nil, fmt.Errorf("%w: could not evict a warm sandbox", ErrCapacity)
+				return state.Record{}, nil, fmt.Errorf("%w: could not evict a warm sandbox", ErrCapacity)
 			}
 			p.evict(ctx, res.Victim)
 		case "user_max":
-			return lease.Record{}, nil, &QuotaError{User: user, Limit: LimitSandboxesPerUser, Max: p.cfg.MaxSandboxesPerUser, RetryAfter: retryUserHeld}
+			return state.Record{}, nil, &QuotaError{User: user, Limit: LimitSandboxesPerUser, Max: p.cfg.MaxSandboxesPerUser, RetryAfter: retryUserHeld}
 		case "user_creates":
-			return lease.Record{}, nil, &QuotaError{User: user, Limit: LimitCreatesPerUser, Max: p.cfg.MaxCreatesPerUser, RetryAfter: retryUserCreates}
+			return state.Record{}, nil, &QuotaError{User: user, Limit: LimitCreatesPerUser, Max: p.cfg.MaxCreatesPerUser, RetryAfter: retryUserCreates}
 		case "share":
 			if !exempt {
-				return lease.Record{}, nil, &QuotaError{User: user, Limit: LimitFairShare, Max: res.Held, RetryAfter: retryUserHeld}
+				return state.Record{}, nil, &QuotaError{User: user, Limit: LimitFairShare, Max: res.Held, RetryAfter: retryUserHeld}
 			}
 			fallthrough // an admin is held to no share: it waits for room as at a full cap
 		case "full":
 			if time.Now().After(deadline) {
-				return lease.Record{}, nil, fmt.Errorf("%w: %d sandboxes, none warm", ErrCapacity, p.cfg.MaxSandboxes)
+				return state.Record{}, nil, fmt.Errorf("%w: %d sandboxes, none warm", ErrCapacity, p.cfg.MaxSandboxes)
 			}
 			if !queued { // once per create: the wait is one step
 				queued = true
@@ -110,11 +111,11 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 			}
 			select {
 			case <-ctx.Done():
-				return lease.Record{}, nil, ctx.Err()
+				return state.Record{}, nil, ctx.Err()
 			case <-time.After(250 * time.Millisecond):
 			}
 		default:
-			return lease.Record{}, nil, fmt.Errorf("%w: unexpected reserve outcome %q", ErrState, res.Outcome)
+			return state.Record{}, nil, fmt.Errorf("%w: unexpected reserve outcome %q", ErrState, res.Outcome)
 		}
 	}
 }
@@ -126,7 +127,7 @@ func (p *Pool) evict(ctx context.Context, sid string) {
 	defer span.End()
 	held, err := p.lock(ctx, sid, time.Second)
 	if err != nil {
-		if !errors.Is(err, lease.ErrLocked) {
+		if !errors.Is(err, state.ErrLocked) {
 			p.log.WarnContext(ctx, "evict: lock", "sandbox_id", sid, "err", err)
 		}
 		return
@@ -135,9 +136,9 @@ func (p *Pool) evict(ctx context.Context, sid string) {
 	// Claim only if still in the warm or prewarm index (any score): a
 	// reclaimed or claimed one is spared.
 	now := p.clock.Now()
-	rec, ok, err := p.store.ClaimExpired(ctx, sid, lease.IndexWarm, farFuture, now)
+	rec, ok, err := p.store.ClaimExpired(ctx, sid, state.IndexWarm, farFuture, now)
 	if err == nil && !ok {
-		rec, ok, err = p.store.ClaimExpired(ctx, sid, lease.IndexPrewarm, farFuture, now)
+		rec, ok, err = p.store.ClaimExpired(ctx, sid, state.IndexPrewarm, farFuture, now)
 	}
 	if err != nil || !ok {
 		return

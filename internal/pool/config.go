@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // Config of the pool. The zero value is the documented default.
@@ -70,7 +70,7 @@ type Config struct {
 	// backend.Pauser: process, docker) that has had no request and runs
 	// no command for this long: its processes stop, its memory stays, and
 	// the next request on any replica thaws it. 0 = never. It must exceed
-	// cache_ttl plus touch_interval (see lease.Store.Freeze) and stay
+	// cache_ttl plus touch_interval (see statedb.Store.Freeze) and stay
 	// under idle_timeout.
 	FreezeAfter time.Duration
 	// BusyIdleAfter: a running command that has used no CPU and written no
@@ -178,7 +178,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ReapInterval, DefaultReapInterval)
 	def(&c.ReconcileInterval, DefaultReconcileInterval)
 	def(&c.ReconcileGrace, DefaultReconcileGrace)
-	def(&c.LockTTL, lease.DefaultLockTTL)
+	def(&c.LockTTL, statedb.DefaultLockTTL)
 	def(&c.BucketLeaseTTL, DefaultBucketLeaseTTL)
 	def(&c.BusyIdleAfter, sandboxspec.DefaultBusyIdleAfter)
 	def(&c.MaxLifetime, DefaultMaxLifetime)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // Publisher receives the lifecycle events of this replica's creates and
@@ -51,7 +51,7 @@ func (p *Pool) ready(ctx context.Context, r *Route) {
 }
 
 // gone reports a sandbox that no longer exists.
-func (p *Pool) gone(ctx context.Context, rec lease.Record, reason string) {
+func (p *Pool) gone(ctx context.Context, rec state.Record, reason string) {
 	p.publish(ctx, events.Destroyed, rec.SandboxID, rec.User, rec.Thread, reason)
 }
 

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -207,7 +207,7 @@ func (e *env) replicaWith(mut func(*Deps)) *Pool {
 	e.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
 	e.t.Cleanup(func() { rdb.Close() })
-	d := Deps{Store: lease.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock}
+	d := Deps{Store: statedb.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock}
 	mut(&d)
 	p, err := New(e.cfg, d)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -27,7 +27,7 @@ const (
 // kept, CPU zero) through the backend's Pauser; the next request on any
 // replica thaws them (reuse). Every replica runs one over the buckets it
 // holds. A pass reads only what went idle since its last look at each
-// bucket (lease.IdleSince); a sandbox found busy (a command running, a
+// bucket (statedb.IdleSince); a sandbox found busy (a command running, a
 // request in flight in it) is touched, so it comes back once it has been
 // quiet for FreezeAfter again, and idle expiry spares it meanwhile.
 type Freezer struct {
@@ -151,7 +151,7 @@ func (p *Pool) freezeIdle(ctx context.Context, pz backend.Pauser, sid string, cu
 		return freezeSkip, nil
 	}
 	held, err := p.lock(ctx, sid, 0)
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return freezeRetry, nil
 	}
 	if err != nil {
@@ -159,7 +159,7 @@ func (p *Pool) freezeIdle(ctx context.Context, pz backend.Pauser, sid string, cu
 	}
 	defer p.unlock(held)
 	rec, ok, err := p.store.Get(ctx, sid)
-	if err != nil || !ok || rec.State != lease.StateActive || !rec.Frozen.IsZero() {
+	if err != nil || !ok || rec.State != state.StateActive || !rec.Frozen.IsZero() {
 		return freezeSkip, err
 	}
 	if err := p.freezeMarked(ctx, pz, rec, cutoff); err != nil {
@@ -176,7 +176,7 @@ var errActivated = errors.New("sandbox was used after the freeze cutoff")
 
 // freezeMarked marks rec frozen if nothing activated it after cutoff, then
 // stops it (stopMarked). Hold the lock.
-func (p *Pool) freezeMarked(ctx context.Context, pz backend.Pauser, rec lease.Record, cutoff time.Time) error {
+func (p *Pool) freezeMarked(ctx context.Context, pz backend.Pauser, rec state.Record, cutoff time.Time) error {
 	// Asked before the mark, so a busy sandbox is never shown frozen, not
 	// even for the length of the probe.
 	if running, err := p.busy(ctx, rec); err != nil {
@@ -196,7 +196,7 @@ func (p *Pool) freezeMarked(ctx context.Context, pz backend.Pauser, rec lease.Re
 // with probe, that it runs nothing (the idle path asked before marking),
 // then freezes its processes; on any refusal or failure the mark is
 // cleared. Hold the lock.
-func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec lease.Record, cutoff time.Time, probe bool) (err error) {
+func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec state.Record, cutoff time.Time, probe bool) (err error) {
 	sid := rec.SandboxID
 	defer func() {
 		if err != nil {
@@ -243,7 +243,7 @@ func cmpErr(err, dflt error) error {
 
 // thaw runs a frozen (or paused warm) sandbox's processes again and clears
 // its freeze mark. Hold the lock.
-func (p *Pool) thaw(ctx context.Context, rec lease.Record) error {
+func (p *Pool) thaw(ctx context.Context, rec state.Record) error {
 	pz, ok := p.backend.(backend.Pauser)
 	if !ok {
 		return fmt.Errorf("%w: backend %s cannot thaw sandbox %s", backend.ErrUnavailable, p.name, rec.SandboxID)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // FreezeThread freezes (user, thread)'s sandbox now, as the freezer would
@@ -30,7 +30,7 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 	if !rec.Frozen.IsZero() {
 		return nil
 	}
-	if rec.State != lease.StateActive {
+	if rec.State != state.StateActive {
 		return fmt.Errorf("%w: sandbox is %s", ErrNotFound, rec.State)
 	}
 	if p.servingHere(sid) {
@@ -62,17 +62,17 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 
 // lockThread takes the lock of sid, (user, thread)'s sandbox, and reads its
 // record: ErrNotFound without one. unlock is never nil; call it.
-func (p *Pool) lockThread(ctx context.Context, sid, user, thread string) (_ lease.Record, unlock func(), _ error) {
+func (p *Pool) lockThread(ctx context.Context, sid, user, thread string) (_ state.Record, unlock func(), _ error) {
 	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
 	if err != nil {
-		return lease.Record{}, func() {}, lockErr(err)
+		return state.Record{}, func() {}, lockErr(err)
 	}
 	unlock = func() { p.unlock(held) }
 	rec, ok, err := p.store.Get(ctx, sid)
 	if err != nil {
 		return rec, unlock, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !ok || rec.State == lease.StateDestroying {
+	if !ok || rec.State == state.StateDestroying {
 		return rec, unlock, ErrNotFound
 	}
 	if rec.User != user || rec.Thread != thread {

@@ -10,7 +10,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -19,12 +20,12 @@ import (
 func hotPool(tb testing.TB) (*Pool, *Route) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	tb.Cleanup(func() { rdb.Close() })
-	p, err := New(Config{Mounts: mountsFor(tb)}, Deps{Store: lease.NewStore(rdb, ""), Backend: newFakeBackend(tb),
+	p, err := New(Config{Mounts: mountsFor(tb)}, Deps{Store: statedb.NewStore(rdb, ""), Backend: newFakeBackend(tb),
 		Clock: realClock{}, Metrics: telemetry.NewMetrics()})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := p.newRoute(lease.Record{SandboxID: identity.SandboxID("u", "hot"), User: "u", Thread: "hot",
+	r, err := p.newRoute(state.Record{SandboxID: identity.SandboxID("u", "hot"), User: "u", Thread: "hot",
 		Incarnation: "i", URL: "http://127.0.0.1:9"})
 	if err != nil {
 		tb.Fatal(err)
@@ -115,7 +116,7 @@ func BenchmarkTouchFlush1000Routes(b *testing.B) {
 	p := e.replica()
 	routes := make([]*Route, 0, 1000)
 	for i := range 1000 {
-		rec := lease.Record{SandboxID: identity.SandboxID("u", strconv.Itoa(i)), User: "u",
+		rec := state.Record{SandboxID: identity.SandboxID("u", strconv.Itoa(i)), User: "u",
 			Thread: "t", Incarnation: "i", URL: "http://127.0.0.1:9"}
 		if err := p.store.PutActive(ctx, rec, e.clock.Now()); err != nil {
 			b.Fatal(err)

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 func TestWarmReclaimAndDeadWarmNeverReturned(t *testing.T) {
@@ -19,14 +20,14 @@ func TestWarmReclaimAndDeadWarmNeverReturned(t *testing.T) {
 	if err := p.Release(ctx, "u", "w"); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _, _ := p.Record(ctx, r1.SandboxID); rec.State != lease.StateWarm {
+	if rec, _, _ := p.Record(ctx, r1.SandboxID); rec.State != state.StateWarm {
 		t.Fatalf("state after release: %s", rec.State)
 	}
 	r2, o, err := p.Acquire(ctx, "u", "w")
 	if err != nil || o != OutcomeWarm || r2.Incarnation != r1.Incarnation {
 		t.Fatalf("reclaim: %v %v same=%v", o, err, r2.Incarnation == r1.Incarnation)
 	}
-	if rec, _, _ := p.Record(ctx, r1.SandboxID); rec.State != lease.StateActive {
+	if rec, _, _ := p.Record(ctx, r1.SandboxID); rec.State != state.StateActive {
 		t.Fatalf("state after reclaim: %s", rec.State)
 	}
 	// A warm sandbox that died while parked is dropped and replaced, never handed out.
@@ -211,7 +212,7 @@ func TestThreeReapersDestroyEachExactlyOnce(t *testing.T) {
 			t.Fatalf("sandbox %s destroyed %d times", sid, d)
 		}
 	}
-	if c, _ := seed.store.Count(ctx); c != (lease.Counts{}) {
+	if c, _ := seed.store.Count(ctx); c != (state.Counts{}) {
 		t.Fatalf("indexes not empty after reaping: %+v", c)
 	}
 }
@@ -250,7 +251,7 @@ func TestReconcilerAdoptsAndDrops(t *testing.T) {
 	kept, _, _ := p.Acquire(ctx, "u", "kept")
 	gone, _, _ := p.Acquire(ctx, "u", "gone")
 	p.Wait()
-	if err := e.rdb().Del(ctx, lease.NewKeys("", 0).Sandbox(kept.SandboxID)).Err(); err != nil {
+	if err := e.rdb().Del(ctx, statedb.NewKeys("", 0).Sandbox(kept.SandboxID)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.be.kill(gone.SandboxID)
@@ -281,7 +282,7 @@ func TestReconcilerAdoptsAndDrops(t *testing.T) {
 		t.Fatalf("adopt pass: %+v %v", rep, err)
 	}
 	rec, ok, _ := p.Record(ctx, kept.SandboxID)
-	if !ok || rec.State != lease.StateWarm || rec.Incarnation != kept.Incarnation || rec.Thread != "kept" {
+	if !ok || rec.State != state.StateWarm || rec.Incarnation != kept.Incarnation || rec.Thread != "kept" {
 		t.Fatalf("adopted record: %+v", rec)
 	}
 	r, o, err := e.replica().Acquire(ctx, "u", "kept")

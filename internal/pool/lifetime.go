@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -71,8 +71,8 @@ func (l *Lifetime) Pass(ctx context.Context) (n int, err error) {
 // overAge: rec is a thread's sandbox (active or warm) created before
 // cutoff. Pre-started ones ran nothing of a tenant's (prewarm trims them);
 // one being created or destroyed is someone else's under its lock.
-func overAge(rec lease.Record, cutoff time.Time) bool {
-	return (rec.State == lease.StateActive || rec.State == lease.StateWarm) &&
+func overAge(rec state.Record, cutoff time.Time) bool {
+	return (rec.State == state.StateActive || rec.State == state.StateWarm) &&
 		!rec.CreatedAt.IsZero() && rec.CreatedAt.Before(cutoff)
 }
 
@@ -81,7 +81,7 @@ func overAge(rec lease.Record, cutoff time.Time) bool {
 func (l *Lifetime) expire(ctx context.Context, sid, incarnation string, cutoff time.Time) (bool, error) {
 	p := l.p
 	held, err := p.lock(ctx, sid, 0)
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return false, nil
 	}
 	if err != nil {

@@ -9,7 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -102,12 +103,12 @@ func end(span trace.Span, err error) {
 
 // lock takes sid's lock, waiting up to wait, inside a lock-wait span. Held
 // elsewhere (ErrLocked) is an answer, not a failed span.
-func (p *Pool) lock(ctx context.Context, sid string, wait time.Duration) (*lease.Held, error) {
+func (p *Pool) lock(ctx context.Context, sid string, wait time.Duration) (*statedb.Held, error) {
 	sctx, span := p.span(ctx, spanLockWait, sid, "")
 	held, err := p.locker.Obtain(sctx, sid, wait)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Bool("obtained", err == nil))
-		if !errors.Is(err, lease.ErrLocked) {
+		if !errors.Is(err, state.ErrLocked) {
 			telemetry.Fail(span, err)
 		}
 	}

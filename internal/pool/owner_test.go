@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // owner owns one user's sandboxes.
@@ -35,7 +35,7 @@ func TestRouteByIDOnlyForItsOwner(t *testing.T) {
 	if _, _, err := other.Route(ctx, r.SandboxID, owner("bob")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("other user, from Redis: %v", err)
 	}
-	if rec, ok, _ := other.Record(ctx, r.SandboxID); !ok || rec.State != lease.StateWarm {
+	if rec, ok, _ := other.Record(ctx, r.SandboxID); !ok || rec.State != state.StateWarm {
 		t.Fatalf("a stranger's lookup changed the record: %+v", rec)
 	}
 	if _, o, err := other.Route(ctx, r.SandboxID, owner("alice")); err != nil || o != OutcomeWarm {

@@ -1,7 +1,7 @@
 // Package pool hands out sandboxes: acquire (replica cache, then Redis, then
 // lock + discover + create), release to the warm pool, destroy, and the
 // background loops that keep the fleet-wide pool honest (touch flush, idle
-// reaper, reconciler). All shared state lives in Redis through lease.Store.
+// reaper, reconciler). All shared state lives in Redis through statedb.Store.
 package pool
 
 import (
@@ -23,7 +23,8 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -48,7 +49,7 @@ const (
 
 // Deps are the pool's collaborators.
 type Deps struct {
-	Store   *lease.Store
+	Store   *statedb.Store
 	Backend backend.Backend
 	// BackendName is recorded in records and logs.
 	BackendName string
@@ -82,7 +83,7 @@ type Deps struct {
 }
 
 // CreateLimiter decides whether user may have one more sandbox created now,
-// fleet-wide, and if not, how long until it may (lease.CreateRate).
+// fleet-wide, and if not, how long until it may (statedb.CreateRate).
 type CreateLimiter interface {
 	AllowCreate(ctx context.Context, user string) (retryAfter time.Duration, ok bool, err error)
 }
@@ -90,8 +91,8 @@ type CreateLimiter interface {
 // Pool is one replica's view of the fleet-wide sandbox pool.
 type Pool struct {
 	cfg     Config
-	store   *lease.Store
-	locker  *lease.Locker
+	store   *statedb.Store
+	locker  *statedb.Locker
 	backend backend.Backend
 	name    string
 	newRT   func(socket string) http.RoundTripper
@@ -146,7 +147,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	return &Pool{
 		cfg:     cfg,
 		store:   d.Store,
-		locker:  lease.NewLocker(d.Store, cfg.LockTTL),
+		locker:  statedb.NewLocker(d.Store, cfg.LockTTL),
 		backend: d.Backend,
 		name:    d.BackendName,
 		newRT:   d.NewTransport,
@@ -271,7 +272,7 @@ func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcom
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !ok || rec.State == lease.StateDestroying || !who.Owns(rec.User, rec.Thread) {
+	if !ok || rec.State == state.StateDestroying || !who.Owns(rec.User, rec.Thread) {
 		return nil, "", ErrNotFound
 	}
 	if identity.SandboxID(rec.User, rec.Thread) != sid {
@@ -284,7 +285,7 @@ func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcom
 }
 
 // Record returns the Redis record of sid.
-func (p *Pool) Record(ctx context.Context, sid string) (lease.Record, bool, error) {
+func (p *Pool) Record(ctx context.Context, sid string) (state.Record, bool, error) {
 	rec, ok, err := p.store.Get(ctx, sid)
 	if err != nil {
 		return rec, false, fmt.Errorf("%w: %w", ErrState, err)
@@ -306,7 +307,7 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 		defer p.unlock(held)
 	}
 	ok, err := p.store.Release(ctx, sid, user, thread, p.clock.Now())
-	if errors.Is(err, lease.ErrIdentity) {
+	if errors.Is(err, state.ErrIdentity) {
 		rec, _, _ := p.store.Get(ctx, sid)
 		rec.SandboxID = sid
 		return p.conflict(ctx, rec, user, thread)
@@ -342,7 +343,7 @@ func (p *Pool) pauser() backend.Pauser {
 // lockErr maps a lock failure: held elsewhere is "provisioning", anything
 // else is Redis.
 func lockErr(err error) error {
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return fmt.Errorf("%w: %w", ErrProvisioning, err)
 	}
 	return fmt.Errorf("%w: %w", ErrState, err)
@@ -356,7 +357,7 @@ func (p *Pool) Destroy(ctx context.Context, sid string, reason DestroyReason) er
 // DestroyThread destroys the sandbox of (user, thread) now, only if its
 // record is theirs (ErrIdentityConflict otherwise).
 func (p *Pool) DestroyThread(ctx context.Context, user, thread string, reason DestroyReason) error {
-	return p.destroy(ctx, identity.SandboxID(user, thread), func(rec lease.Record) error {
+	return p.destroy(ctx, identity.SandboxID(user, thread), func(rec state.Record) error {
 		if rec.User != user || rec.Thread != thread {
 			return p.conflict(ctx, rec, user, thread)
 		}
@@ -366,7 +367,7 @@ func (p *Pool) DestroyThread(ctx context.Context, user, thread string, reason De
 
 // destroy claims and destroys sid under its lock; check, when set, vets the
 // record first (records change identity only under the lock).
-func (p *Pool) destroy(ctx context.Context, sid string, check func(lease.Record) error, reason DestroyReason) error {
+func (p *Pool) destroy(ctx context.Context, sid string, check func(state.Record) error, reason DestroyReason) error {
 	held, err := p.lock(ctx, sid, p.cfg.LockTTL)
 	if err != nil {
 		return lockErr(err)
@@ -398,7 +399,7 @@ func (p *Pool) destroy(ctx context.Context, sid string, check func(lease.Record)
 
 // destroyClaimed destroys a claimed record's sandbox and deletes the record.
 // The caller holds the sandbox's lock.
-func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason DestroyReason) error {
+func (p *Pool) destroyClaimed(ctx context.Context, rec state.Record, reason DestroyReason) error {
 	p.cache.drop(rec.SandboxID, nil)
 	if err := p.destroyBackend(ctx, rec); err != nil {
 		// The record stays in state destroying; the reconciler or the next
@@ -420,7 +421,7 @@ func (p *Pool) destroyClaimed(ctx context.Context, rec lease.Record, reason Dest
 }
 
 // destroyBackend destroys rec's sandbox in a span.
-func (p *Pool) destroyBackend(ctx context.Context, rec lease.Record) error {
+func (p *Pool) destroyBackend(ctx context.Context, rec state.Record) error {
 	ctx, span := p.span(ctx, spanDestroy, rec.SandboxID, rec.Thread)
 	err := p.backend.Destroy(ctx, rec.Info())
 	end(span, err)
@@ -430,13 +431,13 @@ func (p *Pool) destroyBackend(ctx context.Context, rec lease.Record) error {
 // unlockLater releases h after the caller answered (see background): the
 // record it guarded is written, so nobody needs to wait for the release
 // but a destroy or a create of the same sandbox, which waits for the lock.
-func (p *Pool) unlockLater(h *lease.Held) { p.bg.run(func() { p.unlock(h) }) }
+func (p *Pool) unlockLater(h *statedb.Held) { p.bg.run(func() { p.unlock(h) }) }
 
 // Wait returns once the work acquires left running after they answered
 // (lock releases, events) is done: before the Redis client is closed.
 func (p *Pool) Wait() { p.bg.wait() }
 
-func (p *Pool) unlock(h *lease.Held) {
+func (p *Pool) unlock(h *statedb.Held) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := h.Release(ctx); err != nil {
@@ -445,7 +446,7 @@ func (p *Pool) unlock(h *lease.Held) {
 }
 
 // newRoute builds and caches the route of a live record.
-func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
+func (p *Pool) newRoute(rec state.Record) (*Route, error) {
 	base, socket := backend.HTTPBase(rec.URL)
 	u, err := url.Parse(base)
 	if err != nil || u.Scheme == "" || u.Host == "" {
@@ -469,7 +470,7 @@ func (p *Pool) newRoute(rec lease.Record) (*Route, error) {
 }
 
 // alive asks the backend about rec's sandbox in a span.
-func (p *Pool) alive(ctx context.Context, rec lease.Record) (bool, error) {
+func (p *Pool) alive(ctx context.Context, rec state.Record) (bool, error) {
 	ctx, span := p.span(ctx, spanAlive, rec.SandboxID, rec.Thread)
 	ok, err := p.backend.Alive(ctx, rec.Info())
 	if span.IsRecording() {
@@ -480,7 +481,7 @@ func (p *Pool) alive(ctx context.Context, rec lease.Record) (bool, error) {
 }
 
 // Records lists the fleet's active and warm sandboxes.
-func (p *Pool) Records(ctx context.Context) ([]lease.Record, error) {
+func (p *Pool) Records(ctx context.Context) ([]state.Record, error) {
 	recs, err := p.store.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
@@ -489,7 +490,7 @@ func (p *Pool) Records(ctx context.Context) ([]lease.Record, error) {
 }
 
 // Alive asks the backend whether rec's sandbox still runs.
-func (p *Pool) Alive(ctx context.Context, rec lease.Record) (bool, error) {
+func (p *Pool) Alive(ctx context.Context, rec state.Record) (bool, error) {
 	ok, err := p.alive(ctx, rec)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)

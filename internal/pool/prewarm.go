@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // The prewarm pool: Config.Prewarm sandboxes started before any thread
@@ -78,7 +79,7 @@ func (w *Prewarmer) Run(ctx context.Context) {
 func (w *Prewarmer) Pass(ctx context.Context) error {
 	p := w.p
 	held, err := p.lock(ctx, prewarmLock, 0)
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return nil
 	}
 	if err != nil {
@@ -121,8 +122,8 @@ func (p *Pool) prewarmOne(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	now := p.clock.Now()
-	res, err := p.store.Reserve(ctx, lease.ReserveRequest{SandboxID: sid, Max: max(p.cfg.MaxSandboxes, 0),
-		Kind: lease.KindPrewarm, Now: now, Deadline: now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)})
+	res, err := p.store.Reserve(ctx, state.ReserveRequest{SandboxID: sid, Max: max(p.cfg.MaxSandboxes, 0),
+		Kind: state.KindPrewarm, Now: now, Deadline: now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)})
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -131,7 +132,7 @@ func (p *Pool) prewarmOne(ctx context.Context) (full bool, err error) {
 	}
 	info, err := p.startPrewarm(ctx, sid)
 	if err == nil {
-		rec := lease.RecordFromInfo(info, lease.StatePrewarm)
+		rec := state.RecordFromInfo(info, state.StatePrewarm)
 		rec.User, rec.Thread, rec.Prewarm = "", "", p.prewarmFP
 		if rec.Backend == "" {
 			rec.Backend = p.name
@@ -193,16 +194,16 @@ func (p *Pool) claimable(user, thread string) bool {
 	return err == nil && unused
 }
 
-// takePrewarm takes pre-started sandbox pw for sid (see lease.TakePrewarm)
+// takePrewarm takes pre-started sandbox pw for sid (see statedb.TakePrewarm)
 // under pw's lock, which it returns held: the reconciler must not adopt pw
 // back while it is being claimed. ok is false when another replica got it.
-func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (lease.Record, *lease.Held, bool, error) {
+func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (state.Record, *statedb.Held, bool, error) {
 	held, err := p.lock(ctx, pw, 0)
-	if errors.Is(err, lease.ErrLocked) {
-		return lease.Record{}, nil, false, nil
+	if errors.Is(err, state.ErrLocked) {
+		return state.Record{}, nil, false, nil
 	}
 	if err != nil {
-		return lease.Record{}, nil, false, fmt.Errorf("%w: %w", ErrState, err)
+		return state.Record{}, nil, false, fmt.Errorf("%w: %w", ErrState, err)
 	}
 	rec, forget, ok, err := p.store.TakePrewarmRecord(ctx, pw, sid, user, p.clock.Now().Add(p.cfg.CreateTimeout+p.cfg.LockTTL))
 	if err == nil && ok {
@@ -213,7 +214,7 @@ func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (lease.Rec
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrState, err)
 		}
-		return lease.Record{}, nil, false, err
+		return state.Record{}, nil, false, err
 	}
 	return rec, held, true, nil
 }
@@ -221,7 +222,7 @@ func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (lease.Rec
 // claim binds the taken pre-started sandbox rec to (user, thread, sid) and
 // records it active. On an error rec's sandbox is destroyed and the caller
 // creates one cold: sid's capacity reservation is already held.
-func (p *Pool) claim(ctx context.Context, rec lease.Record, held *lease.Held, user, thread, sid string) (*Route, error) {
+func (p *Pool) claim(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string) (*Route, error) {
 	defer p.unlockLater(held)
 	defer func() {
 		select {
@@ -246,7 +247,7 @@ func (p *Pool) claim(ctx context.Context, rec lease.Record, held *lease.Held, us
 	return r, err
 }
 
-func (p *Pool) bind(ctx context.Context, rec lease.Record, user, thread, sid string) (*Route, error) {
+func (p *Pool) bind(ctx context.Context, rec state.Record, user, thread, sid string) (*Route, error) {
 	if rec.Prewarm != p.prewarmFP {
 		return nil, errors.New("made from another configuration")
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // budget allows n creates per user, then refuses with a fixed wait.
@@ -37,7 +37,7 @@ func TestCreateLimiterCountsOnlyRealCreates(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	lim := &budget{left: map[string]int{"alice": 1, "bob": 1}}
-	p, err := New(e.cfg, Deps{Store: lease.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock, Creates: lim})
+	p, err := New(e.cfg, Deps{Store: statedb.NewStore(rdb, ""), Backend: e.be, BackendName: "fake", Clock: e.clock, Creates: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestCreateLimiterCountsOnlyRealCreates(t *testing.T) {
 	if _, ok, _ := p.Record(ctx, sid); ok || e.be.count(e.be.creates, sid) != 0 {
 		t.Fatal("a refused create left a record or a sandbox")
 	}
-	if n, err := rdb.ZCard(ctx, lease.NewKeys("", 0).Creating()).Result(); err != nil || n != 0 {
+	if n, err := rdb.ZCard(ctx, statedb.NewKeys("", 0).Creating()).Result(); err != nil || n != 0 {
 		t.Fatalf("capacity reservations left: %d %v", n, err)
 	}
 	// Another user has their own budget.

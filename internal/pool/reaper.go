@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -68,7 +68,7 @@ func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 }
 
 // reapIndex reaps what is expired in bucket b's index.
-func (r *Reaper) reapIndex(ctx context.Context, b int, index lease.Index, cutoff time.Time, reaped *atomic.Int64) error {
+func (r *Reaper) reapIndex(ctx context.Context, b int, index state.Index, cutoff time.Time, reaped *atomic.Int64) error {
 	p := r.p
 	// Ids skipped (locked, in flight here) stay in the index, so read past them.
 	var offset int64
@@ -103,14 +103,14 @@ func (r *Reaper) reapIndex(ctx context.Context, b int, index lease.Index, cutoff
 }
 
 // reap destroys sid if it is still expired in index; false if it was left.
-func (r *Reaper) reap(ctx context.Context, sid string, index lease.Index, cutoff time.Time) (bool, error) {
+func (r *Reaper) reap(ctx context.Context, sid string, index state.Index, cutoff time.Time) (bool, error) {
 	p := r.p
 	// A request in flight on this replica: the next touch flush renews it.
 	if p.servingHere(sid) {
 		return false, nil
 	}
 	held, err := p.lock(ctx, sid, 0)
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return false, nil // being created, reclaimed or reaped elsewhere
 	}
 	if err != nil {
@@ -119,7 +119,7 @@ func (r *Reaper) reap(ctx context.Context, sid string, index lease.Index, cutoff
 	defer p.unlock(held)
 	// A command running in it (an async exec, a background job the API
 	// started) is no idleness: asked first, it is spared and renewed.
-	if index == lease.IndexActive {
+	if index == state.IndexActive {
 		if cur, ok, err := p.store.Get(ctx, sid); err != nil {
 			return false, err
 		} else if ok && p.spareRunning(ctx, cur) {
@@ -131,7 +131,7 @@ func (r *Reaper) reap(ctx context.Context, sid string, index lease.Index, cutoff
 		return false, err
 	}
 	reason := "idle_active"
-	if index == lease.IndexWarm {
+	if index == state.IndexWarm {
 		reason = "idle_warm"
 	}
 	p.metrics.ReaperClaimed(reason)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -21,7 +21,7 @@ import (
 // later acquire makes no duplicate); a record whose sandbox is gone is
 // dropped; a destroy interrupted by a crashed replica is finished; what a
 // replica dying between the steps of a change left in the bucket is
-// repaired (lease.Store.Repair), and the bucket's count reported again.
+// repaired (statedb.Store.Repair), and the bucket's count reported again.
 type Reconciler struct{ p *Pool }
 
 // NewReconciler returns the reconciler of p.
@@ -71,7 +71,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 	if err != nil {
 		return rep, err
 	}
-	known := make(map[string]lease.Record, len(records))
+	known := make(map[string]state.Record, len(records))
 	for _, rec := range records {
 		known[rec.SandboxID] = rec
 	}
@@ -101,11 +101,11 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		}
 	}
 	for _, rec := range records {
-		if running[rec.SandboxID] && rec.State != lease.StateDestroying {
+		if running[rec.SandboxID] && rec.State != state.StateDestroying {
 			continue
 		}
 		switch err := r.settle(ctx, rec); {
-		case err == nil && rec.State == lease.StateDestroying:
+		case err == nil && rec.State == state.StateDestroying:
 			rep.Finished++
 		case err == nil:
 			rep.Dropped++
@@ -129,10 +129,10 @@ var errSkip = errors.New("skipped")
 // pre-started one back into the prewarm index (the refill trims a surplus).
 func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	p := r.p
-	state, put, into := lease.StateWarm, p.store.PutWarm, "warm pool"
+	st, put, into := state.StateWarm, p.store.PutWarm, "warm pool"
 	if info.User == "" && info.Labels[backend.LabelPrewarm] != "" {
 		// No thread yet, so no identity to check against its id.
-		state, put, into = lease.StatePrewarm, p.store.PutPrewarm, "prewarm pool"
+		st, put, into = state.StatePrewarm, p.store.PutPrewarm, "prewarm pool"
 	} else {
 		user, thread := info.User, info.Thread
 		if user == "" {
@@ -151,7 +151,7 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 		return nil
 	}
 	held, err := p.lock(ctx, info.SandboxID, 0)
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return errSkip // being created, claimed or destroyed
 	}
 	if err != nil {
@@ -169,7 +169,7 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 			return fmt.Errorf("%w: resume adopted sandbox: %w", backend.ErrUnavailable, err)
 		}
 	}
-	wrote, err := put(ctx, lease.RecordFromInfo(info, state), p.clock.Now())
+	wrote, err := put(ctx, state.RecordFromInfo(info, st), p.clock.Now())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -185,17 +185,17 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 // settle drops a record whose sandbox is gone, or finishes an interrupted
 // destroy. Liveness is confirmed through Alive first: a List that missed a
 // sandbox must not cost it its record.
-func (r *Reconciler) settle(ctx context.Context, rec lease.Record) error {
+func (r *Reconciler) settle(ctx context.Context, rec state.Record) error {
 	p := r.p
 	held, err := p.lock(ctx, rec.SandboxID, 0)
-	if errors.Is(err, lease.ErrLocked) {
+	if errors.Is(err, state.ErrLocked) {
 		return errSkip // being created or destroyed right now
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	defer p.unlock(held)
-	if rec.State == lease.StateDestroying {
+	if rec.State == state.StateDestroying {
 		if p.cfg.ReconcileDryRun {
 			p.log.InfoContext(ctx, "reconciler (dry run): would finish an interrupted destroy", "sandbox_id", rec.SandboxID)
 			return nil
@@ -237,7 +237,7 @@ func (r *Reconciler) repair(ctx context.Context, buckets []int, now time.Time, r
 			continue
 		}
 		held, err := p.lock(ctx, sid, 0)
-		if errors.Is(err, lease.ErrLocked) {
+		if errors.Is(err, state.ErrLocked) {
 			rep.Skipped++ // being created or destroyed: judged next pass
 			continue
 		}
@@ -263,7 +263,7 @@ func (r *Reconciler) repair(ctx context.Context, buckets []int, now time.Time, r
 
 // bothSides lists what the backend runs and what Redis records in buckets,
 // the two sides the reconciler and prune compare.
-func (p *Pool) bothSides(ctx context.Context, buckets []int) ([]backend.Info, []lease.Record, error) {
+func (p *Pool) bothSides(ctx context.Context, buckets []int) ([]backend.Info, []state.Record, error) {
 	live, err := p.backend.List(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)

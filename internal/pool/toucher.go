@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // routeIdleDrop is how long an expired, unused route stays cached before it
@@ -29,14 +29,14 @@ func (t *Toucher) Flush(ctx context.Context) error {
 	p := t.p
 	now := p.clock.Now()
 	var (
-		entries []lease.TouchEntry
+		entries []state.TouchEntry
 		routes  []*Route
 		idle    []*Route
 	)
 	p.cache.each(func(r *Route) {
 		switch {
 		case r.touched.Swap(false) || r.inflight.Load() > 0:
-			entries = append(entries, lease.TouchEntry{SandboxID: r.SandboxID, Incarnation: r.Incarnation})
+			entries = append(entries, state.TouchEntry{SandboxID: r.SandboxID, Incarnation: r.Incarnation})
 			routes = append(routes, r)
 		case now.UnixNano() > r.expires.Load()+int64(routeIdleDrop):
 			idle = append(idle, r)

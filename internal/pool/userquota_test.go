@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // TestUserQuota: two replicas share the per-user limit; a user over it gets
@@ -56,7 +56,7 @@ func TestUserCreatesQuota(t *testing.T) {
 	e := newEnv(t, Config{MaxSandboxes: -1, MaxCreatesPerUser: 1})
 	p := e.replica()
 	now := p.clock.Now()
-	if _, err := p.store.Reserve(ctx, lease.ReserveRequest{SandboxID: "held", User: "alice", Now: now, Deadline: now.Add(time.Minute)}); err != nil {
+	if _, err := p.store.Reserve(ctx, state.ReserveRequest{SandboxID: "held", User: "alice", Now: now, Deadline: now.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := p.Acquire(ctx, "alice", "t1")

@@ -13,8 +13,8 @@ import (
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // The operator API under /admin/v1 (admin scope), which `gateway sandboxes`,
@@ -66,22 +66,22 @@ type adminSandbox struct {
 	Data  *dataView `json:"data,omitempty"`
 }
 
-func viewOf(rec lease.Record) adminSandbox {
+func viewOf(rec state.Record) adminSandbox {
 	return adminSandbox{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend,
 		State: string(rec.State), CreatedAt: rec.CreatedAt.UTC()}
 }
 
 // filtered lists the records matching the user, thread, state and backend
 // query parameters (each optional, exact).
-func (rt *Router) filtered(c echo.Context) ([]lease.Record, error) {
-	user, thread, state, be := c.QueryParam("user"), c.QueryParam("thread"), c.QueryParam("state"), c.QueryParam("backend")
+func (rt *Router) filtered(c echo.Context) ([]state.Record, error) {
+	user, thread, st, be := c.QueryParam("user"), c.QueryParam("thread"), c.QueryParam("state"), c.QueryParam("backend")
 	if user != "" && identity.ValidUser(user) != nil {
 		return nil, identity.ErrBadUser
 	}
 	if thread != "" && identity.ValidThread(thread) != nil {
 		return nil, identity.ErrBadThread
 	}
-	if state != "" && state != string(lease.StateActive) && state != string(lease.StateWarm) {
+	if st != "" && st != string(state.StateActive) && st != string(state.StateWarm) {
 		return nil, errBadFilter
 	}
 	recs, err := rt.pool.Records(c.Request().Context())
@@ -91,7 +91,7 @@ func (rt *Router) filtered(c echo.Context) ([]lease.Record, error) {
 	out := recs[:0]
 	for _, r := range recs {
 		if (user == "" || r.User == user) && (thread == "" || r.Thread == thread) &&
-			(state == "" || string(r.State) == state) && (be == "" || r.Backend == be) {
+			(st == "" || string(r.State) == st) && (be == "" || r.Backend == be) {
 			out = append(out, r)
 		}
 	}
@@ -119,17 +119,17 @@ func (rt *Router) fleet() string {
 }
 
 // sandboxParam is the {id} of an admin route with its record.
-func (rt *Router) sandboxParam(c echo.Context) (lease.Record, error) {
+func (rt *Router) sandboxParam(c echo.Context) (state.Record, error) {
 	sid := c.Param("id")
 	if !identity.ValidSandboxID(sid) {
-		return lease.Record{}, errBadSandboxID
+		return state.Record{}, errBadSandboxID
 	}
 	rec, ok, err := rt.pool.Record(c.Request().Context(), sid)
 	if err != nil {
-		return lease.Record{}, err
+		return state.Record{}, err
 	}
-	if !ok || rec.State == lease.StateDestroying {
-		return lease.Record{}, pool.ErrNotFound
+	if !ok || rec.State == state.StateDestroying {
+		return state.Record{}, pool.ErrNotFound
 	}
 	return rec, nil
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -95,7 +95,7 @@ func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len(capabilityPrefix))
 	capability := c.Param("capability")
 	// The form is checked before any look-up: a malformed capability costs nothing.
-	if !lease.ValidCapability(capability) || !strings.HasPrefix(path, "/v1/") {
+	if !state.ValidCapability(capability) || !strings.HasPrefix(path, "/v1/") {
 		return proxied{}, pool.ErrNotFound
 	}
 	route, outcome, err := rt.pool.CapabilityRoute(r.Context(), capability)

@@ -16,7 +16,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // Checkpoints keeps threads' workspace checkpoints on the gateway host
@@ -223,7 +223,7 @@ func (rt *Router) forkThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	if ok && rec.State != lease.StateDestroying {
+	if ok && rec.State != state.StateDestroying {
 		return fmt.Errorf("%w: thread %s already has a sandbox", checkpoint.ErrNotEmpty, req.Thread)
 	}
 	start := time.Now()
@@ -254,7 +254,7 @@ func (rt *Router) unfork(ctx context.Context, user, thread string) {
 		if err != nil {
 			return err
 		}
-		if ok && rec.State != lease.StateDestroying {
+		if ok && rec.State != state.StateDestroying {
 			return nil
 		}
 		return rt.checkpoints.Unfork(ctx, user, thread)

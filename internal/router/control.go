@@ -10,8 +10,8 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // sandboxView is the control plane's JSON for one sandbox.
@@ -70,7 +70,7 @@ func (rt *Router) acquireView(c echo.Context, p *auth.Principal, thread string) 
 	}
 	return sandboxView{
 		SandboxID: id.SandboxID, Thread: id.Thread, User: id.User, Backend: id.Backend,
-		State: string(lease.StateActive), Outcome: string(outcome),
+		State: string(state.StateActive), Outcome: string(outcome),
 		URL: rt.sandboxURL(c, id.SandboxID), SandboxURL: capURL, CreatedAt: id.CreatedAt.UTC(),
 	}, nil
 }
@@ -86,7 +86,7 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	if !ok || rec.State == lease.StateDestroying {
+	if !ok || rec.State == state.StateDestroying {
 		return pool.ErrNotFound
 	}
 	if rec.User != p.User || rec.Thread != thread {
@@ -127,7 +127,7 @@ func (rt *Router) releaseThread(c echo.Context, p *auth.Principal) error {
 
 // identityConflict logs a record at the caller's sandbox id that is not
 // theirs and refuses it (409 identity_conflict); it is never served.
-func (rt *Router) identityConflict(ctx context.Context, rec lease.Record, user, thread string) error {
+func (rt *Router) identityConflict(ctx context.Context, rec state.Record, user, thread string) error {
 	rt.log.WarnContext(ctx, "sandbox identity conflict: not served", "sandbox_id", rec.SandboxID,
 		"user", user, "thread", thread, "record_user", rec.User, "record_thread", rec.Thread)
 	return fmt.Errorf("%w: sandbox %s", pool.ErrIdentityConflict, rec.SandboxID)

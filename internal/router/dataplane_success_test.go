@@ -163,7 +163,7 @@ func recorder(got chan<- received) func(*testRoute) http.HandlerFunc {
 	}
 }
 
-const testCapability = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG" // lease.CapabilityLen characters
+const testCapability = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG" // state.CapabilityLen characters
 
 // eventually waits for cond, failing the test after 5 s.
 func eventually(t *testing.T, what string, cond func() bool) {

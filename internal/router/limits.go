@@ -19,7 +19,7 @@ import (
 // sockets, its goroutines), which is a per-replica resource anyway, and a
 // fleet-wide count would cost a Redis round trip on every proxied request.
 // The create rate is a fleet resource and is counted fleet-wide, in Redis
-// (lease.CreateRate), on real creates only.
+// (statedb.CreateRate), on real creates only.
 
 // Rate is N events per Per, as a token bucket holding up to N.
 type Rate struct {
@@ -66,7 +66,7 @@ type LimitsConfig struct {
 	// CreateRate bounds how many sandboxes are created for one user across
 	// the fleet: bursts of CreateRate.N, refilled over CreateRate.Per. Only
 	// real creates count; admins are exempt. Zero = 60/1m; negative N = no
-	// limit. Enforced by the pool (lease.CreateRate), not by Limits.
+	// limit. Enforced by the pool (statedb.CreateRate), not by Limits.
 	CreateRate Rate
 	// Streams shares each replica's event streams (status page,
 	// provisioning progress) between users, with a reserve for admins.

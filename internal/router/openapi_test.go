@@ -23,8 +23,8 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 	"github.com/sandgate/sandgate/internal/usage"
 )
@@ -220,23 +220,23 @@ type okPool struct{ stubPool }
 
 var okCreated = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func (okPool) okRecord() lease.Record {
-	return lease.Record{SandboxID: identity.SandboxID("default", "t1"), User: "default", Thread: "t1",
-		Backend: "process", State: lease.StateActive, CreatedAt: okCreated, Capability: "cap"}
+func (okPool) okRecord() state.Record {
+	return state.Record{SandboxID: identity.SandboxID("default", "t1"), User: "default", Thread: "t1",
+		Backend: "process", State: state.StateActive, CreatedAt: okCreated, Capability: "cap"}
 }
 func (p okPool) Acquire(_ context.Context, user, thread string) (Sandbox, pool.Outcome, error) {
 	return &pool.Route{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Backend: "process",
 		CreatedAt: okCreated}, pool.OutcomeCold, nil
 }
-func (p okPool) Record(_ context.Context, sid string) (lease.Record, bool, error) {
+func (p okPool) Record(_ context.Context, sid string) (state.Record, bool, error) {
 	rec := p.okRecord()
 	return rec, sid == rec.SandboxID, nil
 }
-func (p okPool) Records(context.Context) ([]lease.Record, error) {
-	return []lease.Record{p.okRecord()}, nil
+func (p okPool) Records(context.Context) ([]state.Record, error) {
+	return []state.Record{p.okRecord()}, nil
 }
 func (okPool) Capability(context.Context, string) (string, error) { return "cap", nil }
-func (okPool) Alive(context.Context, lease.Record) (bool, error)  { return true, nil }
+func (okPool) Alive(context.Context, state.Record) (bool, error)  { return true, nil }
 func (okPool) Release(context.Context, string, string) error      { return nil }
 func (okPool) SetAlias(context.Context, string, string, string) error {
 	return nil
@@ -261,11 +261,11 @@ func init() {
 // statusStub is an empty fleet with one replica, for the status page.
 type statusStub struct{}
 
-func (statusStub) Overview(context.Context, time.Time) (lease.Overview, error) {
-	return lease.Overview{}, nil
+func (statusStub) Overview(context.Context, time.Time) (state.Overview, error) {
+	return state.Overview{}, nil
 }
-func (statusStub) Replicas(context.Context) ([]lease.Replica, error) {
-	return []lease.Replica{{Instance: "gw-1", Seen: time.Now()}}, nil
+func (statusStub) Replicas(context.Context) ([]state.Replica, error) {
+	return []state.Replica{{Instance: "gw-1", Seen: time.Now()}}, nil
 }
 
 // okAdmin is a backend that keeps logs, measures sandboxes and has one

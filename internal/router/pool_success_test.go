@@ -17,9 +17,9 @@ import (
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -118,7 +118,7 @@ func realPool(t testing.TB) (*pool.Pool, *httpBackend) {
 	// Routes stay cached for the whole test: a re-validation would be a
 	// Redis round trip inside an allocation count.
 	p, err := pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: t.TempDir()}, CacheTTL: time.Hour},
-		pool.Deps{Store: lease.NewStore(rdb, ""), Backend: be, BackendName: "http"})
+		pool.Deps{Store: statedb.NewStore(rdb, ""), Backend: be, BackendName: "http"})
 	if err != nil {
 		t.Fatal(err)
 	}

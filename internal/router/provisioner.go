@@ -11,8 +11,8 @@ import (
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // DeerFlow's provisioner API, field for field, so its RemoteSandboxBackend
@@ -289,37 +289,37 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 }
 
 // owned is lookup limited to what p owns.
-func (rt *Router) owned(ctx context.Context, p *auth.Principal, id string) (lease.Record, bool, error) {
+func (rt *Router) owned(ctx context.Context, p *auth.Principal, id string) (state.Record, bool, error) {
 	rec, ok, err := rt.lookup(ctx, p, id)
 	if err != nil || !ok || !p.Owns(rec.User, rec.Thread) {
-		return lease.Record{SandboxID: rec.SandboxID}, false, err
+		return state.Record{SandboxID: rec.SandboxID}, false, err
 	}
 	return rec, true, nil
 }
 
 // lookup resolves a client id (one of p's aliases, or a sandbox id) to its
 // record.
-func (rt *Router) lookup(ctx context.Context, p *auth.Principal, id string) (lease.Record, bool, error) {
+func (rt *Router) lookup(ctx context.Context, p *auth.Principal, id string) (state.Record, bool, error) {
 	if identity.ValidThread(id) != nil {
-		return lease.Record{}, false, errBadProvisionerID
+		return state.Record{}, false, errBadProvisionerID
 	}
 	sid := id
 	if alias, ok, err := rt.aliases.Alias(ctx, p.User, id); err != nil {
-		return lease.Record{}, false, errors.Join(pool.ErrState, err)
+		return state.Record{}, false, errors.Join(pool.ErrState, err)
 	} else if ok {
 		sid = alias
 	}
 	if !identity.ValidSandboxID(sid) {
-		return lease.Record{SandboxID: sid}, false, nil
+		return state.Record{SandboxID: sid}, false, nil
 	}
 	rec, ok, err := rt.pool.Record(ctx, sid)
-	if err != nil || !ok || rec.State == lease.StateDestroying {
-		return lease.Record{SandboxID: sid}, false, err
+	if err != nil || !ok || rec.State == state.StateDestroying {
+		return state.Record{SandboxID: sid}, false, err
 	}
 	return rec, true, nil
 }
 
-func (rt *Router) provisionerView(ctx context.Context, c echo.Context, id string, rec lease.Record, status string) (provisionerSandbox, error) {
+func (rt *Router) provisionerView(ctx context.Context, c echo.Context, id string, rec state.Record, status string) (provisionerSandbox, error) {
 	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Capability)
 	if err != nil {
 		return provisionerSandbox{}, err

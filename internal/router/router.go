@@ -20,22 +20,22 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // Pool is what the router needs of the sandbox pool (PoolOf(*pool.Pool)).
 type Pool interface {
 	Routes
-	Record(ctx context.Context, sid string) (lease.Record, bool, error)
+	Record(ctx context.Context, sid string) (state.Record, bool, error)
 	Release(ctx context.Context, user, thread string) error
 	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
 	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
 	Capability(ctx context.Context, sid string) (string, error)
-	Records(ctx context.Context) ([]lease.Record, error)
-	Alive(ctx context.Context, rec lease.Record) (bool, error)
+	Records(ctx context.Context) ([]state.Record, error)
+	Alive(ctx context.Context, rec state.Record) (bool, error)
 }
 
 // Pinger checks a dependency for /readyz.

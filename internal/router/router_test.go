@@ -15,9 +15,9 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 func TestStatusTable(t *testing.T) {
@@ -79,8 +79,8 @@ func (s stubPool) Reacquire(context.Context, Sandbox) (Sandbox, error) { return 
 func (s stubPool) Route(context.Context, string, pool.Owner) (Sandbox, pool.Outcome, error) {
 	return nil, "", s.err
 }
-func (s stubPool) Record(context.Context, string) (lease.Record, bool, error) {
-	return lease.Record{}, false, s.err
+func (s stubPool) Record(context.Context, string) (state.Record, bool, error) {
+	return state.Record{}, false, s.err
 }
 func (s stubPool) Release(context.Context, string, string) error             { return s.err }
 func (s stubPool) Destroy(context.Context, string, pool.DestroyReason) error { return s.err }
@@ -91,8 +91,8 @@ func (s stubPool) Capability(context.Context, string) (string, error) { return "
 func (s stubPool) CapabilityRoute(context.Context, string) (Sandbox, pool.Outcome, error) {
 	return nil, "", s.err
 }
-func (s stubPool) Records(context.Context) ([]lease.Record, error)        { return nil, s.err }
-func (s stubPool) Alive(context.Context, lease.Record) (bool, error)      { return false, s.err }
+func (s stubPool) Records(context.Context) ([]state.Record, error)        { return nil, s.err }
+func (s stubPool) Alive(context.Context, state.Record) (bool, error)      { return false, s.err }
 func (s stubPool) SetAlias(context.Context, string, string, string) error { return s.err }
 func (s stubPool) Alias(context.Context, string, string) (string, bool, error) {
 	return "", false, s.err

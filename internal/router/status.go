@@ -15,15 +15,15 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/router/status"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // StatusSource is what the status page reads of the fleet's state
-// (lease.Store).
+// (statedb.Store).
 type StatusSource interface {
-	Overview(ctx context.Context, now time.Time) (lease.Overview, error)
-	Replicas(ctx context.Context) ([]lease.Replica, error)
+	Overview(ctx context.Context, now time.Time) (state.Overview, error)
+	Replicas(ctx context.Context) ([]state.Replica, error)
 }
 
 // Status configures the status page at /status (and / for curl); a nil

@@ -18,18 +18,18 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // A status-page login is an opaque session: the cookie holds 32 random
 // bytes, never the credential. Redis holds, under the SHA-256 of the id
-// (lease.Store), the credential sealed with a key derived from the id, so
+// (statedb.Store), the credential sealed with a key derived from the id, so
 // neither the cookie nor Redis alone yields the credential, every replica
 // accepts the session, and each request re-checks the credential (a
 // removed API key or an expired JWT ends its sessions). Logout and revoke
 // delete the record; its TTL is the session's expiry.
 
-// SessionStore keeps the status page's sessions (lease.Store).
+// SessionStore keeps the status page's sessions (statedb.Store).
 type SessionStore interface {
 	PutSession(ctx context.Context, sumHex, user string, sealed []byte, ttl time.Duration) error
 	Session(ctx context.Context, sumHex string) ([]byte, error)
@@ -117,7 +117,7 @@ func (s *statusPage) session(r *http.Request) (p *auth.Principal, id sessionID, 
 	ctx, cancel := context.WithTimeout(r.Context(), statusTimeout)
 	defer cancel()
 	sealed, err := s.cfg.Sessions.Session(ctx, id.sum())
-	if errors.Is(err, lease.ErrNoSession) {
+	if errors.Is(err, state.ErrNoSession) {
 		return nil, id, true, errBadSession
 	}
 	if err != nil {

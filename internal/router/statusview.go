@@ -9,9 +9,9 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/router/status"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // How many recent events the page shows, and how many of them are errors.
@@ -78,7 +78,7 @@ func (s *statusPage) view(ctx context.Context, p *auth.Principal, withEvents boo
 		Max: s.cfg.MaxSandboxes, PerUser: s.cfg.MaxSandboxesPerUser, HardCap: s.cfg.HardCap}
 	users := map[string]*userCount{}
 	states := map[[2]string]int{}
-	add := func(list []lease.Entry, state string) {
+	add := func(list []state.Entry, state string) {
 		for _, e := range list {
 			if !admin && (e.User != p.User || (e.Thread != "" && !p.MayOpen(e.Thread))) {
 				continue
@@ -109,8 +109,8 @@ func (s *statusPage) view(ctx context.Context, p *auth.Principal, withEvents boo
 			u.Total++
 		}
 	}
-	add(ov.Active, string(lease.StateActive))
-	add(ov.Warm, string(lease.StateWarm))
+	add(ov.Active, string(state.StateActive))
+	add(ov.Warm, string(state.StateWarm))
 	add(ov.Creating, "creating")
 	// The fleet's total is everyone's business: it says whether a create fits.
 	v.Total = len(ov.Active) + len(ov.Warm) + len(ov.Creating)

@@ -233,7 +233,7 @@ func nodeOK(ctx context.Context, addr string, nodes int) error {
 	return nil
 }
 
-// URL is the cluster's URL in the form lease.Connect accepts:
+// URL is the cluster's URL in the form statedb.Connect accepts:
 // redis+cluster://first?addr=second&addr=third.
 func (c *RedisCluster) URL() string {
 	addrs := c.Addrs()

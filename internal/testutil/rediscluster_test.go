@@ -9,12 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // The cluster StartRedisCluster returns is usable through the URL the
-// gateway takes (lease.Connect makes a cluster client of it), and
+// gateway takes (statedb.Connect makes a cluster client of it), and
 // KeysPerNode counts what each master holds: keys of 300 different slots
 // land on every node, keys of one hash tag on one.
 func TestRedisClusterServesTheGatewaysURL(t *testing.T) {
@@ -23,13 +23,13 @@ func TestRedisClusterServesTheGatewaysURL(t *testing.T) {
 	if want := "redis+cluster://" + c.Addrs()[0] + "?addr=" + c.Addrs()[1] + "&addr=" + c.Addrs()[2]; u != want {
 		t.Fatalf("URL() = %q, want %q", u, want)
 	}
-	rdb, err := lease.Connect(u)
+	rdb, err := statedb.Connect(u)
 	if err != nil {
-		t.Fatalf("lease.Connect(%q): %v", u, err)
+		t.Fatalf("statedb.Connect(%q): %v", u, err)
 	}
 	defer rdb.Close()
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
-		t.Fatalf("lease.Connect(%q) made a %T, not a cluster client", u, rdb)
+		t.Fatalf("statedb.Connect(%q) made a %T, not a cluster client", u, rdb)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

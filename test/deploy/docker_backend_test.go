@@ -30,7 +30,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/jail"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -186,7 +186,7 @@ func TestGatewayImageDockerBackend(t *testing.T) {
 	// The lease is in the real Redis, not in an embedded one.
 	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(publishedURL(t, c, redisID, "6379/tcp"), "http://")})
 	defer rdb.Close()
-	rec, err := rdb.HGetAll(ctx, lease.NewKeys("", 0).Sandbox(sid)).Result()
+	rec, err := rdb.HGetAll(ctx, statedb.NewKeys("", 0).Sandbox(sid)).Result()
 	if err != nil || rec["state"] != "active" || rec["backend"] != "docker" {
 		t.Errorf("lease record in Redis: %v, %v", rec, err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // assertNothingLeaked checks that a failed acquire of thread left nothing
@@ -49,7 +49,7 @@ func leftKeys(ctx context.Context, f *fleet, thread string) (int64, error) {
 	sid := identity.SandboxID("default", thread)
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
 	defer rdb.Close()
-	keys := lease.NewKeys("", 0)
+	keys := statedb.NewKeys("", 0)
 	n, err := rdb.Exists(ctx, keys.Sandbox(sid), keys.Lock(sid)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("exists: %w", err)

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // TestColonSubjectCannotTakeAnotherUsersThread: sha256(user:thread) would
@@ -73,7 +73,7 @@ func TestMismatchedRecordIsNeverServed(t *testing.T) {
 		sid := identity.SandboxID("alice", thread)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		keys := lease.NewKeys("", 0)
+		keys := statedb.NewKeys("", 0)
 		err := rdb.HSet(ctx, keys.Sandbox(sid), "user", tc.user, "thread", tc.thread, "backend", "process",
 			"incarnation", "planted", "url", decoy.URL, "state", "active", "created_ms", now).Err()
 		if err == nil {

@@ -11,18 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // A gateway started on a Redis holding layout 1 state (written by layout
-// 1's code: internal/lease/testdata) migrates it before it reports ready:
+// 1's code: internal/statedb/testdata) migrates it before it reports ready:
 // the stamp is written, layout 1's keys are gone, the records, the alias
 // and the pre-started sandbox read back through layout 2's keys.
 func TestGatewayMigratesLayout1StateAtStart(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, "--reconcile-interval", "0", "--prewarm", "0")
-	f.redis.Restore(filepath.Join(testutil.ModuleRoot(), "internal", "lease", "testdata", "layout-v1.rdb"))
+	f.redis.Restore(filepath.Join(testutil.ModuleRoot(), "internal", "statedb", "testdata", "layout-v1.rdb"))
 	g := f.start()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -45,7 +45,7 @@ func TestGatewayMigratesLayout1StateAtStart(t *testing.T) {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
 	defer rdb.Close()
-	keys := lease.NewKeys("", 0)
+	keys := statedb.NewKeys("", 0)
 	if v, err := rdb.Get(ctx, keys.Layout()).Result(); err != nil || v != "2 64" {
 		t.Fatalf("layout stamp %q %v", v, err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // prewarmed lists the fleet's pre-started sandboxes no thread has claimed.
@@ -201,7 +201,7 @@ func TestReconcilerAdoptsPrewarmedSandboxesBack(t *testing.T) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	index := lease.NewKeys("", 0).Prewarm()
+	index := statedb.NewKeys("", 0).Prewarm()
 	for {
 		n, err := rdb.ZCard(ctx, index).Result()
 		if err != nil {

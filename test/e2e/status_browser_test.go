@@ -15,12 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // statusKeys are the fleets' events keys (default prefix).
-var statusKeys = lease.NewKeys("", 0)
+var statusKeys = statedb.NewKeys("", 0)
 
 // publishProbe publishes an event on the fleet's bus as a replica would.
 func publishProbe(t *testing.T, f *fleet, e events.Event) {

@@ -12,11 +12,11 @@ type row struct {
 type testRef struct{ pkg, name string }
 
 const (
-	e2e      = "./test/e2e"
-	poolPkg  = "./internal/pool"
-	leasePkg = "./internal/lease"
-	procPkg  = "./internal/backend/process"
-	ckptPkg  = "./internal/checkpoint"
+	e2e        = "./test/e2e"
+	poolPkg    = "./internal/pool"
+	statedbPkg = "./internal/statedb"
+	procPkg    = "./internal/backend/process"
+	ckptPkg    = "./internal/checkpoint"
 )
 
 var rows = []row{
@@ -107,7 +107,7 @@ var rows = []row{
 		failure:   "One user creates sandboxes until the fleet is full",
 		happens:   "429 `user_quota` + `Retry-After` past `max_sandboxes_per_user` / `max_creates_per_user`, or past its fair share of a full hard cap; other users still get theirs; admins exempt",
 		mechanism: "each user's quota set (`p{u:user}:sbx`: held sandboxes and reservations with deadlines) is checked and reserved in one script, then the fleet's count; the create rate is a per-user GCRA in Redis",
-		tests:     []testRef{{e2e, "TestPerUserQuotaUnderHardCap"}, {poolPkg, "TestUserQuota"}, {poolPkg, "TestFairShareRefusesOverShareUser"}, {e2e, "TestPerUserLimits"}, {leasePkg, "TestCreateRateIsFleetWideGCRA"}},
+		tests:     []testRef{{e2e, "TestPerUserQuotaUnderHardCap"}, {poolPkg, "TestUserQuota"}, {poolPkg, "TestFairShareRefusesOverShareUser"}, {e2e, "TestPerUserLimits"}, {statedbPkg, "TestCreateRateIsFleetWideGCRA"}},
 		note:      "(3 replicas, hard cap 10, 5 per user)",
 	},
 	{
@@ -152,20 +152,20 @@ var rows = []row{
 		failure:   "The pool is full",
 		happens:   "soft: least recently released warm sandbox evicted, else created beyond the cap with a warning; hard: 503 `capacity` + `Retry-After`",
 		mechanism: "the fleet's script (`{fleet}` slot) counts every bucket's reported active + warm, the pre-started sandboxes and the reservations; reservations of dead replicas expire",
-		tests:     []testRef{{poolPkg, "TestSoftCapEvictsLeastRecentlyReleased"}, {poolPkg, "TestHardCap"}, {e2e, "TestHardCapAnswers503"}, {leasePkg, "TestReserve"}},
+		tests:     []testRef{{poolPkg, "TestSoftCapEvictsLeastRecentlyReleased"}, {poolPkg, "TestHardCap"}, {e2e, "TestHardCapAnswers503"}, {statedbPkg, "TestReserve"}},
 	},
 	{
 		failure:   "The state outgrows one Redis: a Redis Cluster of 3 masters",
 		happens:   "the keys spread over every master (33.1 / 33.6 / 33.4 % of 2,262 keys after 1,000 threads; layout 1: 0 / 100 / 0 %); still exactly one sandbox per thread, no duplicate or orphan after a kill -9 mid-create, each idle sandbox reaped once",
 		mechanism: "key layout 2: a sandbox's keys under its own hash tag, the indexes in N buckets whose tags sit at evenly spaced slots, every script in one slot",
 		tests: []testRef{{e2e, "TestClusterSpreadsThousandThreadsKeysOverEveryNode"}, {e2e, "TestClusterReplicasCreateExactlyOneSandboxPerThread"},
-			{e2e, "TestClusterReplicaKilledMidCreateLeavesNoDuplicateOrOrphan"}, {e2e, "TestClusterReapsEachIdleSandboxExactlyOnce"}, {leasePkg, "TestKeysSpreadOverSlots"}},
+			{e2e, "TestClusterReplicaKilledMidCreateLeavesNoDuplicateOrOrphan"}, {e2e, "TestClusterReapsEachIdleSandboxExactlyOnce"}, {statedbPkg, "TestKeysSpreadOverSlots"}},
 	},
 	{
 		failure:   "A replica dies between the steps of a change that spans Redis slots",
 		happens:   "the reconciler of the bucket repairs it: no sandbox reaped early, none counted twice or lost by the cap or its user",
 		mechanism: "a fixed order (the bucket registers before the record is written and forgets after it is deleted; the record decides, the indexes follow; the limits last, idempotent); `Store.Inconsistent` then `Store.Repair` under the sandbox's lock, and `SyncCounts`",
-		tests:     []testRef{{leasePkg, "TestCrashBetweenStepsIsRepaired"}},
+		tests:     []testRef{{statedbPkg, "TestCrashBetweenStepsIsRepaired"}},
 		note:      "(each of 11 step boundaries, on redis-server and miniredis)",
 	},
 	{
@@ -179,14 +179,14 @@ var rows = []row{
 		failure:   "A deployment upgrades from the single-slot layout (layout 1)",
 		happens:   "the first replica to start migrates the state once before it reports ready; records, index scores, aliases, capabilities and egress policies carry over",
 		mechanism: "a layout stamp (`p{layout}`), a migration lock, idempotent writes with the stamp last; a stamp with another bucket count is refused",
-		tests:     []testRef{{leasePkg, "TestMigrateFromLayout1"}, {e2e, "TestGatewayMigratesLayout1StateAtStart"}},
+		tests:     []testRef{{statedbPkg, "TestMigrateFromLayout1"}, {e2e, "TestGatewayMigratesLayout1StateAtStart"}},
 		note:      "(from a state written by layout 1's code)",
 	},
 	{
 		failure:   "An idle sandbox is frozen (`freeze_after`) while replicas may still route to it",
 		happens:   "no request waits on a frozen sandbox: the next one, on any replica, thaws it first (outcome `thawed`)",
 		mechanism: "the freeze mark is written only to a record not routed to since the cutoff (`seen_ms`, read in the same script), `freeze_after` > `cache_ttl` + `touch_interval`; `Activate` refuses a marked record; the activity score is checked again after the mark; the thaw runs under the sandbox's lock",
-		tests:     []testRef{{e2e, "TestIdleSandboxFreezesAndThawsOnAnotherReplica"}, {leasePkg, "TestFreezeMark"}, {poolPkg, "TestFreezerFreezesIdleAndThawsOnAcquire"}},
+		tests:     []testRef{{e2e, "TestIdleSandboxFreezesAndThawsOnAnotherReplica"}, {statedbPkg, "TestFreezeMark"}, {poolPkg, "TestFreezerFreezesIdleAndThawsOnAcquire"}},
 	},
 	{
 		failure:   "A sandbox runs a command, or holds a WebSocket, past `freeze_after`",
@@ -204,7 +204,7 @@ var rows = []row{
 		failure:   "A replica dies while it holds a sandbox stopped (a freeze, a checkpoint, a restore)",
 		happens:   "the next request thaws it once the lock lapses",
 		mechanism: "the record is marked frozen before the processes stop, and cleared after they run again",
-		tests:     []testRef{{poolPkg, "TestHold"}, {leasePkg, "TestFreezeMark"}},
+		tests:     []testRef{{poolPkg, "TestHold"}, {statedbPkg, "TestFreezeMark"}},
 	},
 	{
 		failure:   "A frozen sandbox's record is lost (Redis flushed)",

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend/process"
-	"github.com/sandgate/sandgate/internal/lease"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // checks is what the end of the run found.
@@ -84,7 +84,7 @@ func verify(ctx context.Context, c *cluster, o *outcome, logf func(string, ...an
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr})
 	defer rdb.Close()
-	keys := lease.NewKeys("", 0)
+	keys := statedb.NewKeys("", 0)
 	for _, in := range infos {
 		rec, err := rdb.HGetAll(lctx, keys.Sandbox(in.SandboxID)).Result()
 		switch {

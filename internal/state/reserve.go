@@ -1,0 +1,36 @@
+package state
+
+import "time"
+
+// ReserveRequest asks for a capacity unit for one create.
+type ReserveRequest struct {
+	SandboxID string
+	User      string
+	// Max caps the fleet (<= 0: no cap); Hard refuses at it instead of
+	// going beyond.
+	Max  int
+	Hard bool
+	// MaxPerUser caps the user's sandboxes (active + warm + creating) and
+	// MaxCreatesPerUser its creates in progress; <= 0 = no limit.
+	MaxPerUser        int
+	MaxCreatesPerUser int
+	// Now drops expired reservations; Deadline is when this one expires.
+	Now, Deadline time.Time
+	// Kind is "" (a create), KindClaim or KindPrewarm (see scriptFleetReserve).
+	Kind string
+}
+
+// Kinds of ReserveRequest.
+const (
+	KindClaim   = "claim"
+	KindPrewarm = "prewarm"
+)
+
+// ReserveResult is the outcome of Reserve.
+type ReserveResult struct {
+	Outcome string // "ok", "prewarm", "evict", "over", "full", "user_max", "user_creates", "share"
+	Victim  string // with "evict": the sandbox to destroy; with "prewarm": the one to take
+	// Held is the user's count with "user_max" and "user_creates", its fair
+	// share with "share".
+	Held int
+}
