@@ -50,7 +50,7 @@ func quotaExempt(ctx context.Context) bool {
 func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken state.Record, held *statedb.Held, err error) {
 	req := state.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
 	if claim {
-		req.Kind = state.KindClaim
+		req.Kind = state.KindTake
 	}
 	exempt := quotaExempt(ctx)
 	if !exempt {

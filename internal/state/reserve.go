@@ -16,13 +16,15 @@ type ReserveRequest struct {
 	MaxCreatesPerUser int
 	// Now drops expired reservations; Deadline is when this one expires.
 	Now, Deadline time.Time
-	// Kind is "" (a create), KindClaim or KindPrewarm (see scriptFleetReserve).
+	// Kind is "" (a create), KindTake or KindPrewarm (see scriptFleetReserve).
 	Kind string
 }
 
-// Kinds of ReserveRequest.
+// Kinds of ReserveRequest. KindTake is a thread's create that may take a
+// pre-started sandbox instead; its wire value stays "claim", the word
+// replicas of earlier versions send to the same script.
 const (
-	KindClaim   = "claim"
+	KindTake    = "claim"
 	KindPrewarm = "prewarm"
 )
 
