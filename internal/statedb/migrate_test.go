@@ -103,7 +103,7 @@ func TestMigrateFromLayout1(t *testing.T) {
 		t.Fatalf("egress: %+v %v", e, ok)
 	}
 	// The thread with its own egress policy is still never offered a pre-started sandbox.
-	res, err := s.Reserve(ctx, state.ReserveRequest{SandboxID: a2, User: "alice", Max: 10, Kind: state.KindClaim, Now: now, Deadline: now.Add(time.Minute)})
+	res, err := s.Reserve(ctx, state.ReserveRequest{SandboxID: a2, User: "alice", Max: 10, Kind: state.KindTake, Now: now, Deadline: now.Add(time.Minute)})
 	if err != nil || res.Outcome != "ok" {
 		t.Fatalf("claim for a2: %+v %v", res, err)
 	}

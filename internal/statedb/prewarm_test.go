@@ -39,12 +39,12 @@ func TestReservePrewarmKinds(t *testing.T) {
 			{"refill is recorded", func() { mustPutPrewarm(t, s, "p1", now) }, req(state.KindPrewarm, "", "p2"), state.ReserveResult{Outcome: "ok"}},
 			{"second recorded", func() { mustPutPrewarm(t, s, "p2", now.Add(time.Second)) }, req("", "u", "a1"), state.ReserveResult{Outcome: "ok"}},
 			{"full: the refill never evicts", func() { _ = s.PutActive(ctx, userRec("u", "a1"), now) }, req(state.KindPrewarm, "", "p3"), state.ReserveResult{Outcome: "full"}},
-			{"full: a claim gets the oldest", nil, req(state.KindClaim, "v", "b1"), state.ReserveResult{Outcome: "prewarm", Victim: "p1"}},
+			{"full: a take gets the oldest", nil, req(state.KindTake, "v", "b1"), state.ReserveResult{Outcome: "prewarm", Victim: "p1"}},
 			{"a thread with an egress policy of its own is never offered one", func() {
 				if _, err := s.SetEgress(ctx, "e1", backend.Egress{Mode: backend.EgressNone}); err != nil {
 					t.Fatal(err)
 				}
-			}, req(state.KindClaim, "e", "e1"), state.ReserveResult{Outcome: "evict", Victim: "p1"}},
+			}, req(state.KindTake, "e", "e1"), state.ReserveResult{Outcome: "evict", Victim: "p1"}},
 			{"full: a create evicts a pre-started one first", func() {
 				_ = s.PutActive(ctx, userRec("w", "w1"), now)
 				_, _ = s.Release(ctx, "w1", "w", "t-w1", now)
