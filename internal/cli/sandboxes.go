@@ -147,16 +147,16 @@ func runDestroy(ctx context.Context, env Env, args []string) error {
 	}
 	return deleteEach(ctx, env, cl, c.output, ids,
 		func(id string) string { return "/admin/v1/sandboxes/" + url.PathEscape(id) },
-		func(id string, _ map[string]any) string { return id }) // docker rm prints what it removed
+		func(id string, _ api.AdminDestroyed) string { return id }) // docker rm prints what it removed
 }
 
 // deleteEach DELETEs path(id) for every id, going on past failures: a
 // line per success in a table, or the answers as one JSON array.
-func deleteEach(ctx context.Context, env Env, cl *client, output string, ids []string,
-	path func(id string) string, line func(id string, out map[string]any) string) error {
-	done := []map[string]any{}
+func deleteEach[Answer any](ctx context.Context, env Env, cl *client, output string, ids []string,
+	path func(id string) string, line func(id string, out Answer) string) error {
+	done := []Answer{}
 	err := eachID(env, ids, func(id string) error {
-		var out map[string]any
+		var out Answer
 		if err := cl.call(ctx, "DELETE", path(id), nil, &out); err != nil {
 			return err
 		}
