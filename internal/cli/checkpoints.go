@@ -9,31 +9,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/checkpoint"
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // The thread commands call a user's /threads routes, which act as the
 // credential's own user: the gateway has no admin form of them, so an
 // admin key reaches its own user's threads, not another user's.
-
-type checkpointList struct {
-	Thread      string            `json:"thread"`
-	Method      string            `json:"method"`
-	Checkpoints []checkpoint.Info `json:"checkpoints"`
-}
-
-// forkView is the new thread's sandbox (the view of PUT /threads/{t}/sandbox).
-type forkView struct {
-	SandboxID  string    `json:"sandbox_id"`
-	Thread     string    `json:"thread"`
-	User       string    `json:"user"`
-	Backend    string    `json:"backend"`
-	State      string    `json:"state"`
-	Outcome    string    `json:"outcome,omitempty"`
-	URL        string    `json:"url"`
-	SandboxURL string    `json:"sandbox_url"`
-	CreatedAt  time.Time `json:"created_at"`
-}
 
 // threadClient is a client of the /threads routes.
 func threadClient(c common) (*client, error) {
@@ -47,7 +28,7 @@ func threadClient(c common) (*client, error) {
 
 func threadPath(thread string) string { return "/threads/" + url.PathEscape(thread) }
 
-func checkpointTable(env Env, list []checkpoint.Info) error {
+func checkpointTable(env Env, list []api.Checkpoint) error {
 	t := newTable(env.Stdout, "CHECKPOINT ID", "LABEL", "AGE", "SIZE", "FILES", "LINKED", "METHOD")
 	now := time.Now()
 	for _, cp := range list {
@@ -76,8 +57,8 @@ func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var cp checkpoint.Info
-	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/checkpoints", nil, map[string]string{"label": label}, &cp); err != nil {
+	var cp api.Checkpoint
+	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/checkpoints", nil, api.CreateCheckpoint{Label: label}, &cp); err != nil {
 		return err
 	}
 	if cp.Skipped > 0 {
@@ -86,7 +67,7 @@ func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 	if c.output == "json" {
 		return writeJSON(env.Stdout, cp)
 	}
-	return checkpointTable(env, []checkpoint.Info{cp})
+	return checkpointTable(env, []api.Checkpoint{cp})
 }
 
 func runCheckpointList(ctx context.Context, env Env, args []string) error {
@@ -103,7 +84,7 @@ func runCheckpointList(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var list checkpointList
+	var list api.CheckpointList
 	if err := cl.call(ctx, "GET", threadPath(pos[0])+"/checkpoints", nil, &list); err != nil {
 		return err
 	}
@@ -130,12 +111,9 @@ func runCheckpointRestore(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var out struct {
-		Thread   string          `json:"thread"`
-		Restored checkpoint.Info `json:"restored"`
-	}
+	var out api.Restored
 	path := threadPath(pos[0]) + "/checkpoints/" + url.PathEscape(pos[1]) + "/restore"
-	err = cl.send(ctx, "POST", path, nil, map[string]bool{"force": force}, &out)
+	err = cl.send(ctx, "POST", path, nil, api.RestoreCheckpoint{Force: force}, &out)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == "sandbox_busy" {
 		return fmt.Errorf("%w\nRun again with --force to restore under the running command (its processes are frozen during the swap)", err)
@@ -202,11 +180,8 @@ func runFork(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := map[string]string{"thread": pos[1]}
-	if from != "" {
-		req["checkpoint"] = from
-	}
-	var v forkView
+	req := api.Fork{Thread: pos[1], Checkpoint: from}
+	var v api.Sandbox
 	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/fork", nil, req, &v); err != nil {
 		return err
 	}
@@ -242,10 +217,7 @@ func runFreeze(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var out struct {
-		Thread string `json:"thread"`
-		Frozen bool   `json:"frozen"`
-	}
+	var out api.Frozen
 	if err := cl.call(ctx, "POST", threadPath(pos[0])+"/sandbox/freeze", nil, &out); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // client calls one gateway's API: /admin/v1, or a user's /threads routes.
@@ -111,12 +113,7 @@ func unwrapURL(err error) error {
 }
 
 func decodeError(resp *http.Response) *apiError {
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var body api.ErrorBody
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	e := &apiError{Status: resp.StatusCode}
 	if json.Unmarshal(data, &body) == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 type pruneReport struct {
@@ -42,7 +44,7 @@ func runPrune(ctx context.Context, env Env, args []string) error {
 	if force {
 		method = "POST"
 	}
-	var rep pruneReport
+	var rep api.PruneReport
 	if err := cl.call(ctx, method, "/admin/v1/prune", nil, &rep); err != nil {
 		return err
 	}

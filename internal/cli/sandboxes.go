@@ -8,25 +8,9 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
-
-// sandbox is one entry of /admin/v1/sandboxes.
-type sandbox struct {
-	SandboxID string          `json:"sandbox_id"`
-	User      string          `json:"user"`
-	Thread    string          `json:"thread"`
-	Backend   string          `json:"backend"`
-	State     string          `json:"state"`
-	CreatedAt time.Time       `json:"created_at"`
-	Alive     *bool           `json:"alive,omitempty"`
-	Data      *map[string]any `json:"data,omitempty"`
-}
-
-type sandboxList struct {
-	Sandboxes []sandbox `json:"sandboxes"`
-	Count     int       `json:"count"`
-	Fleet     string    `json:"fleet"`
-}
 
 // filters are ls's and top's selection, sent as query parameters.
 type filters struct{ user, thread, state, backend string }
@@ -64,7 +48,7 @@ func runList(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var list sandboxList
+	var list api.AdminSandboxList
 	if err := cl.call(ctx, "GET", "/admin/v1/sandboxes", f.query(), &list); err != nil {
 		return err
 	}
@@ -109,9 +93,9 @@ func runInspect(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var all []sandbox
+	var all []api.AdminSandbox
 	err = eachID(env, ids, func(id string) error {
-		var s sandbox
+		var s api.AdminSandbox
 		if err := cl.call(ctx, "GET", "/admin/v1/sandboxes/"+url.PathEscape(id), nil, &s); err != nil {
 			return err
 		}
@@ -120,7 +104,7 @@ func runInspect(ctx context.Context, env Env, args []string) error {
 	})
 	if c.output == "json" {
 		if all == nil {
-			all = []sandbox{}
+			all = []api.AdminSandbox{}
 		}
 		return errors.Join(writeJSON(env.Stdout, all), err)
 	}
@@ -138,9 +122,7 @@ func runInspect(ctx context.Context, env Env, args []string) error {
 			t.row("Alive:", strconv.FormatBool(*s.Alive))
 		}
 		if s.Data != nil {
-			if b, ok := (*s.Data)["bytes"].(float64); ok {
-				t.row("Thread data:", bytesIEC(int64(b)))
-			}
+			t.row("Thread data:", bytesIEC(s.Data.Bytes))
 		}
 		if ferr := t.flush(); ferr != nil {
 			return ferr
@@ -165,16 +147,16 @@ func runDestroy(ctx context.Context, env Env, args []string) error {
 	}
 	return deleteEach(ctx, env, cl, c.output, ids,
 		func(id string) string { return "/admin/v1/sandboxes/" + url.PathEscape(id) },
-		func(id string, _ map[string]any) string { return id }) // docker rm prints what it removed
+		func(id string, _ api.AdminDestroyed) string { return id }) // docker rm prints what it removed
 }
 
 // deleteEach DELETEs path(id) for every id, going on past failures: a
 // line per success in a table, or the answers as one JSON array.
-func deleteEach(ctx context.Context, env Env, cl *client, output string, ids []string,
-	path func(id string) string, line func(id string, out map[string]any) string) error {
-	done := []map[string]any{}
+func deleteEach[Answer any](ctx context.Context, env Env, cl *client, output string, ids []string,
+	path func(id string) string, line func(id string, out Answer) string) error {
+	done := []Answer{}
 	err := eachID(env, ids, func(id string) error {
-		var out map[string]any
+		var out Answer
 		if err := cl.call(ctx, "DELETE", path(id), nil, &out); err != nil {
 			return err
 		}

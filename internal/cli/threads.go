@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 func runThreadsRm(ctx context.Context, env Env, args []string) error {
@@ -46,7 +48,7 @@ func runThreadsRm(ctx context.Context, env Env, args []string) error {
 		func(thread string) string {
 			return "/admin/v1/users/" + url.PathEscape(user) + "/threads/" + url.PathEscape(thread)
 		},
-		func(thread string, out map[string]any) string {
-			return fmt.Sprintf("%s: sandbox destroyed: %v, data: %v", thread, out["sandbox_destroyed"], out["data"])
+		func(thread string, out api.ThreadRemoved) string {
+			return fmt.Sprintf("%s: sandbox destroyed: %v, data: %s", thread, out.SandboxDestroyed, out.Data)
 		})
 }

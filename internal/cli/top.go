@@ -5,24 +5,22 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
-// statsRow is one entry of /admin/v1/stats.
+// statsRow is one entry of /admin/v1/stats with its CPU rate.
 type statsRow struct {
-	sandbox
-	CPUSeconds  *float64   `json:"cpu_seconds,omitempty"`
-	MemoryBytes *int64     `json:"memory_bytes,omitempty"`
-	PIDs        *int       `json:"pids,omitempty"`
-	At          *time.Time `json:"at,omitempty"`
-	Error       string     `json:"error,omitempty"`
+	api.StatsRow
 	// CPUPercent is computed here from two samples (100 = one core).
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
 }
 
+// statsAnswer is api.StatsList with the rows top adds to.
 type statsAnswer struct {
-	Supported bool       `json:"supported"`
-	Sandboxes []statsRow `json:"sandboxes"`
 	Count     int        `json:"count"`
+	Sandboxes []statsRow `json:"sandboxes"`
+	Supported bool       `json:"supported"`
 }
 
 func runTop(ctx context.Context, env Env, args []string) error {
@@ -73,11 +71,8 @@ func runTop(ctx context.Context, env Env, args []string) error {
 		if r.CPUPercent != nil {
 			cpu = strconv.FormatFloat(*r.CPUPercent, 'f', 1, 64)
 		}
-		if r.MemoryBytes != nil {
-			mem = bytesIEC(*r.MemoryBytes)
-		}
-		if r.PIDs != nil {
-			pids = strconv.Itoa(*r.PIDs)
+		if r.Stats != nil {
+			mem, pids = bytesIEC(r.MemoryBytes), strconv.Itoa(r.PIDs)
 		}
 		t.row(r.SandboxID, r.User, r.Thread, r.Backend, cpu, mem, pids)
 	}
@@ -93,14 +88,14 @@ func cpuPercents(before, now []statsRow) {
 	}
 	for i := range now {
 		r, p := &now[i], prev[now[i].SandboxID]
-		if r.CPUSeconds == nil || p.CPUSeconds == nil || r.At == nil || p.At == nil {
+		if r.Stats == nil || p.Stats == nil {
 			continue
 		}
-		dt := r.At.Sub(*p.At).Seconds()
-		if dt <= 0 || *r.CPUSeconds < *p.CPUSeconds {
+		dt := r.At.Sub(p.At).Seconds()
+		if dt <= 0 || r.CPUSeconds < p.CPUSeconds {
 			continue // a new incarnation, or clocks that do not tell
 		}
-		pct := (*r.CPUSeconds - *p.CPUSeconds) / dt * 100
+		pct := (r.CPUSeconds - p.CPUSeconds) / dt * 100
 		r.CPUPercent = &pct
 	}
 }

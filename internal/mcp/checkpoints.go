@@ -10,8 +10,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/sandgate/sandgate/internal/checkpoint"
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // Sandgate's own tools, beyond DeerFlow's: checkpoints of the thread's
@@ -67,8 +66,8 @@ func addCheckpointTools(srv *sdk.Server, t tools) {
 }
 
 func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkpointIn) (*sdk.CallToolResult, any, error) {
-	var cp checkpoint.Info
-	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints", map[string]string{"label": in.Label}, &cp)
+	var cp api.Checkpoint
+	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints", api.CreateCheckpoint{Label: in.Label}, &cp)
 	if code(err) == "checkpoint_not_found" {
 		return fail("Error: this thread has no files yet, so there is nothing to checkpoint")
 	}
@@ -89,9 +88,7 @@ func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkp
 }
 
 func (t tools) listCheckpoints(ctx context.Context, _ *sdk.CallToolRequest, _ listCheckpointsIn) (*sdk.CallToolResult, any, error) {
-	var list struct {
-		Checkpoints []checkpoint.Info `json:"checkpoints"`
-	}
+	var list api.CheckpointList
 	if err := t.sb.control(ctx, fileTimeout, http.MethodGet, "/checkpoints", nil, &list); err != nil {
 		return controlFailed(err, "listing checkpoints")
 	}
@@ -110,11 +107,9 @@ func (t tools) restoreCheckpoint(ctx context.Context, _ *sdk.CallToolRequest, in
 	if in.ID == "" {
 		return fail("Error: id is required (list_checkpoints shows the ids)")
 	}
-	var out struct {
-		Restored checkpoint.Info `json:"restored"`
-	}
+	var out api.Restored
 	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints/"+url.PathEscape(in.ID)+"/restore",
-		map[string]bool{"force": in.Force}, &out)
+		api.RestoreCheckpoint{Force: in.Force}, &out)
 	switch code(err) {
 	case "sandbox_busy":
 		return fail("Error: a command is still running in the sandbox (or a request to it is in flight), so nothing was restored. " +
@@ -134,15 +129,8 @@ func (t tools) forkThread(ctx context.Context, _ *sdk.CallToolRequest, in forkTh
 	if in.Thread == "" {
 		return fail("Error: thread is required: the new thread's id")
 	}
-	req := map[string]string{"thread": in.Thread}
-	if in.Checkpoint != "" {
-		req["checkpoint"] = in.Checkpoint
-	}
-	var view struct {
-		SandboxID string `json:"sandbox_id"`
-		State     string `json:"state"`
-	}
-	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/fork", req, &view)
+	var view api.Sandbox
+	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/fork", api.Fork{Thread: in.Thread, Checkpoint: in.Checkpoint}, &view)
 	switch c := code(err); {
 	case c == "thread_exists":
 		return fail("Error: thread %s already exists (it has a sandbox or files); fork onto a new thread id", in.Thread)

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // maxResponse bounds a sandbox answer held in memory: a whole-file read is
@@ -75,10 +77,7 @@ func (s *sandbox) control(ctx context.Context, timeout time.Duration, method, ro
 	status := w.code()
 	if status >= 300 {
 		var env struct {
-			Error *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
+			Error *api.ErrorDetail `json:"error"`
 		}
 		if json.Unmarshal(w.body.Bytes(), &env) != nil || env.Error == nil {
 			return &apiError{status: status, code: "error", message: http.StatusText(status)}
@@ -135,13 +134,10 @@ func (s *sandbox) serve(ctx context.Context, timeout time.Duration, method, rout
 // gateway's {"error":{"code","message"}}.
 func decodeEnvelope(status int, body []byte, out any) error {
 	var env struct {
-		Success *bool           `json:"success"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-		Error   *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
+		Success *bool            `json:"success"`
+		Message string           `json:"message"`
+		Data    json.RawMessage  `json:"data"`
+		Error   *api.ErrorDetail `json:"error"`
 	}
 	if err := json.Unmarshal(body, &env); err != nil {
 		return &apiError{status: status, message: fmt.Sprintf("the sandbox answered %d with a body that is not JSON", status)}

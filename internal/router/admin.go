@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
@@ -21,19 +22,8 @@ import (
 // `threads rm` and `prune` call. Handlers stay thin: the pool and the
 // backend's optional capabilities do the work.
 
-// Admin is what the operator API needs of the pool beyond Pool.
-type Admin interface {
-	Fleet() string
-	Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error)
-	Stats(ctx context.Context, sid string) (backend.Stats, error)
-	CanStat() bool
-	Prune(ctx context.Context, dryRun bool) (pool.PruneReport, error)
-}
-
 var (
-	adminOnly    = rule{scope: auth.ScopeAdmin}
-	errBadFilter = errors.New("state must be active or warm")
-	errBadTail   = errors.New("tail must be a non-negative integer")
+	adminOnly = rule{scope: auth.ScopeAdmin}
 )
 
 // statsTimeout bounds one sandbox's stats sample.
@@ -51,23 +41,8 @@ func (rt *Router) registerAdmin(e *echo.Echo) {
 	g.POST("/prune", rt.need(adminOnly, rt.adminPrune))
 }
 
-// adminSandbox is one sandbox as the operator sees it. No URL: it may be a
-// host path (a Unix socket), and an operator reaches sandboxes through the
-// gateway.
-type adminSandbox struct {
-	SandboxID string    `json:"sandbox_id"`
-	User      string    `json:"user"`
-	Thread    string    `json:"thread"`
-	Backend   string    `json:"backend"`
-	State     string    `json:"state"`
-	CreatedAt time.Time `json:"created_at"`
-	// Alive and Data are answered by inspect only.
-	Alive *bool     `json:"alive,omitempty"`
-	Data  *dataView `json:"data,omitempty"`
-}
-
-func viewOf(rec state.Record) adminSandbox {
-	return adminSandbox{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend,
+func viewOf(rec state.Record) api.SandboxRecord {
+	return api.SandboxRecord{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend,
 		State: string(rec.State), CreatedAt: rec.CreatedAt.UTC()}
 }
 
@@ -104,11 +79,11 @@ func (rt *Router) adminList(c echo.Context, _ *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	out := make([]adminSandbox, 0, len(recs))
+	out := make([]api.AdminSandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, viewOf(r))
+		out = append(out, api.AdminSandbox{SandboxRecord: viewOf(r)})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out, "count": len(out), "fleet": rt.fleet()})
+	return c.JSON(http.StatusOK, api.AdminSandboxList{Count: len(out), Fleet: rt.fleet(), Sandboxes: out})
 }
 
 func (rt *Router) fleet() string {
@@ -145,9 +120,7 @@ func (rt *Router) adminInspect(c echo.Context, _ *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	v := viewOf(rec)
-	v.Alive, v.Data = &alive, rt.threadData(ctx, rec.User, rec.Thread)
-	return c.JSON(http.StatusOK, v)
+	return c.JSON(http.StatusOK, api.AdminSandbox{SandboxRecord: viewOf(rec), Alive: &alive, Data: rt.threadData(ctx, rec.User, rec.Thread)})
 }
 
 // adminDestroy is DELETE /admin/v1/sandboxes/{id}: the thread's data stays.
@@ -161,7 +134,7 @@ func (rt *Router) adminDestroy(c echo.Context, p *auth.Principal) error {
 		return err
 	}
 	rt.log.InfoContext(ctx, "sandbox destroyed by an admin", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "admin", p.User)
-	return c.JSON(http.StatusOK, map[string]any{"destroyed": true, "sandbox_id": rec.SandboxID})
+	return c.JSON(http.StatusOK, api.AdminDestroyed{Destroyed: true, SandboxID: rec.SandboxID})
 }
 
 // adminLogs is GET /admin/v1/sandboxes/{id}/logs[?follow=true&tail=N]:
@@ -211,15 +184,6 @@ func (rt *Router) adminLogs(c echo.Context, _ *auth.Principal) error {
 	}
 }
 
-// statsRow is one line of top.
-type statsRow struct {
-	adminSandbox
-	*backend.Stats
-	// Error says why this sandbox has no figures (gone meanwhile, engine
-	// busy); the other rows are still served.
-	Error string `json:"error,omitempty"`
-}
-
 // adminStats is GET /admin/v1/stats (the filters of the list): one sample
 // of every matching sandbox's resource use; supported false when the
 // backend cannot tell.
@@ -229,9 +193,9 @@ func (rt *Router) adminStats(c echo.Context, _ *auth.Principal) error {
 		return err
 	}
 	supported := rt.admin != nil && rt.admin.CanStat()
-	rows := make([]statsRow, 0, len(recs))
+	rows := make([]api.StatsRow, 0, len(recs))
 	for _, r := range recs {
-		row := statsRow{adminSandbox: viewOf(r)}
+		row := api.StatsRow{SandboxRecord: viewOf(r)}
 		if supported {
 			ctx, cancel := context.WithTimeout(c.Request().Context(), statsTimeout)
 			st, err := rt.admin.Stats(ctx, r.SandboxID)
@@ -243,12 +207,12 @@ func (rt *Router) adminStats(c echo.Context, _ *auth.Principal) error {
 					row.Error = "no figures (see the gateway log)"
 				}
 			} else {
-				row.Stats = &st
+				row.Stats = &api.Stats{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, PIDs: st.PIDs, At: st.At}
 			}
 		}
 		rows = append(rows, row)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"supported": supported, "sandboxes": rows, "count": len(rows)})
+	return c.JSON(http.StatusOK, api.StatsList{Count: len(rows), Sandboxes: rows, Supported: supported})
 }
 
 // adminThreadRemove is DELETE /admin/v1/users/{user}/threads/{thread}:
@@ -268,23 +232,23 @@ func (rt *Router) adminThreadRemove(c echo.Context, p *auth.Principal) error {
 	} else if err != nil {
 		return err
 	}
-	out := map[string]any{"user": user, "thread": thread, "sandbox_destroyed": destroyed, "data": "elsewhere"}
+	out := api.ThreadRemoved{User: user, Thread: thread, SandboxDestroyed: destroyed, Data: "elsewhere"}
 	if rt.meter != nil {
 		removed, err := rt.meter.Remove(ctx, user, thread)
 		if err != nil {
 			return errors.Join(pool.ErrStorage, err)
 		}
-		out["data"] = map[bool]string{true: "removed", false: "none"}[removed]
+		out.Data = removedOrNone(removed)
 	}
 	if rt.checkpoints != nil {
 		removed, err := rt.checkpoints.RemoveThread(ctx, user, thread)
 		if err != nil {
 			return errors.Join(pool.ErrStorage, err)
 		}
-		out["checkpoints"] = map[bool]string{true: "removed", false: "none"}[removed]
+		out.Checkpoints = removedOrNone(removed)
 	}
 	rt.log.InfoContext(ctx, "thread removed by an admin", "user", user, "thread", thread, "admin", p.User,
-		"sandbox_destroyed", destroyed, "data", out["data"])
+		"sandbox_destroyed", destroyed, "data", out.Data)
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -301,5 +265,23 @@ func (rt *Router) adminPrune(c echo.Context, p *auth.Principal) error {
 	if !dryRun {
 		rt.log.InfoContext(c.Request().Context(), "prune by an admin", "admin", p.User, "fleet", rep.Fleet, "items", len(rep.Items))
 	}
-	return c.JSON(http.StatusOK, rep)
+	return c.JSON(http.StatusOK, pruneReportOf(rep))
+}
+
+func removedOrNone(removed bool) string {
+	if removed {
+		return "removed"
+	}
+	return "none"
+}
+
+func pruneReportOf(rep pool.PruneReport) api.PruneReport {
+	out := api.PruneReport{Fleet: rep.Fleet, DryRun: rep.DryRun}
+	if rep.Items != nil {
+		out.Items = make([]api.Pruned, len(rep.Items))
+		for i, it := range rep.Items {
+			out.Items[i] = api.Pruned(it)
+		}
+	}
+	return out
 }

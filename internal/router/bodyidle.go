@@ -17,9 +17,6 @@ import (
 // progress before the request is cut with 408.
 const DefaultBodyIdleTimeout = 30 * time.Second
 
-// errBodyIdle is a request body that stalled for the body idle timeout.
-var errBodyIdle = errors.New("the request body made no progress in time")
-
 // serve proxies the request of c to up, its body cut when it stalls for
 // rt.bodyIdle: a stalled body would keep the request, and so the sandbox,
 // in flight forever (never reaped for idleness).

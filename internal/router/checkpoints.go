@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/checkpoint"
@@ -19,43 +20,8 @@ import (
 	"github.com/sandgate/sandgate/internal/state"
 )
 
-// Checkpoints keeps threads' workspace checkpoints on the gateway host
-// (checkpoint.Threads); nil = the backend keeps thread data where the
-// gateway cannot reach it, and the checkpoint and fork routes answer 501.
-type Checkpoints interface {
-	Method() checkpoint.Method
-	Create(ctx context.Context, user, thread, label string, hold checkpoint.Hold) (checkpoint.Info, error)
-	List(ctx context.Context, user, thread string) ([]checkpoint.Info, error)
-	Get(ctx context.Context, user, thread, id string) (checkpoint.Info, error)
-	Delete(ctx context.Context, user, thread, id string) error
-	Restore(ctx context.Context, user, thread, id string, hold checkpoint.Hold) error
-	Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo checkpoint.Hold) error
-	RemoveThread(ctx context.Context, user, thread string) (bool, error)
-	// Unfork removes a fork's thread data again when its sandbox was refused.
-	Unfork(ctx context.Context, user, thread string) error
-}
-
-// Holder stops a thread's sandbox around work on its files, and freezes it
-// on demand (pool.Pool).
-type Holder interface {
-	Hold(ctx context.Context, user, thread string, force bool, fn func() error) error
-	FreezeThread(ctx context.Context, user, thread string) error
-}
-
 // maxCheckpointBody bounds the small JSON bodies of these routes.
 const maxCheckpointBody = 16 << 10
-
-var (
-	errBadCheckpointBody = errors.New("request body must be a JSON object")
-	errForkSelf          = errors.New("a thread cannot be forked onto itself")
-)
-
-// checkpointList is GET /threads/{thread}/checkpoints.
-type checkpointList struct {
-	Thread      string            `json:"thread"`
-	Method      checkpoint.Method `json:"method"`
-	Checkpoints []checkpoint.Info `json:"checkpoints"`
-}
 
 // decodeOptional reads a small JSON object body into dst; an empty body
 // leaves dst as it is.
@@ -102,9 +68,7 @@ func (rt *Router) createCheckpoint(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Label string `json:"label"`
-	}
+	var req api.CreateCheckpoint
 	if err := decodeOptional(c, &req); err != nil {
 		return err
 	}
@@ -120,7 +84,7 @@ func (rt *Router) createCheckpoint(c echo.Context, p *auth.Principal) error {
 	}
 	rt.log.InfoContext(ctx, "checkpoint created", "user", p.User, "thread", thread, "checkpoint", info.ID,
 		"method", info.Method, "files", info.Files, "bytes", info.Size, "took", time.Since(start).Round(time.Millisecond))
-	return c.JSON(http.StatusCreated, info)
+	return c.JSON(http.StatusCreated, checkpointOf(info))
 }
 
 // listCheckpoints is GET /threads/{thread}/checkpoints, newest first.
@@ -133,10 +97,11 @@ func (rt *Router) listCheckpoints(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []checkpoint.Info{}
+	out := api.CheckpointList{Thread: thread, Method: string(rt.checkpoints.Method()), Checkpoints: make([]api.Checkpoint, len(list))}
+	for i, info := range list {
+		out.Checkpoints[i] = checkpointOf(info)
 	}
-	return c.JSON(http.StatusOK, checkpointList{Thread: thread, Method: rt.checkpoints.Method(), Checkpoints: list})
+	return c.JSON(http.StatusOK, out)
 }
 
 // getCheckpoint is GET /threads/{thread}/checkpoints/{id}.
@@ -149,7 +114,12 @@ func (rt *Router) getCheckpoint(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, info)
+	return c.JSON(http.StatusOK, checkpointOf(info))
+}
+
+func checkpointOf(info checkpoint.Info) api.Checkpoint {
+	return api.Checkpoint{ID: info.ID, Label: info.Label, CreatedAt: info.CreatedAt, Size: info.Size,
+		Files: info.Files, Linked: info.Linked, Skipped: info.Skipped, Method: string(info.Method)}
 }
 
 // deleteCheckpoint is DELETE /threads/{thread}/checkpoints/{id}.
@@ -173,9 +143,7 @@ func (rt *Router) restoreCheckpoint(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Force bool `json:"force"`
-	}
+	var req api.RestoreCheckpoint
 	if err := decodeOptional(c, &req); err != nil {
 		return err
 	}
@@ -190,7 +158,7 @@ func (rt *Router) restoreCheckpoint(c echo.Context, p *auth.Principal) error {
 	}
 	rt.log.InfoContext(ctx, "checkpoint restored", "user", p.User, "thread", thread, "checkpoint", id,
 		"force", req.Force, "took", time.Since(start).Round(time.Millisecond))
-	return c.JSON(http.StatusOK, map[string]any{"thread": thread, "restored": info})
+	return c.JSON(http.StatusOK, api.Restored{Restored: checkpointOf(info), Thread: thread})
 }
 
 // forkThread is POST /threads/{thread}/fork {"thread": t2, "checkpoint"}:
@@ -202,10 +170,7 @@ func (rt *Router) forkThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Thread     string `json:"thread"`
-		Checkpoint string `json:"checkpoint"`
-	}
+	var req api.Fork
 	if err := decodeOptional(c, &req); err != nil {
 		return err
 	}
@@ -277,5 +242,5 @@ func (rt *Router) freezeThread(c echo.Context, p *auth.Principal) error {
 	if err := rt.holder.FreezeThread(c.Request().Context(), p.User, thread); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"thread": thread, "frozen": true})
+	return c.JSON(http.StatusOK, api.Frozen{Frozen: true, Thread: thread})
 }

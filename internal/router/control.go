@@ -4,35 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/state"
 )
-
-// sandboxView is the control plane's JSON for one sandbox.
-type sandboxView struct {
-	SandboxID string `json:"sandbox_id"`
-	Thread    string `json:"thread"`
-	User      string `json:"user"`
-	Backend   string `json:"backend"`
-	State     string `json:"state"`
-	Outcome   string `json:"outcome,omitempty"`
-	URL       string `json:"url"`
-	// SandboxURL is the capability URL: it needs no other credential.
-	SandboxURL string    `json:"sandbox_url"`
-	CreatedAt  time.Time `json:"created_at"`
-	// Frozen: the freezer stopped its processes while it was idle (GET
-	// only); its next request thaws it.
-	Frozen bool `json:"frozen,omitempty"`
-	// Data is the thread's data on the gateway host (GET only; absent when
-	// the backend keeps it elsewhere).
-	Data *dataView `json:"data,omitempty"`
-}
 
 // threadParam is the validated {thread} of a control-plane route that p may open.
 func threadParam(c echo.Context, p *auth.Principal) (string, error) {
@@ -57,18 +37,18 @@ func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
 }
 
 // acquireView provisions (p's user, thread)'s sandbox and describes it.
-func (rt *Router) acquireView(c echo.Context, p *auth.Principal, thread string) (sandboxView, error) {
+func (rt *Router) acquireView(c echo.Context, p *auth.Principal, thread string) (api.Sandbox, error) {
 	ctx := c.Request().Context()
 	route, outcome, err := rt.acquire(ctx, p, p.User, thread)
 	if err != nil {
-		return sandboxView{}, err
+		return api.Sandbox{}, err
 	}
 	id := route.Identity()
 	capURL, err := rt.capabilityURL(ctx, c, id.SandboxID, "")
 	if err != nil {
-		return sandboxView{}, err
+		return api.Sandbox{}, err
 	}
-	return sandboxView{
+	return api.Sandbox{
 		SandboxID: id.SandboxID, Thread: id.Thread, User: id.User, Backend: id.Backend,
 		State: string(state.StateActive), Outcome: string(outcome),
 		URL: rt.sandboxURL(c, id.SandboxID), SandboxURL: capURL, CreatedAt: id.CreatedAt.UTC(),
@@ -96,7 +76,7 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, sandboxView{
+	return c.JSON(http.StatusOK, api.Sandbox{
 		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
 		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), SandboxURL: capURL,
 		CreatedAt: rec.CreatedAt.UTC(), Frozen: !rec.Frozen.IsZero(), Data: rt.threadData(ctx, rec.User, rec.Thread),
@@ -137,13 +117,4 @@ func (rt *Router) identityConflict(ctx context.Context, rec state.Record, user, 
 // caller's credential): clients never see the sandbox's real address.
 func (rt *Router) sandboxURL(c echo.Context, sid string) string {
 	return rt.baseURL(c) + "/sandboxes/" + sid
-}
-
-// acquire is the pool's Acquire on behalf of p: an admin is not held to the
-// per-user quotas (only its context says so: nothing for anyone else).
-func (rt *Router) acquire(ctx context.Context, p *auth.Principal, user, thread string) (Sandbox, pool.Outcome, error) {
-	if p.Has(auth.ScopeAdmin) {
-		ctx = pool.WithoutUserQuota(ctx)
-	}
-	return rt.pool.Acquire(ctx, user, thread)
 }

@@ -1,7 +1,7 @@
 package router
 
 import (
-	"errors"
+	"context"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -10,8 +10,6 @@ import (
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 )
-
-var errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters")
 
 // proxied is what a data-plane handler reports for the access log and
 // metrics; route is nil when the request failed before reaching a sandbox.
@@ -76,4 +74,13 @@ func upstreamPath(path, rawPath string, n int) (string, string) {
 		return p, rawPath[n:]
 	}
 	return p, ""
+}
+
+// acquire is the pool's Acquire on behalf of p: an admin is not held to the
+// per-user quotas (only its context says so: nothing for anyone else).
+func (rt *Router) acquire(ctx context.Context, p *auth.Principal, user, thread string) (Sandbox, pool.Outcome, error) {
+	if p.Has(auth.ScopeAdmin) {
+		ctx = pool.WithoutUserQuota(ctx)
+	}
+	return rt.pool.Acquire(ctx, user, thread)
 }

@@ -1,20 +1,18 @@
 package router
 
 import (
-	"errors"
 	"net/url"
 	"strings"
 )
 
-// errDotSegment refuses a data-plane path with dot segments. The path is
-// forwarded below a sandbox URL that may itself be a gateway path (the
+// A data-plane path with dot segments is refused (errDotSegment). The path
+// is forwarded below a sandbox URL that may itself be a gateway path (the
 // remote backend's {provisioner}/sandboxes/{id}, reached with the
 // provisioner's admin key): a proxy in front of that upstream which
 // normalises /sandboxes/{id}/v1/../../sandboxes/{other}/v1/x would hand
 // another user's sandbox to the caller. No client needs them (browsers and
 // HTTP libraries resolve dot segments before sending), so they are refused
 // rather than resolved here.
-var errDotSegment = errors.New("path must not contain . or .. segments (plain, percent-encoded or with backslashes)")
 
 // maxUnescape bounds how many percent-decoding layers are looked through:
 // %252e%252e is .. to a chain of two decoding proxies.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,13 +16,94 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/usage"
 )
+
+// The router's own refusals, by the file that returns them; statusOf
+// gives each its status and code.
+var (
+	// admin.go
+	errBadFilter = errors.New("state must be active or warm")
+	errBadTail   = errors.New("tail must be a non-negative integer")
+
+	// bodyidle.go
+	// errBodyIdle is a request body that stalled for the body idle timeout.
+	errBodyIdle = errors.New("the request body made no progress in time")
+
+	// checkpoints.go
+	errBadCheckpointBody = errors.New("request body must be a JSON object")
+	errForkSelf          = errors.New("a thread cannot be forked onto itself")
+
+	// dataplane.go
+	errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters")
+
+	// dotsegment.go
+	// errDotSegment refuses a data-plane path with dot segments (why:
+	// dotsegment.go).
+	errDotSegment = errors.New("path must not contain . or .. segments (plain, percent-encoded or with backslashes)")
+
+	// events.go
+	errBadUntil        = errors.New(`until must be "ready" or absent`)
+	errProgressStreams = errors.New("too many open provisioning-progress streams; retry later")
+
+	// guard.go
+	errOtherUser    = errors.New("only an admin credential may act for another user")
+	errScope        = errors.New("this credential lacks the scope this route needs")
+	errThreadDenied = errors.New("this credential may not open this thread")
+
+	// host.go
+	errBadHost = errors.New("host must be {sandbox_id}.{suffix} or {port}-{sandbox_id}.{suffix}")
+
+	// hostcheck.go
+	// errMisdirectedHost refuses a request for a host name the gateway does not
+	// serve (421): without authentication that is the DNS-rebinding defence.
+	errMisdirectedHost = errors.New("this gateway serves no such host name without authentication " +
+		"(DNS rebinding protection): use localhost, its public_url or a name listed in allowed_hosts")
+
+	// limits.go
+	// errTooManyRequests: the user's requests in flight are at the cap.
+	errTooManyRequests = errors.New("too many requests in flight for this user")
+
+	// origin.go
+	// errCrossSite refuses a browser request made by another site's page.
+	errCrossSite = errors.New("cross-site request refused")
+
+	// provisioner.go
+	errBadEgress        = errors.New("egress")
+	errBadProvisionerID = errors.New("sandbox_id must be 1-128 characters of [A-Za-z0-9._:-]")
+	errEgressAdmin      = errors.New("egress: only an admin credential may set a sandbox's egress policy")
+	// errReservedID: ids of the derived form (16 lowercase hex) belong to the
+	// (user, thread) they derive from. Refusing every other use, whether or not
+	// such a sandbox exists, leaves nobody able to squat another user's
+	// predictable id, and the answer says nothing about what exists.
+	errReservedID = errors.New("sandbox_id has the form of a derived sandbox id (16 lowercase hex) but is not the id of this user_id and thread_id; send that id, or an id of another form")
+
+	// status.go
+	errStatusStreams = errors.New("too many open status event streams; retry later")
+
+	// streamcap.go
+	// errUserStreams: the user holds its share of a kind's streams.
+	errUserStreams = errors.New("too many open event streams for this user; close one (another tab?) and retry")
+)
+
+// quotaError refuses a file write to a thread measured over its quota (507).
+type quotaError struct {
+	usage usage.Usage
+	quota int64
+}
+
+func (e *quotaError) Error() string {
+	return fmt.Sprintf("the thread's data (%d bytes, measured at %s) is over its quota of %d bytes (thread_data_quota): "+
+		"file writes through the API are refused until files are deleted", e.usage.Bytes,
+		e.usage.MeasuredAt.UTC().Format(time.RFC3339), e.quota)
+}
 
 // apiError is one row of the error table: what the client is told. Internal
 // error text never reaches the client; it is logged.
@@ -193,18 +275,6 @@ func codeOf(status int) string {
 	return "internal"
 }
 
-type errorBody struct {
-	Error errorDetail `json:"error"`
-	// Detail repeats the message on the provisioner API, in the shape
-	// FastAPI (DeerFlow's provisioner) gives every error.
-	Detail string `json:"detail,omitempty"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // writeError answers err as JSON, logging what the client is not told.
 func writeError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
 	e := statusOf(err)
@@ -224,9 +294,11 @@ func writeError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 		h.Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
 	w.WriteHeader(e.status)
-	body := errorBody{Error: errorDetail{e.code, e.message}}
+	body := api.ErrorBody{Error: api.ErrorDetail{Code: e.code, Message: e.message}}
 	if strings.HasPrefix(r.URL.Path, "/api/") {
 		body.Detail = e.message
 	}
 	_ = jsonEncode(w, body)
 }
+
+func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }

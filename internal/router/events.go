@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,10 +19,6 @@ import (
 // recentTimeout bounds the read of the recent events at the start of a
 // provisioning-progress stream.
 const recentTimeout = 2 * time.Second
-
-var errBadUntil = errors.New(`until must be "ready" or absent`)
-
-var errProgressStreams = errors.New("too many open provisioning-progress streams; retry later")
 
 // threadEvents is GET /threads/{thread}/sandbox/events: the lifecycle
 // events of the caller's thread as Server-Sent Events. The thread's events

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/testutil"
@@ -207,7 +208,7 @@ func TestThreadEventsRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var body errorBody
+		var body api.ErrorBody
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		if resp.StatusCode != c.status || body.Error.Code != c.code {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"path"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // DeerFlow's provisioner clients send extra_mounts (host_path,
@@ -16,37 +18,15 @@ import (
 // are fixed per gateway, so a request cannot make a writable mount
 // read-only or the reverse; the answer says what each path really is.
 
-// MountPoint is a path every sandbox has mounted, from the configuration.
-type MountPoint struct {
-	Path     string // container (virtual) path
-	ReadOnly bool
-}
-
-// extraMount is one entry of DeerFlow's extra_mounts.
-type extraMount struct {
-	HostPath      string `json:"host_path"`
-	ContainerPath string `json:"container_path"`
-	ReadOnly      bool   `json:"read_only"`
-}
-
-// mountOutcome is the answer for one requested mount (extra keys in the
-// create response, which DeerFlow ignores).
-type mountOutcome struct {
-	ContainerPath string `json:"container_path"`
-	Mounted       bool   `json:"mounted"`
-	ReadOnly      bool   `json:"read_only"`
-	Reason        string `json:"reason,omitempty"`
-}
-
 // resolveExtraMounts decides each requested mount against the configured
 // mount points and logs what it ignores (never the client's host path).
-func (rt *Router) resolveExtraMounts(ctx context.Context, sid string, req []extraMount) []mountOutcome {
+func (rt *Router) resolveExtraMounts(ctx context.Context, sid string, req []api.ExtraMount) []api.MountOutcome {
 	if len(req) == 0 {
 		return nil
 	}
-	out := make([]mountOutcome, 0, len(req))
+	out := make([]api.MountOutcome, 0, len(req))
 	for _, m := range req {
-		o := mountOutcome{ContainerPath: m.ContainerPath}
+		o := api.MountOutcome{ContainerPath: m.ContainerPath}
 		mp, reason := coveringMount(rt.mounts, m.ContainerPath)
 		if reason == "" {
 			o.Mounted, o.ReadOnly = true, mp.ReadOnly

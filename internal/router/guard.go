@@ -1,26 +1,11 @@
 package router
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
-)
-
-// Authenticator turns a request's credential into its principal.
-type Authenticator interface {
-	// Authenticate reads the bearer credential, or X-API-Key when
-	// apiKeyHeader; errors wrap auth.ErrUnauthenticated.
-	Authenticate(r *http.Request, apiKeyHeader bool) (*auth.Principal, error)
-}
-
-// Authorization errors (403): the principal is known but may not do this.
-var (
-	errScope        = errors.New("this credential lacks the scope this route needs")
-	errThreadDenied = errors.New("this credential may not open this thread")
-	errOtherUser    = errors.New("only an admin credential may act for another user")
 )
 
 // rule is what a route asks of its caller.

@@ -8,23 +8,19 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/backend"
 )
 
-type healthBody struct {
-	Status string `json:"status"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // healthz: the process is alive.
 func (rt *Router) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
 }
 
 // readyz: Redis and the backend answer, and the gateway is not draining.
 func (rt *Router) readyz(c echo.Context) error {
 	if rt.draining.Load() {
-		return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "draining"})
+		return c.JSON(http.StatusServiceUnavailable, api.Health{Status: "draining"})
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
@@ -36,8 +32,8 @@ func (rt *Router) readyz(c echo.Context) error {
 			if errors.As(err, &image) {
 				reason = "sandbox image " + image.Image + " is missing: build, load or pull it"
 			}
-			return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Reason: reason})
+			return c.JSON(http.StatusServiceUnavailable, api.Health{Status: "unavailable", Reason: reason})
 		}
 	}
-	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
 }

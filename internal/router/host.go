@@ -18,8 +18,6 @@ import (
 // picks that port. Like /sandboxes/{id}, it never provisions and only the
 // owner (or an admin) gets through.
 
-var errBadHost = errors.New("host must be {sandbox_id}.{suffix} or {port}-{sandbox_id}.{suffix}")
-
 // hostRoutePath names host-routed requests in traces and logs.
 const hostRoutePath = "{sandbox_id}.{host_suffix}/*"
 

@@ -1,16 +1,10 @@
 package router
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
 )
-
-// errMisdirectedHost refuses a request for a host name the gateway does not
-// serve (421): without authentication that is the DNS-rebinding defence.
-var errMisdirectedHost = errors.New("this gateway serves no such host name without authentication " +
-	"(DNS rebinding protection): use localhost, its public_url or a name listed in allowed_hosts")
 
 // loopbackHosts are always served: a browser page can only reach them
 // under these names from the machine itself, never through rebinding.

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -115,9 +114,6 @@ func NewLimits(cfg LimitsConfig) *Limits {
 	return &Limits{maxRequests: int32(min(cfg.MaxRequests, math.MaxInt32)), idleAfter: 10 * time.Minute,
 		now: time.Now, users: map[string]*userState{}}
 }
-
-// errTooManyRequests: the user's requests in flight are at the cap.
-var errTooManyRequests = errors.New("too many requests in flight for this user")
 
 // begin counts a request of p in flight; end undoes it. Nothing is
 // allocated once the user is known.

@@ -1,14 +1,10 @@
 package router
 
 import (
-	"errors"
 	"net/url"
 
 	"github.com/labstack/echo/v4"
 )
-
-// errCrossSite refuses a browser request made by another site's page.
-var errCrossSite = errors.New("cross-site request refused")
 
 // sameOrigin refuses requests a browser sends on behalf of another site: a
 // sandbox API is remote code execution, and a page on any site could

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
@@ -144,7 +145,7 @@ func TestPoolOfServesAndReacquires(t *testing.T) {
 
 	// The control plane reads the route's identity.
 	status, body := do("PUT", "/threads/t1/sandbox")
-	var view sandboxView
+	var view api.Sandbox
 	if err := json.Unmarshal([]byte(body), &view); status != 200 || err != nil {
 		t.Fatalf("PUT: %d %s", status, body)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
@@ -26,79 +27,31 @@ import (
 // DeerFlow requires before it creates sandboxes for authenticated users.
 const mountContractVersion = 2
 
-// Aliases stores the sandbox ids provisioner clients choose, per user (the
-// principal who chose them): one user's alias never names, shadows or
-// reveals another user's sandbox.
-type Aliases interface {
-	SetAlias(ctx context.Context, user, alias, sid string) error
-	Alias(ctx context.Context, user, alias string) (string, bool, error)
-	DeleteAlias(ctx context.Context, user, alias string) error
-	AliasesBySandbox(ctx context.Context, user string) (map[string]string, error)
-	// SetEgress stores an admin's egress policy for a sandbox and says
-	// whether it changed.
-	SetEgress(ctx context.Context, sid string, e backend.Egress) (bool, error)
-}
-
-type provisionerCreate struct {
-	SandboxID       string       `json:"sandbox_id"`
-	ThreadID        string       `json:"thread_id"`
-	UserID          string       `json:"user_id"`
-	RequiredVersion *int         `json:"required_mount_contract_version"`
-	ExtraMounts     []extraMount `json:"extra_mounts"`
-	// Egress (admins only) overrides the configured egress policy for this
-	// sandbox, now and in every later incarnation (a Sandgate extension).
-	Egress *backend.Egress `json:"egress"`
-}
-
-type provisionerSandbox struct {
-	SandboxID            string `json:"sandbox_id"`
-	SandboxURL           string `json:"sandbox_url"`
-	Status               string `json:"status"`
-	UserID               string `json:"user_id"`
-	ThreadID             string `json:"thread_id"`
-	MountContractVersion int    `json:"mount_contract_version"`
-	// ExtraMounts answers a create's extra_mounts (extra_mounts.go).
-	ExtraMounts []mountOutcome `json:"extra_mounts,omitempty"`
-}
-
-type provisionerDetail struct {
-	Detail any `json:"detail"`
-}
-
 // Pod phases DeerFlow reads.
 const (
 	phaseRunning = "Running"
 	phaseFailed  = "Failed"
 )
 
-var errBadProvisionerID = errors.New("sandbox_id must be 1-128 characters of [A-Za-z0-9._:-]")
-
 func (rt *Router) provisionerHealth(c echo.Context) error {
-	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
 }
 
 // provisionerCapabilities answers DeerFlow's probe: its lark_cli keys say
 // whether this provisioner supplies the lark-cli init and broker images
 // (Sandgate does not, so DeerFlow mounts the runtime itself).
 func (rt *Router) provisionerCapabilities(c echo.Context, _ *auth.Principal) error {
-	return c.JSON(http.StatusOK, map[string]any{"mount_contract_version": mountContractVersion,
-		"lark_cli_init_image": false, "lark_cli_broker_image": false})
+	return c.JSON(http.StatusOK, api.ProvisionerCapabilities{MountContractVersion: mountContractVersion})
 }
 
 // maxProvisionerBody bounds a create request's JSON (it is decoded whole).
 const maxProvisionerBody = 64 << 10
 
-// errReservedID: ids of the derived form (16 lowercase hex) belong to the
-// (user, thread) they derive from. Refusing every other use, whether or not
-// such a sandbox exists, leaves nobody able to squat another user's
-// predictable id, and the answer says nothing about what exists.
-var errReservedID = errors.New("sandbox_id has the form of a derived sandbox id (16 lowercase hex) but is not the id of this user_id and thread_id; send that id, or an id of another form")
-
 // provisionerCreate is POST /api/sandboxes: idempotent; the sandbox is
 // usable when it answers (status Running). user_id other than the caller's
 // own needs the admin scope (DeerFlow creates for all of its users).
 func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
-	var req provisionerCreate
+	var req api.ProvisionerCreate
 	r := c.Request()
 	r.Body = http.MaxBytesReader(c.Response(), r.Body, maxProvisionerBody)
 	if err := c.Bind(&req); err != nil {
@@ -132,8 +85,8 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 		return err
 	}
 	if req.RequiredVersion != nil && *req.RequiredVersion != mountContractVersion {
-		return c.JSON(http.StatusConflict, provisionerDetail{Detail: map[string]any{
-			"code": "mount_contract_changed", "expected": *req.RequiredVersion, "actual": mountContractVersion,
+		return c.JSON(http.StatusConflict, api.ProvisionerDetail{Detail: api.MountContractChanged{
+			Actual: mountContractVersion, Code: "mount_contract_changed", Expected: *req.RequiredVersion,
 		}})
 	}
 	ctx := r.Context()
@@ -158,33 +111,29 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, provisionerSandbox{
+	return c.JSON(http.StatusOK, api.ProvisionerSandbox{
 		SandboxID: req.SandboxID, SandboxURL: capURL, Status: phaseRunning,
 		UserID: user, ThreadID: thread, MountContractVersion: mountContractVersion,
 		ExtraMounts: rt.resolveExtraMounts(ctx, created, req.ExtraMounts),
 	})
 }
 
-var (
-	errEgressAdmin = errors.New("egress: only an admin credential may set a sandbox's egress policy")
-	errBadEgress   = errors.New("egress")
-)
-
 // setEgress applies an admin's egress override: stored first, so the
 // create below (or any later one) uses it; a running sandbox made under
 // another policy is destroyed to be created again with this one (its
 // files stay; its processes do not).
-func (rt *Router) setEgress(ctx context.Context, p *auth.Principal, sid string, e *backend.Egress) error {
-	if e == nil {
+func (rt *Router) setEgress(ctx context.Context, p *auth.Principal, sid string, req *api.Egress) error {
+	if req == nil {
 		return nil
 	}
+	e := backend.Egress{Mode: backend.EgressMode(req.Mode), Allow: req.Allow}
 	if !p.Has(auth.ScopeAdmin) {
 		return errEgressAdmin
 	}
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errBadEgress, err)
 	}
-	changed, err := rt.aliases.SetEgress(ctx, sid, *e)
+	changed, err := rt.aliases.SetEgress(ctx, sid, e)
 	if err != nil {
 		return errors.Join(pool.ErrState, err)
 	}
@@ -245,11 +194,11 @@ func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
 	if err := rt.aliases.DeleteAlias(ctx, p.User, id); err != nil {
 		return errors.Join(pool.ErrState, err)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"ok": true, "sandbox_id": id})
+	return c.JSON(http.StatusOK, api.ProvisionerDeleted{OK: true, SandboxID: id})
 }
 
 func notFound(c echo.Context, id string) error {
-	return c.JSON(http.StatusNotFound, provisionerDetail{Detail: "Sandbox '" + id + "' not found"})
+	return c.JSON(http.StatusNotFound, api.ProvisionerDetail{Detail: "Sandbox '" + id + "' not found"})
 }
 
 // provisionerList is GET /api/sandboxes: the caller's sandboxes made
@@ -270,7 +219,7 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return errors.Join(pool.ErrState, err)
 	}
-	out := make([]provisionerSandbox, 0, len(recs))
+	out := make([]api.ProvisionerSandbox, 0, len(recs))
 	for _, rec := range recs {
 		id, viaAPI := aliases[rec.SandboxID]
 		if !viaAPI || !p.Owns(rec.User, rec.Thread) {
@@ -285,7 +234,7 @@ func (rt *Router) provisionerList(c echo.Context, p *auth.Principal) error {
 		}
 		out = append(out, view)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out, "count": len(out)})
+	return c.JSON(http.StatusOK, api.ProvisionerList{Count: len(out), Sandboxes: out})
 }
 
 // owned is lookup limited to what p owns.
@@ -319,12 +268,12 @@ func (rt *Router) lookup(ctx context.Context, p *auth.Principal, id string) (sta
 	return rec, true, nil
 }
 
-func (rt *Router) provisionerView(ctx context.Context, c echo.Context, id string, rec state.Record, status string) (provisionerSandbox, error) {
+func (rt *Router) provisionerView(ctx context.Context, c echo.Context, id string, rec state.Record, status string) (api.ProvisionerSandbox, error) {
 	capURL, err := rt.capabilityURL(ctx, c, rec.SandboxID, rec.Capability)
 	if err != nil {
-		return provisionerSandbox{}, err
+		return api.ProvisionerSandbox{}, err
 	}
-	return provisionerSandbox{
+	return api.ProvisionerSandbox{
 		SandboxID: id, SandboxURL: capURL, Status: status,
 		UserID: rec.User, ThreadID: rec.Thread, MountContractVersion: mountContractVersion,
 	}, nil

@@ -6,97 +6,23 @@ package router
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
-	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
+	"github.com/sandgate/sandgate/internal/usage"
 )
-
-// Pool is what the router needs of the sandbox pool (PoolOf(*pool.Pool)).
-type Pool interface {
-	Routes
-	Record(ctx context.Context, sid string) (state.Record, bool, error)
-	Release(ctx context.Context, user, thread string) error
-	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
-	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
-	Capability(ctx context.Context, sid string) (string, error)
-	Records(ctx context.Context) ([]state.Record, error)
-	Alive(ctx context.Context, rec state.Record) (bool, error)
-}
-
-// Pinger checks a dependency for /readyz.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// Deps are the router's collaborators.
-type Deps struct {
-	Pool    Pool
-	Aliases Aliases
-	Ready   []Pinger
-	Proxy   proxy.Config
-	// PublicURL is how clients reach the gateway; "" = from each request.
-	PublicURL string
-	Log       *slog.Logger
-	// Tracing, when on, makes every request but health checks and scrapes a
-	// server span (otelecho) continuing the client's W3C trace context.
-	Tracing *telemetry.Tracing
-	// Metrics are served at /metrics and record every data-plane request.
-	Metrics *telemetry.Metrics
-	// Auth authenticates clients; nil = no authentication: every request
-	// is the trusted local principal "default" (auth.Local).
-	Auth Authenticator
-	// Limits are the per-user limits; nil = none.
-	Limits *Limits
-	// HostSuffix turns on host routing ({sandbox_id}.{suffix}); "" = off.
-	// NormalizeHostSuffix gives its form.
-	HostSuffix string
-	// AllowedHosts are host names served without authentication besides
-	// the loopback names, PublicURL's host and HostSuffix ("*": any; the
-	// DNS-rebinding check is off). Ignored when Auth is set.
-	AllowedHosts []string
-	// MetricsToken, when set, is a bearer token that opens /metrics (and
-	// nothing else), so a Prometheus scrape needs no user credential.
-	MetricsToken string
-	// Mounts are the paths every sandbox has mounted (skills, ACP
-	// workspace, configured extra mounts), which DeerFlow's extra_mounts
-	// are resolved against.
-	Mounts []MountPoint
-	// Meter measures thread data kept on the gateway host, for the sandbox
-	// view and thread_data_quota; nil = the backend keeps it elsewhere.
-	Meter Meter
-	// BodyIdleTimeout cuts a proxied request whose body makes no progress
-	// this long (408); 0 or negative = never.
-	BodyIdleTimeout time.Duration
-	// Events are the fleet's lifecycle events (status page, provisioning
-	// progress); nil = none published or watched.
-	Events *events.Bus
-	// Status configures the status page at / (status.go); no Source = off.
-	Status Status
-	// Admin serves the operator API's logs, stats and prune (admin.go);
-	// nil = those answer 501.
-	Admin Admin
-	// Checkpoints keeps threads' workspace checkpoints and forks
-	// (checkpoints.go); nil = those answer 501.
-	Checkpoints Checkpoints
-	// Holder stops a thread's sandbox around checkpoint work and freezes it
-	// on demand (the pool); nil = freeze and checkpoints answer 501.
-	Holder Holder
-}
 
 // Router serves the gateway's HTTP API.
 type Router struct {
@@ -127,106 +53,9 @@ type Router struct {
 	progress        *streamCap  // the provisioning-progress streams, shared between users
 }
 
-// New builds the router.
-func New(d Deps) *Router {
-	if d.Log == nil {
-		d.Log = slog.Default()
-	}
-	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
-		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
-		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, events: d.Events, streams: newSSEStreams(),
-		progress:    newStreamCap(MaxStreamsPerKind, d.Status.Streams, errProgressStreams),
-		checkpoints: d.Checkpoints, holder: d.Holder}
-	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
-	if d.Auth == nil {
-		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
-	}
-
-	e := echo.New()
-	e.HideBanner = true
-	e.HidePort = true
-	e.HTTPErrorHandler = func(err error, c echo.Context) {
-		if c.Response().Committed {
-			return
-		}
-		rt.writeError(c.Response(), c.Request(), err)
-	}
-	var mw []echo.MiddlewareFunc
-	if d.Tracing != nil {
-		mw = append(mw, otelecho.Middleware("sandgate", otelecho.WithTracerProvider(d.Tracing.TracerProvider()),
-			otelecho.WithPropagators(d.Tracing.Propagator()), otelecho.WithSkipper(untraced)))
-	}
-	mw = append(mw, recoverJSON(d.Log), sameOrigin)
-	e.Use(mw...)
-
-	// Open: probes, and DeerFlow's provisioner health check.
-	e.GET("/healthz", rt.healthz)
-	e.GET("/readyz", rt.readyz)
-	e.GET("/health", rt.provisionerHealth)
-	e.GET("/openapi.json", serveOpenAPI)
-	if d.Metrics != nil {
-		// Any authenticated principal, even one without scopes (a scraper's
-		// key), or the metrics token.
-		metrics := echo.WrapHandler(d.Metrics.Handler())
-		e.GET("/metrics", metricsToken(d.MetricsToken, metrics,
-			rt.need(anyone, func(c echo.Context, _ *auth.Principal) error { return metrics(c) })))
-	}
-
-	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))
-	e.Any("/sandboxes/:id/v1/*", rt.dataPlane(telemetry.RouteSandbox, rt.sandboxProxy))
-
-	rt.mcpRoutes(e)
-	e.PUT("/threads/:thread/sandbox", rt.need(threads, rt.acquireThread))
-	e.GET("/threads/:thread/sandbox", rt.need(threads, rt.getThread))
-	e.DELETE("/threads/:thread/sandbox", rt.need(threads, rt.releaseThread))
-	e.GET("/threads/:thread/sandbox/events", rt.need(threads, rt.threadEvents))
-	e.POST("/threads/:thread/sandbox/freeze", rt.need(threads, rt.freezeThread))
-	e.POST("/threads/:thread/checkpoints", rt.need(threads, rt.createCheckpoint))
-	e.GET("/threads/:thread/checkpoints", rt.need(threads, rt.listCheckpoints))
-	e.GET("/threads/:thread/checkpoints/:id", rt.need(threads, rt.getCheckpoint))
-	e.DELETE("/threads/:thread/checkpoints/:id", rt.need(threads, rt.deleteCheckpoint))
-	e.POST("/threads/:thread/checkpoints/:id/restore", rt.need(threads, rt.restoreCheckpoint))
-	e.POST("/threads/:thread/fork", rt.need(threads, rt.forkThread))
-
-	e.GET("/api/capabilities", rt.need(provisioner, rt.provisionerCapabilities))
-	e.POST("/api/sandboxes", rt.need(provisioner, rt.provisionerCreate))
-	e.GET("/api/sandboxes", rt.need(provisioner, rt.provisionerList))
-	e.GET("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerGet))
-	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
-	rt.routeStatus(e, d.Status, d.Events)
-	rt.registerAdmin(e)
-	rt.echo = e
-
-	chain := func(h echo.HandlerFunc) echo.HandlerFunc {
-		for i := len(mw) - 1; i >= 0; i-- {
-			h = mw[i](h)
-		}
-		return h
-	}
-	if rt.hostSuffix != "" {
-		rt.hostChain = chain(rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy))
-	}
-	rt.capabilityChain = chain(rt.capabilityPlane)
-	return rt
-}
-
-// ServeHTTP makes the router an http.Handler.
-func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if rt.hosts != nil && !rt.hosts.allows(r) {
-		rt.writeError(w, r, errMisdirectedHost) // before any work
-		return
-	}
-	if rt.hostSuffix != "" {
-		if _, _, match, _ := hostRoute(r.Host, rt.hostSuffix); match {
-			rt.serveHost(w, r)
-			return
-		}
-	}
-	if strings.HasPrefix(r.URL.Path, capabilityRoot) {
-		rt.serveCapability(w, r)
-		return
-	}
-	rt.echo.ServeHTTP(w, r)
+// writeError answers err (errors.go).
+func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(rt.log, w, r, err)
 }
 
 // Drain makes /readyz fail so load balancers stop sending new requests,
@@ -239,38 +68,83 @@ func (rt *Router) Drain() {
 // CloseUpgraded closes every proxied WebSocket (on shutdown).
 func (rt *Router) CloseUpgraded() int { return rt.proxy.CloseUpgraded() }
 
-func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	writeError(rt.log, w, r, err)
+// What the router needs of the rest of the gateway (its Deps, routes.go),
+// besides the pool (sandbox.go).
+
+// Pinger checks a dependency for /readyz.
+type Pinger interface {
+	Ping(ctx context.Context) error
 }
 
-// untraced are the requests that make no span: probes and scrapes, which
-// would drown the traces that matter.
-func untraced(c echo.Context) bool {
-	switch c.Path() {
-	case "/healthz", "/readyz", "/metrics", "/health":
-		return true
-	}
-	return false
+// MountPoint is a path every sandbox has mounted, from the configuration.
+type MountPoint struct {
+	Path     string // container (virtual) path
+	ReadOnly bool
 }
 
-// resolver adapts the pool to the proxy's Resolver; every Retry is one
-// upstream dial retry.
-type resolver struct {
-	routes  Routes
-	metrics *telemetry.Metrics
+// Authenticator turns a request's credential into its principal.
+type Authenticator interface {
+	// Authenticate reads the bearer credential, or X-API-Key when
+	// apiKeyHeader; errors wrap auth.ErrUnauthenticated.
+	Authenticate(r *http.Request, apiKeyHeader bool) (*auth.Principal, error)
 }
 
-func (r resolver) Retry(ctx context.Context, failed proxy.Upstream) (proxy.Upstream, error) {
-	sb, ok := failed.(Sandbox) // the router hands the proxy nothing else
-	if !ok {
-		return nil, fmt.Errorf("unexpected upstream %T", failed)
-	}
-	r.metrics.DialRetried()
-	next, err := r.routes.Reacquire(ctx, sb)
-	if err != nil {
-		return nil, err
-	}
-	return next, nil
+// Aliases stores the sandbox ids provisioner clients choose, per user (the
+// principal who chose them): one user's alias never names, shadows or
+// reveals another user's sandbox.
+type Aliases interface {
+	SetAlias(ctx context.Context, user, alias, sid string) error
+	Alias(ctx context.Context, user, alias string) (string, bool, error)
+	DeleteAlias(ctx context.Context, user, alias string) error
+	AliasesBySandbox(ctx context.Context, user string) (map[string]string, error)
+	// SetEgress stores an admin's egress policy for a sandbox and says
+	// whether it changed.
+	SetEgress(ctx context.Context, sid string, e backend.Egress) (bool, error)
 }
 
-func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+// Meter measures the thread data a backend keeps on the gateway host
+// (internal/usage.Meter).
+type Meter interface {
+	// Measure is the thread's usage, from a cache fresh for a few seconds
+	// or from a walk shared with concurrent callers.
+	Measure(ctx context.Context, user, thread string) (usage.Usage, error)
+	// Cached never walks: the last measurement, if any (a missing or stale
+	// one is refreshed in the background).
+	Cached(user, thread string) (usage.Usage, bool)
+	// Quota is thread_data_quota in bytes; 0 = none.
+	Quota() int64
+	// Remove deletes the thread's data (threads rm); false: there was none.
+	Remove(ctx context.Context, user, thread string) (bool, error)
+}
+
+// Checkpoints keeps threads' workspace checkpoints on the gateway host
+// (checkpoint.Threads); nil = the backend keeps thread data where the
+// gateway cannot reach it, and the checkpoint and fork routes answer 501.
+type Checkpoints interface {
+	Method() checkpoint.Method
+	Create(ctx context.Context, user, thread, label string, hold checkpoint.Hold) (checkpoint.Info, error)
+	List(ctx context.Context, user, thread string) ([]checkpoint.Info, error)
+	Get(ctx context.Context, user, thread, id string) (checkpoint.Info, error)
+	Delete(ctx context.Context, user, thread, id string) error
+	Restore(ctx context.Context, user, thread, id string, hold checkpoint.Hold) error
+	Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo checkpoint.Hold) error
+	RemoveThread(ctx context.Context, user, thread string) (bool, error)
+	// Unfork removes a fork's thread data again when its sandbox was refused.
+	Unfork(ctx context.Context, user, thread string) error
+}
+
+// Holder stops a thread's sandbox around work on its files, and freezes it
+// on demand (pool.Pool).
+type Holder interface {
+	Hold(ctx context.Context, user, thread string, force bool, fn func() error) error
+	FreezeThread(ctx context.Context, user, thread string) error
+}
+
+// Admin is what the operator API needs of the pool beyond Pool.
+type Admin interface {
+	Fleet() string
+	Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error)
+	Stats(ctx context.Context, sid string) (backend.Stats, error)
+	CanStat() bool
+	Prune(ctx context.Context, dryRun bool) (pool.PruneReport, error)
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // Sandbox is one sandbox incarnation as the router sees it: the proxy's
@@ -37,6 +38,18 @@ type Routes interface {
 	// if dead; a capability's never is (the same incarnation or
 	// pool.ErrNotFound).
 	Reacquire(ctx context.Context, failed Sandbox) (Sandbox, error)
+}
+
+// Pool is what the router needs of the sandbox pool (PoolOf(*pool.Pool)).
+type Pool interface {
+	Routes
+	Record(ctx context.Context, sid string) (state.Record, bool, error)
+	Release(ctx context.Context, user, thread string) error
+	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
+	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
+	Capability(ctx context.Context, sid string) (string, error)
+	Records(ctx context.Context) ([]state.Record, error)
+	Alive(ctx context.Context, rec state.Record) (bool, error)
 }
 
 // Compile-time checks: the pool's routes are the router's sandboxes.

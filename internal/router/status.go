@@ -9,56 +9,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/events"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/router/status"
-	"github.com/sandgate/sandgate/internal/state"
-)
-
-// StatusSource is what the status page reads of the fleet's state
-// (statedb.Store).
-type StatusSource interface {
-	Overview(ctx context.Context, now time.Time) (state.Overview, error)
-	Replicas(ctx context.Context) ([]state.Replica, error)
-}
-
-// Status configures the status page at /status (and / for curl); a nil
-// Source turns it off.
-type Status struct {
-	Source StatusSource
-	// Sessions keeps browser logins; required with authentication.
-	Sessions SessionStore
-	// PlainLoopback says the gateway listens on a loopback address without
-	// TLS: the one case where the session cookie is not marked Secure (a
-	// browser would not send it back over http://127.0.0.1).
-	PlainLoopback bool
-	// Streams shares the replica's event streams of each kind (the status
-	// page's, the provisioning-progress ones) between users.
-	Streams StreamCaps
-	// MaxSandboxes, HardCap and MaxSandboxesPerUser are the pool's
-	// effective quotas, shown against the counts.
-	MaxSandboxes        int
-	HardCap             bool
-	MaxSandboxesPerUser int
-	// Heartbeat is the replicas' heartbeat interval: a replica not seen
-	// for three is shown as gone.
-	Heartbeat time.Duration
-}
-
-const (
-	// statusCookie carries a browser's session id to the status routes,
-	// and only to them (its Path): every other route reads the
-	// Authorization header.
-	statusCookie = "sandgate_status"
-	statusPath   = "/status"
-	// statusCookieAge bounds a login; a JWT's own expiry still applies.
-	statusCookieAge = 8 * time.Hour
-	// statusTimeout bounds the Redis reads of one page.
-	statusTimeout = 5 * time.Second
 )
 
 // statusHeaders are set on every status response: no inline script, no
@@ -70,16 +28,6 @@ var statusHeaders = map[string]string{
 	"X-Content-Type-Options": "nosniff",
 	"Referrer-Policy":        "same-origin", // no-referrer would make a form POST's Origin "null"
 	"Cache-Control":          "no-store",
-}
-
-var errStatusStreams = errors.New("too many open status event streams; retry later")
-
-// statusPage serves the status routes.
-type statusPage struct {
-	rt      *Router
-	cfg     Status
-	bus     *events.Bus // nil: no events
-	streams *streamCap
 }
 
 // routeStatus registers the status page's routes on e.
@@ -284,11 +232,29 @@ func (s *statusPage) logout(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/status/login")
 }
 
-// visible reports whether p may see e: an admin every event, anyone else
-// those of its own sandboxes.
-func visible(p *auth.Principal, e events.Event) bool {
-	if p.Has(auth.ScopeAdmin) {
-		return true
+// revoke is DELETE /status/sessions (the caller's own sessions) and
+// DELETE /status/sessions/{user} (an admin: anyone's).
+func (s *statusPage) revoke(c echo.Context) error {
+	p, err := s.principal(c.Request())
+	if err != nil {
+		return err
 	}
-	return e.User == p.User && (e.Thread == "" || p.MayOpen(e.Thread))
+	user := p.User
+	if u := c.Param("user"); u != "" {
+		if err := identity.ValidUser(u); err != nil {
+			return err
+		}
+		if u != p.User && !p.Has(auth.ScopeAdmin) {
+			return errOtherUser
+		}
+		user = u
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), statusTimeout)
+	defer cancel()
+	n, err := s.cfg.Sessions.DropSessions(ctx, user)
+	if err != nil {
+		return stateErr(err)
+	}
+	s.rt.log.Info("status sessions revoked", "user", user, "by", p.User, "count", n)
+	return c.JSON(http.StatusOK, api.SessionsRevoked{Revoked: n, User: user})
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
-	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
 )
 
@@ -28,14 +27,6 @@ import (
 // accepts the session, and each request re-checks the credential (a
 // removed API key or an expired JWT ends its sessions). Logout and revoke
 // delete the record; its TTL is the session's expiry.
-
-// SessionStore keeps the status page's sessions (statedb.Store).
-type SessionStore interface {
-	PutSession(ctx context.Context, sumHex, user string, sealed []byte, ttl time.Duration) error
-	Session(ctx context.Context, sumHex string) ([]byte, error)
-	DropSession(ctx context.Context, sumHex, user string) error
-	DropSessions(ctx context.Context, user string) (int, error)
-}
 
 // sessionID is a session's secret id; its cookie form is unpadded base64url.
 type sessionID [32]byte
@@ -167,31 +158,4 @@ func (s *statusPage) cookie(r *http.Request, value string, maxAge int) *http.Coo
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: !s.cfg.PlainLoopback || r.TLS != nil || strings.HasPrefix(s.rt.public, "https://"),
 	}
-}
-
-// revoke is DELETE /status/sessions (the caller's own sessions) and
-// DELETE /status/sessions/{user} (an admin: anyone's).
-func (s *statusPage) revoke(c echo.Context) error {
-	p, err := s.principal(c.Request())
-	if err != nil {
-		return err
-	}
-	user := p.User
-	if u := c.Param("user"); u != "" {
-		if err := identity.ValidUser(u); err != nil {
-			return err
-		}
-		if u != p.User && !p.Has(auth.ScopeAdmin) {
-			return errOtherUser
-		}
-		user = u
-	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), statusTimeout)
-	defer cancel()
-	n, err := s.cfg.Sessions.DropSessions(ctx, user)
-	if err != nil {
-		return stateErr(err)
-	}
-	s.rt.log.Info("status sessions revoked", "user", user, "by", p.User, "count", n)
-	return c.JSON(http.StatusOK, map[string]any{"user": user, "revoked": n})
 }

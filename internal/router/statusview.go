@@ -3,7 +3,6 @@ package router
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -159,8 +158,6 @@ func (s *statusPage) view(ctx context.Context, p *auth.Principal, withEvents boo
 	}
 	return v, nil
 }
-
-func stateErr(err error) error { return fmt.Errorf("%w: %w", pool.ErrState, err) }
 
 // isError: a failed create, or a destroy for another reason than the
 // routine ones (idle, eviction, a client's or the provisioner API's call).

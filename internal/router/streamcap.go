@@ -1,7 +1,6 @@
 package router
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -53,9 +52,6 @@ func (c StreamCaps) effective() (perUser, reserve int) {
 	}
 	return perUser, reserve
 }
-
-// errUserStreams: the user holds its share of a kind's streams.
-var errUserStreams = errors.New("too many open event streams for this user; close one (another tab?) and retry")
 
 // streamCap counts one kind of stream on one replica.
 type streamCap struct {

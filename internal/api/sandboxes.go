@@ -1,0 +1,129 @@
+package api
+
+import "time"
+
+// Sandbox is the control plane's view of one sandbox (PUT and GET
+// /threads/{thread}/sandbox, and the new thread of a fork).
+type Sandbox struct {
+	SandboxID string `json:"sandbox_id"`
+	Thread    string `json:"thread"`
+	User      string `json:"user"`
+	Backend   string `json:"backend"`
+	State     string `json:"state"`
+	Outcome   string `json:"outcome,omitempty"`
+	URL       string `json:"url"`
+	// SandboxURL is the capability URL: it needs no other credential.
+	SandboxURL string    `json:"sandbox_url"`
+	CreatedAt  time.Time `json:"created_at"`
+	// Frozen: the freezer stopped its processes while it was idle (GET
+	// only); its next request thaws it.
+	Frozen bool `json:"frozen,omitempty"`
+	// Data is the thread's data on the gateway host (GET only; absent when
+	// the backend keeps it elsewhere).
+	Data *ThreadData `json:"data,omitempty"`
+}
+
+// ThreadData is a thread's data on the gateway host as last measured.
+type ThreadData struct {
+	Bytes       int64     `json:"bytes"`
+	Quota       int64     `json:"quota,omitempty"`
+	OverQuota   bool      `json:"over_quota"`
+	Approximate bool      `json:"approximate"`
+	MeasuredAt  time.Time `json:"measured_at"`
+}
+
+// Frozen answers POST /threads/{thread}/sandbox/freeze.
+type Frozen struct {
+	Frozen bool   `json:"frozen"`
+	Thread string `json:"thread"`
+}
+
+// SandboxRecord is one sandbox as the operator API lists it (/admin/v1).
+// No URL: it may be a host path (a Unix socket), and an operator reaches
+// sandboxes through the gateway.
+type SandboxRecord struct {
+	SandboxID string    `json:"sandbox_id"`
+	User      string    `json:"user"`
+	Thread    string    `json:"thread"`
+	Backend   string    `json:"backend"`
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// AdminSandbox is a sandbox of the list, and on inspect its liveness and
+// data.
+type AdminSandbox struct {
+	SandboxRecord
+	// Alive and Data are answered by inspect only.
+	Alive *bool       `json:"alive,omitempty"`
+	Data  *ThreadData `json:"data,omitempty"`
+}
+
+// AdminSandboxList answers GET /admin/v1/sandboxes.
+type AdminSandboxList struct {
+	Count     int            `json:"count"`
+	Fleet     string         `json:"fleet"`
+	Sandboxes []AdminSandbox `json:"sandboxes"`
+}
+
+// AdminDestroyed answers DELETE /admin/v1/sandboxes/{id}.
+type AdminDestroyed struct {
+	Destroyed bool   `json:"destroyed"`
+	SandboxID string `json:"sandbox_id"`
+}
+
+// ThreadRemoved answers DELETE /admin/v1/users/{user}/threads/{thread}.
+// Data and Checkpoints are "removed", "none", or (data only) "elsewhere":
+// the backend keeps the thread's data where the gateway cannot reach it.
+type ThreadRemoved struct {
+	// Checkpoints is absent when the gateway keeps no checkpoints.
+	Checkpoints      string `json:"checkpoints,omitempty"`
+	Data             string `json:"data"`
+	SandboxDestroyed bool   `json:"sandbox_destroyed"`
+	Thread           string `json:"thread"`
+	User             string `json:"user"`
+}
+
+// Stats is one sample of a sandbox's resource use.
+type Stats struct {
+	CPUSeconds  float64   `json:"cpu_seconds"`
+	MemoryBytes int64     `json:"memory_bytes"`
+	PIDs        int       `json:"pids"`
+	At          time.Time `json:"at"`
+}
+
+// StatsRow is one sandbox of GET /admin/v1/stats.
+type StatsRow struct {
+	SandboxRecord
+	// Stats is nil when there are no figures.
+	*Stats
+	// Error says why this sandbox has no figures (gone meanwhile, engine
+	// busy); the other rows are still served.
+	Error string `json:"error,omitempty"`
+}
+
+// StatsList answers GET /admin/v1/stats; Supported is false when the
+// backend cannot tell.
+type StatsList struct {
+	Count     int        `json:"count"`
+	Sandboxes []StatsRow `json:"sandboxes"`
+	Supported bool       `json:"supported"`
+}
+
+// PruneReport answers GET (what would go) and POST (removed) /admin/v1/prune.
+type PruneReport struct {
+	Fleet  string   `json:"fleet"`
+	DryRun bool     `json:"dry_run"`
+	Items  []Pruned `json:"items"`
+}
+
+// Pruned is one leftover of this fleet.
+type Pruned struct {
+	Kind      string    `json:"kind"` // "sandbox" (running, no record) or a backend's leftover kind
+	Name      string    `json:"name"`
+	SandboxID string    `json:"sandbox_id,omitempty"`
+	User      string    `json:"user,omitempty"`
+	Thread    string    `json:"thread,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	Error     string    `json:"error,omitempty"` // removing it failed; the rest went on
+}
