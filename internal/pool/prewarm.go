@@ -47,7 +47,7 @@ type prewarmerParams struct {
 	tmpl                   template
 	maxSandboxes           int
 	createTimeout, lockTTL time.Duration
-	backend                backend.Backend
+	backend                prewarmBackend
 	backendName            string
 	store                  prewarmStore
 	// destroy destroys a surplus or stale pre-started sandbox (Pool.Destroy).
@@ -58,6 +58,13 @@ type prewarmerParams struct {
 	metrics *telemetry.Metrics
 	clock   Clock
 	log     *slog.Logger
+}
+
+// prewarmBackend starts a pre-started sandbox, and destroys one that was
+// not recorded.
+type prewarmBackend interface {
+	Create(ctx context.Context, spec backend.Spec) (backend.Info, error)
+	Destroy(ctx context.Context, info backend.Info) error
 }
 
 // prewarmStore lists, reserves and records pre-started sandboxes.

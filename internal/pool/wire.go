@@ -37,10 +37,7 @@ func NewReconciler(p *Pool) *Reconciler {
 	rp := reconcilerParams{interval: p.cfg.ReconcileInterval, grace: p.cfg.ReconcileGrace, dryRun: p.cfg.ReconcileDryRun,
 		fleet: p.cfg.Fleet, backendName: p.name, backend: p.backend, store: p.store, held: p.held, cache: p.cache,
 		locks: p.locks, destroyer: p.destroyer, notes: p.notes, metrics: p.metrics, tracer: p.tracer, clock: p.clock, log: p.log}
-	// One frozen before its record was lost would be handed out frozen:
-	// the warm pool's sandboxes run (or, with pause_warm, are resumed on
-	// reclaim anyway).
-	if p.warmPauser == nil {
+	if p.warmPauser == nil { // with pause_warm, a reclaim resumes it anyway
 		rp.resume = p.stopper.pz
 	}
 	return newReconciler(rp)
