@@ -148,8 +148,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
 	}
-	g.router = router.New(router.Deps{Pool: router.PoolOf(g.pool), Admin: g.pool, Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
-		Checkpoints: ckpts, Holder: g.pool,
+	g.router = router.New(router.Deps{Pool: router.PoolOf(g.pool), Admin: pool.NewAdmin(g.pool), Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
+		Checkpoints: ckpts, Holder: pool.NewHolder(g.pool),
 		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics,
 		Auth: authn, Limits: limits, HostSuffix: hostSuffix, AllowedHosts: cfg.AllowedHosts,
 		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log),

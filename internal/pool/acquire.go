@@ -2,18 +2,118 @@ package pool
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/events"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
 )
+
+// Acquire returns the route of (user, thread)'s sandbox, creating it if
+// needed. Concurrent acquires of one sandbox on this replica share one
+// attempt; across replicas the sandbox lock makes exactly one create.
+// user and thread must be validated.
+func (p *Pool) Acquire(ctx context.Context, user, thread string) (*Route, Outcome, error) {
+	start := time.Now()
+	if r := p.cache.thread(user, thread, nowAt(p.clock, start)); r != nil {
+		r.touched.Store(true)
+		p.obs.hit(ctx, r, start)
+		return r, OutcomeHit, nil
+	}
+	ctx, span := p.obs.startAcquire(ctx, user, thread)
+	r, o, err := p.acquire(ctx, user, thread, false)
+	p.obs.acquired(span, start, o, err)
+	return r, o, err
+}
+
+// Reacquire is called after a dial-class failure against failed: the route
+// is dropped and the sandbox's liveness verified, so a sandbox killed behind
+// the gateway's back is recreated.
+func (p *Pool) Reacquire(ctx context.Context, failed *Route) (*Route, Outcome, error) {
+	start := time.Now()
+	p.cache.drop(failed.SandboxID, failed)
+	ctx, span := p.obs.startAcquire(ctx, failed.User, failed.Thread)
+	r, o, err := p.acquire(ctx, failed.User, failed.Thread, true)
+	p.obs.acquired(span, start, o, err)
+	return r, o, err
+}
+
+type acquired struct {
+	route   *Route
+	outcome Outcome
+}
+
+func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*Route, Outcome, error) {
+	sid := identity.SandboxID(user, thread)
+	key := sid
+	if verify {
+		key += "/verify"
+	}
+	// The attempt runs detached from this request: a client that gives up
+	// must not abort a create other requests wait for.
+	ch := p.flight.DoChan(key, func() (any, error) {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CreateTimeout+p.cfg.LockTTL)
+		defer cancel()
+		r, o, err := p.acquireSlow(actx, user, thread, sid, verify)
+		if err != nil {
+			p.notes.failed(actx, user, thread, sid, err)
+		}
+		return acquired{r, o}, err
+	})
+	wait := time.NewTimer(p.cfg.ProvisionWait)
+	defer wait.Stop()
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, "", res.Err
+		}
+		a := res.Val.(acquired)
+		a.route.touched.Store(true)
+		return a.route, a.outcome, nil
+	case <-wait.C:
+		return nil, "", fmt.Errorf("%w: still creating after %s", ErrProvisioning, p.cfg.ProvisionWait)
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+}
+
+// Owner decides who may reach a sandbox by id.
+type Owner interface {
+	Owns(user, thread string) bool
+}
+
+// Route returns the cached route of sid, or acquires it from its Redis
+// record, for a caller who owns it. It never creates: an unknown sid is
+// ErrNotFound, and so is a sandbox who does not own, which is then neither
+// touched nor reclaimed from the warm pool.
+func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcome, error) {
+	start := time.Now()
+	if r := p.cache.sandbox(sid, nowAt(p.clock, start)); r != nil {
+		if !who.Owns(r.User, r.Thread) {
+			return nil, "", ErrNotFound
+		}
+		r.touched.Store(true)
+		p.obs.hit(ctx, r, start)
+		return r, OutcomeHit, nil
+	}
+	rec, ok, err := p.store.Get(ctx, sid)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !ok || rec.State == state.StateDestroying || !who.Owns(rec.User, rec.Thread) {
+		return nil, "", ErrNotFound
+	}
+	if identity.SandboxID(rec.User, rec.Thread) != sid {
+		return nil, "", conflict(ctx, p.log, rec, rec.User, rec.Thread)
+	}
+	ctx, span := p.obs.startAcquire(ctx, rec.User, rec.Thread)
+	r, o, err := p.acquire(ctx, rec.User, rec.Thread, false)
+	p.obs.acquired(span, start, o, err)
+	return r, o, err
+}
 
 // acquireSlow is the path behind a cache miss: read the record, reuse it if
 // it is usable, otherwise provision under the sandbox's lock.
@@ -23,10 +123,10 @@ func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
 	if ok && (rec.User != user || rec.Thread != thread) {
-		return nil, "", p.conflict(ctx, rec, user, thread)
+		return nil, "", conflict(ctx, p.log, rec, user, thread)
 	}
 	// A frozen or paused warm sandbox is thawed under the lock, in provision.
-	if ok && !p.thawsUnderLock(rec) {
+	if ok && !thawsUnderLock(rec, p.warmPauser != nil) {
 		r, outcome, err := p.reuse(ctx, rec, verify)
 		if r != nil || err != nil {
 			return r, outcome, err
@@ -47,14 +147,14 @@ func (p *Pool) reuse(ctx context.Context, rec state.Record, verify bool) (*Route
 	// while parked. An active one only when a dial to it just failed. A
 	// thaw checks by itself (it fails on a sandbox that is gone): only a
 	// failed one is followed by the liveness check.
-	thaw := p.thawsUnderLock(rec)
+	thaw := thawsUnderLock(rec, p.warmPauser != nil)
 	if (rec.State == state.StateWarm || verify) && !thaw {
 		if gone, err := p.dropIfDead(ctx, rec); gone || err != nil {
 			return nil, "", err
 		}
 	}
 	if thaw {
-		if err := p.thaw(ctx, rec); err != nil {
+		if err := p.stopper.thaw(ctx, rec); err != nil {
 			if gone, derr := p.dropIfDead(ctx, rec); gone || derr != nil {
 				return nil, "", derr
 			}
@@ -74,7 +174,7 @@ func (p *Pool) reuse(ctx context.Context, rec state.Record, verify bool) (*Route
 	}
 	if rec.State == state.StateWarm {
 		p.log.InfoContext(ctx, "sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
-		p.ready(ctx, r)
+		p.notes.ready(ctx, r)
 		return r, OutcomeWarm, nil
 	}
 	if !rec.Frozen.IsZero() {
@@ -86,7 +186,7 @@ func (p *Pool) reuse(ctx context.Context, rec state.Record, verify bool) (*Route
 // dropIfDead asks the backend whether rec's sandbox still runs and, if
 // not, drops its record: gone is true and the caller provisions.
 func (p *Pool) dropIfDead(ctx context.Context, rec state.Record) (gone bool, err error) {
-	alive, err := p.alive(ctx, rec)
+	alive, err := p.backend.alive(ctx, rec)
 	if err != nil {
 		return false, fmt.Errorf("%w: check sandbox: %w", backend.ErrUnavailable, err)
 	}
@@ -98,27 +198,20 @@ func (p *Pool) dropIfDead(ctx context.Context, rec state.Record) (gone bool, err
 	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
 		return true, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	p.gone(ctx, rec, ReasonVanished)
+	p.notes.gone(ctx, rec, ReasonVanished)
 	return true, nil
-}
-
-// thawsUnderLock: rec's sandbox must be thawed before it is routed to (it
-// is frozen, or paused in the warm pool), which is done under its lock so
-// it cannot interleave with a freeze or a pause.
-func (p *Pool) thawsUnderLock(rec state.Record) bool {
-	return !rec.Frozen.IsZero() || rec.State == state.StateWarm && p.pauser() != nil
 }
 
 // provision runs under the sandbox's lock: re-check the record (another
 // replica may have just created it), adopt a running sandbox the backend
 // knows, or reserve capacity and create one.
 func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route, Outcome, error) {
-	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
+	held, err := p.locks.lock(ctx, sid, p.cfg.ProvisionWait)
 	if err != nil {
 		return nil, "", lockErr(err)
 	}
 	ctx, after := withAfterAnswer(ctx)
-	defer p.unlockAfter(held, after)
+	defer p.bg.unlockAfter(p.locks, held, after)
 	// A lost lock means another replica may start the same sandbox; stop.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -135,31 +228,31 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
 	if ok && (rec.User != user || rec.Thread != thread) {
-		return nil, "", p.conflict(ctx, rec, user, thread)
+		return nil, "", conflict(ctx, p.log, rec, user, thread)
 	}
 	if ok {
 		if rec.State == state.StateDestroying {
 			// A destroyer died half way (its lock expired): finish its job.
-			if err := p.destroyBackend(ctx, rec); err != nil {
+			if err := p.backend.destroy(ctx, rec); err != nil {
 				return nil, "", fmt.Errorf("%w: finish interrupted destroy: %w", backend.ErrUnavailable, err)
 			}
 			if _, err := p.store.Forget(ctx, sid, rec.Incarnation); err != nil {
 				return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 			}
 			p.metrics.Destroyed(string(ReasonInterrupted))
-			p.gone(ctx, rec, string(ReasonInterrupted))
+			p.notes.gone(ctx, rec, string(ReasonInterrupted))
 		} else if r, outcome, err := p.reuse(ctx, rec, true); r != nil || err != nil {
 			return r, outcome, err
 		}
 	}
 
-	info, found, err := p.discover(ctx, sid, thread)
+	info, found, err := p.backend.discover(ctx, sid, thread)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: discover: %w", backend.ErrUnavailable, err)
 	}
 	if found && (info.User != "" && info.User != user || info.Thread != "" && info.Thread != thread) {
 		// A running sandbox labelled with another identity is never adopted for this one.
-		return nil, "", p.conflict(ctx, state.RecordFromInfo(info, ""), user, thread)
+		return nil, "", conflict(ctx, p.log, state.RecordFromInfo(info, ""), user, thread)
 	}
 	if found {
 		r, err := p.record(ctx, info, user, thread)
@@ -168,7 +261,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 		p.metrics.Adopted("acquire")
 		p.log.InfoContext(ctx, "adopted running sandbox", "sandbox_id", sid, "thread", thread)
-		p.ready(ctx, r)
+		p.notes.ready(ctx, r)
 		return r, OutcomeAdopted, nil
 	}
 
@@ -186,13 +279,13 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	taken, takenLock, err := p.reserve(ctx, user, thread, sid, p.claimable(user, thread))
+	taken, takenLock, err := p.capacity.reserve(ctx, user, thread, sid, p.claims.claimable(user, thread))
 	if err != nil {
 		return nil, "", err
 	}
 	if takenLock != nil {
-		if r, err := p.claim(ctx, taken, takenLock, user, thread, sid); err == nil {
-			p.ready(ctx, r)
+		if r, err := p.claims.claim(ctx, taken, takenLock, user, thread, sid); err == nil {
+			p.notes.ready(ctx, r)
 			return r, OutcomePrewarm, nil
 		}
 	}
@@ -205,7 +298,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 		return nil, "", err
 	}
-	p.ready(ctx, r)
+	p.notes.ready(ctx, r)
 	return r, OutcomeCold, nil
 }
 
@@ -227,15 +320,13 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if !set {
 		egress = p.cfg.Egress
 	}
-	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: egress}
-	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
-	spec.Labels[backend.LabelFleet] = p.cfg.Fleet
-	p.publish(ctx, events.Starting, sid, user, thread, "")
-	cctx, cancel := context.WithTimeout(p.withProgress(ctx, user, thread, sid), p.cfg.CreateTimeout)
+	spec := p.tmpl.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Secret: secret, Egress: egress})
+	p.notes.publish(ctx, events.Starting, sid, user, thread, "")
+	cctx, cancel := context.WithTimeout(p.notes.withProgress(ctx, user, thread, sid), p.cfg.CreateTimeout)
 	defer cancel()
 	start := time.Now()
-	cctx, span := p.span(cctx, spanCreate, sid, thread)
-	info, err := p.backend.Create(cctx, spec)
+	cctx, span := p.obs.span(cctx, spanCreate, sid, thread)
+	info, err := p.backend.be.Create(cctx, spec)
 	end(span, err)
 	p.metrics.Created(err == nil)
 	if err != nil {
@@ -254,54 +345,4 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	p.log.InfoContext(ctx, "sandbox created", "sandbox_id", sid, "thread", thread,
 		"incarnation", info.Incarnation, "took_ms", time.Since(start).Milliseconds())
 	return r, nil
-}
-
-// newSecret mints a sandbox's own credential: 256 random bits, base64url.
-func newSecret() (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("mint sandbox secret: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
-}
-
-// conflict logs a record (or a running sandbox) at the caller's sandbox id
-// that names another user or thread, and refuses it: the id formula cannot
-// produce this (user names hold no ':'), so the record was written by an
-// older version, a 64-bit prefix collision or someone with Redis access.
-func (p *Pool) conflict(ctx context.Context, rec state.Record, user, thread string) error {
-	p.log.WarnContext(ctx, "sandbox identity conflict: not served", "sandbox_id", rec.SandboxID,
-		"user", user, "thread", thread, "record_user", rec.User, "record_thread", rec.Thread)
-	return fmt.Errorf("%w: sandbox %s", ErrIdentityConflict, rec.SandboxID)
-}
-
-// discover asks the backend for a running sid in a span.
-func (p *Pool) discover(ctx context.Context, sid, thread string) (backend.Info, bool, error) {
-	ctx, span := p.span(ctx, spanDiscover, sid, thread)
-	info, found, err := p.backend.Discover(ctx, sid)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Bool("found", found))
-	}
-	end(span, err)
-	return info, found, err
-}
-
-// record writes an active record for a live sandbox and caches its route.
-func (p *Pool) record(ctx context.Context, info backend.Info, user, thread string) (*Route, error) {
-	info.User, info.Thread = user, thread
-	if info.Backend == "" {
-		info.Backend = p.name
-	}
-	if info.CreatedAt.IsZero() {
-		info.CreatedAt = p.clock.Now()
-	}
-	rec := state.RecordFromInfo(info, state.StateActive)
-	commit, err := p.store.RecordActive(ctx, rec, p.clock.Now())
-	if err == nil {
-		err = afterAnswer(ctx, commit)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrState, err)
-	}
-	return p.newRoute(rec)
 }

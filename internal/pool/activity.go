@@ -24,14 +24,28 @@ func activityPathFor(busyIdleAfter time.Duration) string {
 // cannot tell.
 const activityProbeTimeout = 2 * time.Second
 
+// prober asks a sandbox what runs in it (sandboxspec.ActivityPath), and
+// renews the activity of one that is busy.
+type prober struct {
+	busyIdleAfter time.Duration
+	newRT         func(socket string) http.RoundTripper
+	store         activityToucher
+	clock         Clock
+}
+
+// activityToucher moves sandboxes' activity to now.
+type activityToucher interface {
+	Touch(ctx context.Context, entries []state.TouchEntry, now time.Time) ([]int, error)
+}
+
 // activity asks rec's sandbox what runs in it. An error means it cannot
 // tell: a third-party image without sandboxspec.ActivityPath, a sandbox that does not
 // answer (a frozen one never does: do not ask it).
-func (p *Pool) activity(ctx context.Context, rec state.Record) (sandboxspec.Activity, error) {
+func (p *prober) activity(ctx context.Context, rec state.Record) (sandboxspec.Activity, error) {
 	ctx, cancel := context.WithTimeout(ctx, activityProbeTimeout)
 	defer cancel()
 	base, socket := backend.HTTPBase(rec.URL)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+activityPathFor(p.cfg.BusyIdleAfter), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+activityPathFor(p.busyIdleAfter), nil)
 	if err != nil {
 		return sandboxspec.Activity{}, fmt.Errorf("activity probe: %w", err)
 	}
@@ -65,7 +79,7 @@ func (p *Pool) activity(ctx context.Context, rec state.Record) (sandboxspec.Acti
 // something or cannot tell (unknown is not idle: such a sandbox is never
 // frozen or restored under). running says which: the freezer and the
 // reaper spare a running sandbox and renew its activity.
-func (p *Pool) busy(ctx context.Context, rec state.Record) (running bool, err error) {
+func (p *prober) busy(ctx context.Context, rec state.Record) (running bool, err error) {
 	a, err := p.activity(ctx, rec)
 	if err != nil {
 		return false, fmt.Errorf("%w: it cannot tell: %w", ErrBusy, err)
@@ -80,7 +94,7 @@ func (p *Pool) busy(ctx context.Context, rec state.Record) (running bool, err er
 // or serves a request, as a request in flight through a replica would be:
 // idle expiry and the freezer leave it alone until it has been quiet that
 // long. true if it was spared.
-func (p *Pool) spareRunning(ctx context.Context, rec state.Record) bool {
+func (p *prober) spareRunning(ctx context.Context, rec state.Record) bool {
 	if !rec.Frozen.IsZero() {
 		return false // stopped: nothing runs, and it could not answer
 	}
@@ -93,13 +107,6 @@ func (p *Pool) spareRunning(ctx context.Context, rec state.Record) bool {
 
 // renew moves rec's activity to now, as the toucher does for a request in
 // flight; a failure only means it is looked at again sooner.
-func (p *Pool) renew(ctx context.Context, rec state.Record) {
+func (p *prober) renew(ctx context.Context, rec state.Record) {
 	_, _ = p.store.Touch(ctx, []state.TouchEntry{{SandboxID: rec.SandboxID, Incarnation: rec.Incarnation}}, p.clock.Now())
-}
-
-// servingHere: a request to sid is in flight on this replica (the toucher
-// renews its activity every touch_interval meanwhile).
-func (p *Pool) servingHere(sid string) bool {
-	rt := p.cache.peek(sid)
-	return rt != nil && rt.InFlight() > 0
 }

@@ -5,26 +5,51 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // What the operator CLI asks of the pool beyond serving threads: logs and
 // resource use of one sandbox, and pruning what this fleet left behind.
 
+// Admin is what the operator API asks of the pool beyond serving threads.
+type Admin struct{ p adminParams }
+
+type adminParams struct {
+	fleet   string
+	grace   time.Duration // Config.ReconcileGrace
+	backend backend.Backend
+	store   adminStore
+	buckets int // in the layout: Prune looks at all of them
+	locks   locks
+	metrics *telemetry.Metrics
+	clock   Clock
+	log     *slog.Logger
+}
+
+// adminStore reads records.
+type adminStore interface {
+	bucketRecorder
+	Get(ctx context.Context, sid string) (state.Record, bool, error)
+}
+
+func newAdmin(p adminParams) *Admin { return &Admin{p: p} }
+
 // Fleet is the fleet label of this pool's sandboxes.
-func (p *Pool) Fleet() string { return p.cfg.Fleet }
+func (a *Admin) Fleet() string { return a.p.fleet }
 
 // Logs streams the backend's log of sid's sandbox (its server's output).
-func (p *Pool) Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error) {
-	ls, ok := p.backend.(backend.LogStreamer)
+func (a *Admin) Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error) {
+	ls, ok := a.p.backend.(backend.LogStreamer)
 	if !ok {
 		return nil, backend.ErrNotSupported
 	}
-	rec, err := p.recorded(ctx, sid)
+	rec, err := a.recorded(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
@@ -32,12 +57,12 @@ func (p *Pool) Logs(ctx context.Context, sid string, opts backend.LogOptions) (i
 }
 
 // Stats samples the resource use of sid's sandbox.
-func (p *Pool) Stats(ctx context.Context, sid string) (backend.Stats, error) {
-	st, ok := p.backend.(backend.Statter)
+func (a *Admin) Stats(ctx context.Context, sid string) (backend.Stats, error) {
+	st, ok := a.p.backend.(backend.Statter)
 	if !ok {
 		return backend.Stats{}, backend.ErrNotSupported
 	}
-	rec, err := p.recorded(ctx, sid)
+	rec, err := a.recorded(ctx, sid)
 	if err != nil {
 		return backend.Stats{}, err
 	}
@@ -45,13 +70,13 @@ func (p *Pool) Stats(ctx context.Context, sid string) (backend.Stats, error) {
 }
 
 // CanStat says whether Stats can answer at all on this backend.
-func (p *Pool) CanStat() bool {
-	_, ok := p.backend.(backend.Statter)
+func (a *Admin) CanStat() bool {
+	_, ok := a.p.backend.(backend.Statter)
 	return ok
 }
 
-func (p *Pool) recorded(ctx context.Context, sid string) (state.Record, error) {
-	rec, ok, err := p.store.Get(ctx, sid)
+func (a *Admin) recorded(ctx context.Context, sid string) (state.Record, error) {
+	rec, ok, err := a.p.store.Get(ctx, sid)
 	if err != nil {
 		return state.Record{}, fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -84,9 +109,9 @@ type PruneReport struct {
 // record a younger one), and what dead sandboxes left behind (backends that
 // implement backend.Pruner). Other fleets' sandboxes are never looked at
 // twice. dryRun only reports.
-func (p *Pool) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
-	rep := PruneReport{Fleet: p.cfg.Fleet, DryRun: dryRun, Items: []Pruned{}}
-	live, records, err := p.bothSides(ctx, p.allBuckets())
+func (a *Admin) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
+	rep := PruneReport{Fleet: a.p.fleet, DryRun: dryRun, Items: []Pruned{}}
+	live, records, err := bothSides(ctx, a.p.backend, a.p.store, allBuckets(a.p.buckets))
 	if err != nil {
 		return rep, err
 	}
@@ -94,9 +119,9 @@ func (p *Pool) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 	for _, rec := range records {
 		known[rec.SandboxID] = true
 	}
-	now := p.clock.Now()
+	now := a.p.clock.Now()
 	for _, info := range live {
-		if known[info.SandboxID] || !backend.InFleet(info.Labels, p.cfg.Fleet) || now.Sub(info.CreatedAt) < p.cfg.ReconcileGrace {
+		if known[info.SandboxID] || !backend.InFleet(info.Labels, a.p.fleet) || now.Sub(info.CreatedAt) < a.p.grace {
 			continue
 		}
 		if identity.ValidUser(info.User) != nil || identity.ValidThread(info.Thread) != nil ||
@@ -106,56 +131,56 @@ func (p *Pool) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 		item := Pruned{Kind: "sandbox", Name: info.SandboxID, SandboxID: info.SandboxID, User: info.User, Thread: info.Thread,
 			CreatedAt: info.CreatedAt.UTC()}
 		if !dryRun {
-			item.Error = p.pruneFailed(ctx, item, p.pruneSandbox(ctx, info))
+			item.Error = a.pruneFailed(ctx, item, a.pruneSandbox(ctx, info))
 		}
 		rep.Items = append(rep.Items, item)
 	}
-	pr, ok := p.backend.(backend.Pruner)
+	pr, ok := a.p.backend.(backend.Pruner)
 	if !ok {
 		return rep, nil
 	}
-	left, err := pr.Leftovers(ctx, p.cfg.Fleet)
+	left, err := pr.Leftovers(ctx, a.p.fleet)
 	if err != nil {
 		return rep, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
 	for _, l := range left {
 		item := Pruned{Kind: l.Kind, Name: l.Name, SandboxID: l.SandboxID}
 		if !dryRun {
-			item.Error = p.pruneFailed(ctx, item, pr.RemoveLeftover(ctx, l))
+			item.Error = a.pruneFailed(ctx, item, pr.RemoveLeftover(ctx, l))
 		}
 		rep.Items = append(rep.Items, item)
 	}
 	if !dryRun && len(rep.Items) > 0 {
-		p.log.InfoContext(ctx, "pruned", "fleet", p.cfg.Fleet, "items", len(rep.Items))
+		a.p.log.InfoContext(ctx, "pruned", "fleet", a.p.fleet, "items", len(rep.Items))
 	}
 	return rep, nil
 }
 
 // pruneSandbox destroys a running sandbox without a record, under its lock
 // and only if it still has none.
-func (p *Pool) pruneSandbox(ctx context.Context, info backend.Info) error {
-	held, err := p.lock(ctx, info.SandboxID, 0)
+func (a *Admin) pruneSandbox(ctx context.Context, info backend.Info) error {
+	held, err := a.p.locks.lock(ctx, info.SandboxID, 0)
 	if err != nil {
 		return lockErr(err)
 	}
-	defer p.unlock(held)
-	if _, ok, err := p.store.Get(ctx, info.SandboxID); err != nil || ok {
+	defer a.p.locks.unlock(held)
+	if _, ok, err := a.p.store.Get(ctx, info.SandboxID); err != nil || ok {
 		return errors.Join(err, errors.New("recorded meanwhile; kept"))
 	}
-	if err := p.backend.Destroy(ctx, info); err != nil {
+	if err := a.p.backend.Destroy(ctx, info); err != nil {
 		return err
 	}
-	p.metrics.Destroyed(string(ReasonAdmin))
-	p.log.InfoContext(ctx, "pruned a sandbox without a record", "sandbox_id", info.SandboxID, "thread", info.Thread)
+	a.p.metrics.Destroyed(string(ReasonAdmin))
+	a.p.log.InfoContext(ctx, "pruned a sandbox without a record", "sandbox_id", info.SandboxID, "thread", info.Thread)
 	return nil
 }
 
 // pruneFailed logs a failed removal and says so in words fit for a client
 // (the error may name host paths).
-func (p *Pool) pruneFailed(ctx context.Context, item Pruned, err error) string {
+func (a *Admin) pruneFailed(ctx context.Context, item Pruned, err error) string {
 	if err == nil {
 		return ""
 	}
-	p.log.WarnContext(ctx, "prune: remove failed", "kind", item.Kind, "sandbox_id", item.SandboxID, "err", err)
+	a.p.log.WarnContext(ctx, "prune: remove failed", "kind", item.Kind, "sandbox_id", item.SandboxID, "err", err)
 	return "not removed; the gateway log says why"
 }

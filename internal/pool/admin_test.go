@@ -48,14 +48,14 @@ func TestFleetsOnOneBackend(t *testing.T) {
 	alphaEnv.be.mu.Unlock()
 	alphaEnv.clock.Advance(2 * time.Minute)
 
-	rep, err := alpha.Prune(ctx, true)
+	rep, err := NewAdmin(alpha).Prune(ctx, true)
 	if err != nil || rep.Fleet != "alpha" || !rep.DryRun || len(rep.Items) != 1 || rep.Items[0].SandboxID != mine.SandboxID {
 		t.Fatalf("dry run: %+v %v", rep, err)
 	}
 	if alphaEnv.be.liveCount() != 3 {
 		t.Fatal("a dry run removed something")
 	}
-	rep, err = alpha.Prune(ctx, false)
+	rep, err = NewAdmin(alpha).Prune(ctx, false)
 	if err != nil || len(rep.Items) != 1 || rep.Items[0].Error != "" {
 		t.Fatalf("prune: %+v %v", rep, err)
 	}

@@ -89,20 +89,25 @@ func afterAnswer(ctx context.Context, fn func(context.Context) error) error {
 	return nil
 }
 
+// unlockLater releases h after the caller answered: the record it guarded
+// is written, so nobody needs to wait for the release but a destroy or a
+// create of the same sandbox, which waits for the lock.
+func (b *background) unlockLater(l locks, h *statedb.Held) { b.run(func() { l.unlock(h) }) }
+
 // unlockAfter runs what the provision left, then releases its lock, after
 // the caller answered.
-func (p *Pool) unlockAfter(h *statedb.Held, a *after) {
-	p.bg.run(func() {
+func (b *background) unlockAfter(l locks, h *statedb.Held, a *after) {
+	b.run(func() {
 		a.mu.Lock()
 		fns := a.fns
 		a.mu.Unlock()
 		for _, fn := range fns {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			if err := fn(ctx); err != nil {
-				p.log.Warn("finish recording a sandbox (the reconciler repairs it)", "err", err)
+				l.log.Warn("finish recording a sandbox (the reconciler repairs it)", "err", err)
 			}
 			cancel()
 		}
-		p.unlock(h)
+		l.unlock(h)
 	})
 }

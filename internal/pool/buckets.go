@@ -3,14 +3,13 @@ package pool
 import (
 	"context"
 	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"time"
-)
 
-// DefaultBucketLeaseTTL is how long a bucket's lease outlives its holder's
-// last renewal: a bucket whose replica died is taken over within it (plus
-// one lease tick, a third of it).
-const DefaultBucketLeaseTTL = 15 * time.Second
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
+)
 
 // BucketLeases divides the buckets between the replicas alive, so each
 // reaps and reconciles its share and the work per replica falls as replicas
@@ -19,14 +18,32 @@ const DefaultBucketLeaseTTL = 15 * time.Second
 // of its own and lets go of the others; a lease only divides work (the
 // record and the sandbox lock keep destroys exactly-once), so replicas that
 // disagree for a moment overlap, they never skip.
-type BucketLeases struct{ p *Pool }
+type BucketLeases struct{ p bucketLeasesParams }
 
-// NewBucketLeases returns the bucket lease loop of p.
-func NewBucketLeases(p *Pool) *BucketLeases { return &BucketLeases{p: p} }
+type bucketLeasesParams struct {
+	instance string
+	// token names this process in the leases, unique even if two replicas
+	// share an instance name.
+	token string
+	ttl   time.Duration
+	store leaseStore
+	held  *heldBuckets
+	clock Clock
+	log   *slog.Logger
+}
+
+// leaseStore reads the replicas alive and takes and lets go of bucket leases.
+type leaseStore interface {
+	Replicas(ctx context.Context) ([]state.Replica, error)
+	Keys() statedb.Keys
+	HoldBuckets(ctx context.Context, token string, want, drop []int, ttl time.Duration) ([]int, error)
+}
+
+func newBucketLeases(p bucketLeasesParams) *BucketLeases { return &BucketLeases{p: p} }
 
 // Run takes its buckets at once, then every third of the lease TTL.
 func (l *BucketLeases) Run(ctx context.Context) {
-	tick := l.p.cfg.BucketLeaseTTL / 3
+	tick := l.p.ttl / 3
 	if err := runPass(ctx, tick, l.Pass); err != nil && ctx.Err() == nil {
 		l.p.log.Warn("bucket leases pass failed", "err", err)
 	}
@@ -42,25 +59,25 @@ func (l *BucketLeases) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	alive := []string{p.cfg.Instance}
+	alive := []string{p.instance}
 	for _, r := range reps {
-		if r.Instance != p.cfg.Instance && now.Sub(r.Seen) <= p.cfg.BucketLeaseTTL {
+		if r.Instance != p.instance && now.Sub(r.Seen) <= p.ttl {
 			alive = append(alive, r.Instance)
 		}
 	}
 	var want, drop []int
 	for b := range p.store.Keys().Buckets() {
-		if rendezvous(b, alive) == p.cfg.Instance {
+		if rendezvous(b, alive) == p.instance {
 			want = append(want, b)
 		} else {
 			drop = append(drop, b)
 		}
 	}
-	held, err := p.store.HoldBuckets(ctx, p.leaseToken, want, drop, p.cfg.BucketLeaseTTL)
+	held, err := p.store.HoldBuckets(ctx, p.token, want, drop, p.ttl)
 	if err != nil {
 		return err
 	}
-	p.owned.Store(&held)
+	p.held.set(held)
 	return nil
 }
 
@@ -88,21 +105,4 @@ func mix(h uint64) uint64 {
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
 	return h
-}
-
-// buckets are the buckets this replica reaps and reconciles: those it holds
-// the lease of, or every bucket when no lease loop runs (one replica, tests).
-func (p *Pool) buckets() []int {
-	if held := p.owned.Load(); held != nil {
-		return *held
-	}
-	return p.allBuckets()
-}
-
-func (p *Pool) allBuckets() []int {
-	all := make([]int, p.store.Keys().Buckets())
-	for b := range all {
-		all[b] = b
-	}
-	return all
 }

@@ -39,7 +39,7 @@ func TestBucketLeasesSplitTheWorkAndMoveOnDeath(t *testing.T) {
 		}
 		seen := map[int]string{}
 		for _, p := range live {
-			mine := p.buckets()
+			mine := p.held.mine()
 			if len(mine) < n/len(live)/2 {
 				t.Errorf("%s holds %d of %d buckets: not its share", p.cfg.Instance, len(mine), n)
 			}

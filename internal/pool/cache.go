@@ -132,3 +132,10 @@ func (c *cache) each(f func(*Route)) {
 		f(r)
 	}
 }
+
+// serving: a request to sid is in flight on this replica (the toucher
+// renews its activity every touch_interval meanwhile).
+func (c *cache) serving(sid string) bool {
+	r := c.peek(sid)
+	return r != nil && r.InFlight() > 0
+}

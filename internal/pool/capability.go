@@ -9,15 +9,6 @@ import (
 	"github.com/sandgate/sandgate/internal/state"
 )
 
-// CapRoute is a route reached through a capability URL. It is its own type
-// so that a dial failure re-resolves the capability (RecheckCapability),
-// never the thread: a capability never provisions, and dies with its
-// incarnation.
-type CapRoute struct {
-	*Route
-	sum state.CapabilitySum
-}
-
 // Capability returns the capability of sid's current incarnation, minting
 // it on first use (ErrNotFound if the sandbox is gone or being destroyed).
 func (p *Pool) Capability(ctx context.Context, sid string) (string, error) {
@@ -38,9 +29,9 @@ func (p *Pool) Capability(ctx context.Context, sid string) (string, error) {
 func (p *Pool) CapabilityRoute(ctx context.Context, capability string) (*CapRoute, Outcome, error) {
 	start := time.Now()
 	sum := state.SumCapability(capability)
-	if cr := p.cache.capability(sum, p.now(start)); cr != nil {
+	if cr := p.cache.capability(sum, nowAt(p.clock, start)); cr != nil {
 		cr.touched.Store(true)
-		p.hit(ctx, cr.Route, start)
+		p.obs.hit(ctx, cr.Route, start)
 		return cr, OutcomeHit, nil
 	}
 	return p.capabilitySlow(ctx, sum, false, start)
@@ -65,20 +56,20 @@ func (p *Pool) capabilitySlow(ctx context.Context, sum state.CapabilitySum, veri
 		return nil, "", ErrNotFound
 	}
 	if identity.SandboxID(rec.User, rec.Thread) != rec.SandboxID {
-		return nil, "", p.conflict(ctx, rec, rec.User, rec.Thread)
+		return nil, "", conflict(ctx, p.log, rec, rec.User, rec.Thread)
 	}
-	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)
-	if p.thawsUnderLock(rec) {
+	ctx, span := p.obs.startAcquire(ctx, rec.User, rec.Thread)
+	if thawsUnderLock(rec, p.warmPauser != nil) {
 		// Thawing a frozen or paused sandbox must not interleave with a freeze.
-		held, err := p.lock(ctx, rec.SandboxID, p.cfg.ProvisionWait)
+		held, err := p.locks.lock(ctx, rec.SandboxID, p.cfg.ProvisionWait)
 		if err != nil {
-			p.acquired(span, start, "", err)
+			p.obs.acquired(span, start, "", err)
 			return nil, "", lockErr(err)
 		}
-		defer p.unlock(held)
+		defer p.locks.unlock(held)
 		if rec, ok, err = p.store.ByCapability(ctx, sum); err != nil || !ok {
 			err = capabilityGone(err)
-			p.acquired(span, start, "", err)
+			p.obs.acquired(span, start, "", err)
 			return nil, "", err
 		}
 	}
@@ -86,7 +77,7 @@ func (p *Pool) capabilitySlow(ctx context.Context, sum state.CapabilitySum, veri
 	if err == nil && r == nil {
 		err = ErrNotFound // dead or replaced: the capability died with its incarnation
 	}
-	p.acquired(span, start, outcome, err)
+	p.obs.acquired(span, start, outcome, err)
 	if err != nil {
 		return nil, "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/events"
@@ -37,6 +38,27 @@ func quotaExempt(ctx context.Context) bool {
 	return v
 }
 
+// capacity reserves the fleet-wide capacity of a create (statedb.Store.Reserve),
+// evicting a warm sandbox or taking a pre-started one as the reservation says.
+type capacity struct {
+	cfg       Config
+	store     reserveStore
+	claims    *claims
+	locks     locks
+	destroyer *destroyer
+	notes     *notifier
+	obs       observer
+	metrics   *telemetry.Metrics
+	clock     Clock
+	log       *slog.Logger
+}
+
+// reserveStore reserves capacity and claims an evicted sandbox's record.
+type reserveStore interface {
+	Reserve(ctx context.Context, req state.ReserveRequest) (state.ReserveResult, error)
+	ClaimExpired(ctx context.Context, sid string, index state.Index, cutoff, now time.Time) (state.Record, bool, error)
+}
+
 // reserve takes a unit of fleet-wide capacity for sid, evicting a warm
 // sandbox when the pool or the user is full (see statedb.scriptReserve for
 // which). Soft mode (DeerFlow's) goes beyond the cap with a warning when
@@ -47,7 +69,7 @@ func quotaExempt(ctx context.Context) bool {
 // With claim, a pre-started sandbox is offered before any capacity is
 // reserved: it is returned taken (its capacity unit now sid's reservation)
 // with its lock held, which the caller releases.
-func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken state.Record, held *statedb.Held, err error) {
+func (p *capacity) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken state.Record, held *statedb.Held, err error) {
 	req := state.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
 	if claim {
 		req.Kind = state.KindTake
@@ -59,7 +81,7 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 && !claim {
 		return state.Record{}, nil, nil
 	}
-	ctx, span := p.span(ctx, spanReserve, sid, thread)
+	ctx, span := p.obs.span(ctx, spanReserve, sid, thread)
 	defer func() { end(span, err) }()
 	deadline := time.Now().Add(p.cfg.AcquireTimeout)
 	queued := false
@@ -74,7 +96,7 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 		case "ok":
 			return state.Record{}, nil, nil
 		case "prewarm":
-			rec, held, ok, err := p.takePrewarm(ctx, res.Victim, sid, user)
+			rec, held, ok, err := p.claims.takePrewarm(ctx, res.Victim, sid, user)
 			if err != nil || ok {
 				return rec, held, err
 			}
@@ -107,7 +129,7 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 			}
 			if !queued { // once per create: the wait is one step
 				queued = true
-				p.publish(ctx, events.Queued, sid, user, thread, "")
+				p.notes.publish(ctx, events.Queued, sid, user, thread, "")
 			}
 			select {
 			case <-ctx.Done():
@@ -122,17 +144,17 @@ func (p *Pool) reserve(ctx context.Context, user, thread, sid string, claim bool
 
 // evict destroys sid if it is still warm. Losing the race (it was reclaimed,
 // or another replica evicts it) is fine: the caller reserves again.
-func (p *Pool) evict(ctx context.Context, sid string) {
-	ctx, span := p.span(ctx, spanEvict, sid, "")
+func (p *capacity) evict(ctx context.Context, sid string) {
+	ctx, span := p.obs.span(ctx, spanEvict, sid, "")
 	defer span.End()
-	held, err := p.lock(ctx, sid, time.Second)
+	held, err := p.locks.lock(ctx, sid, time.Second)
 	if err != nil {
 		if !errors.Is(err, state.ErrLocked) {
 			p.log.WarnContext(ctx, "evict: lock", "sandbox_id", sid, "err", err)
 		}
 		return
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	// Claim only if still in the warm or prewarm index (any score): a
 	// reclaimed or claimed one is spared.
 	now := p.clock.Now()
@@ -143,7 +165,7 @@ func (p *Pool) evict(ctx context.Context, sid string) {
 	if err != nil || !ok {
 		return
 	}
-	if err := p.destroyClaimed(ctx, rec, ReasonEvicted); err != nil {
+	if err := p.destroyer.destroyClaimed(ctx, rec, ReasonEvicted); err != nil {
 		p.log.WarnContext(ctx, "evict", "sandbox_id", sid, "err", err)
 		telemetry.Fail(span, err)
 		return

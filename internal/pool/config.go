@@ -114,6 +114,10 @@ const (
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultReconcileGrace    = time.Minute
 	DefaultMaxLifetime       = 24 * time.Hour
+	// DefaultBucketLeaseTTL is how long a bucket's lease outlives its
+	// holder's last renewal: a bucket whose replica died is taken over
+	// within it (plus one lease tick, a third of it).
+	DefaultBucketLeaseTTL = 15 * time.Second
 )
 
 // Validate reports the first bad field by name.

@@ -28,6 +28,9 @@ var (
 	// ErrRateLimited: the user had too many sandboxes created lately
 	// (429 + Retry-After); always a *RateLimitError.
 	ErrRateLimited = errors.New("sandbox create rate exceeded")
+	// ErrBusy: the sandbox runs a command or serves a request, so it is
+	// neither frozen nor restored under it (409).
+	ErrBusy = errors.New("sandbox is busy")
 	// ErrUserQuota: the user is at a per-user limit or, under a full hard
 	// cap, at its fair share (429 + Retry-After); always a *QuotaError.
 	ErrUserQuota = errors.New("per-user sandbox limit reached")

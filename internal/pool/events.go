@@ -26,52 +26,62 @@ const ReasonVanished = "vanished"
 // wants a moving number, not every line of the engine's stream.
 const pullEventEvery = 250 * time.Millisecond
 
+// notifier publishes this replica's lifecycle events, after the caller
+// went on (background), in order.
+type notifier struct {
+	events  Publisher // nil = none
+	backend string
+	bg      *background
+	// failReason: see Deps.FailReason.
+	failReason func(error) string
+}
+
 // publish sends one event about sid; a no-op without a Publisher. Events
 // are published only off the cached path: a create, a reclaim, a release,
 // a destroy, each already several Redis round trips long.
-func (p *Pool) publish(ctx context.Context, t events.Type, sid, user, thread, reason string) {
-	if p.events == nil {
+func (n *notifier) publish(ctx context.Context, t events.Type, sid, user, thread, reason string) {
+	if n.events == nil {
 		return
 	}
-	p.emit(ctx, events.Event{Type: t, SandboxID: sid, User: user, Thread: thread, Backend: p.name, Reason: reason})
+	n.emit(ctx, events.Event{Type: t, SandboxID: sid, User: user, Thread: thread, Backend: n.backend, Reason: reason})
 }
 
 // emit publishes e after the caller went on (see background), in order,
 // stamped with the time it happened.
-func (p *Pool) emit(ctx context.Context, e events.Event) {
+func (n *notifier) emit(ctx context.Context, e events.Event) {
 	e.Time = time.Now()
 	ctx = context.WithoutCancel(ctx)
-	p.bg.inOrder(func() { p.events.Publish(ctx, e) })
+	n.bg.inOrder(func() { n.events.Publish(ctx, e) })
 }
 
 // ready reports a sandbox handed out after a create, a warm reclaim or an
 // adoption (a hit on an active record is no step).
-func (p *Pool) ready(ctx context.Context, r *Route) {
-	p.publish(ctx, events.Ready, r.SandboxID, r.User, r.Thread, "")
+func (n *notifier) ready(ctx context.Context, r *Route) {
+	n.publish(ctx, events.Ready, r.SandboxID, r.User, r.Thread, "")
 }
 
 // gone reports a sandbox that no longer exists.
-func (p *Pool) gone(ctx context.Context, rec state.Record, reason string) {
-	p.publish(ctx, events.Destroyed, rec.SandboxID, rec.User, rec.Thread, reason)
+func (n *notifier) gone(ctx context.Context, rec state.Record, reason string) {
+	n.publish(ctx, events.Destroyed, rec.SandboxID, rec.User, rec.Thread, reason)
 }
 
 // failed reports an acquire that could not hand out a sandbox. A lock held
 // elsewhere is no failure: that replica creates the sandbox and reports it.
-func (p *Pool) failed(ctx context.Context, user, thread, sid string, err error) {
-	if p.events == nil || errors.Is(err, ErrProvisioning) {
+func (n *notifier) failed(ctx context.Context, user, thread, sid string, err error) {
+	if n.events == nil || errors.Is(err, ErrProvisioning) {
 		return
 	}
 	reason := "failed"
-	if p.failReason != nil {
-		reason = p.failReason(err)
+	if n.failReason != nil {
+		reason = n.failReason(err)
 	}
-	p.publish(ctx, events.Failed, sid, user, thread, reason)
+	n.publish(ctx, events.Failed, sid, user, thread, reason)
 }
 
 // withProgress makes the backend's progress reports of one create events,
 // at most one per pullEventEvery plus each step's last.
-func (p *Pool) withProgress(ctx context.Context, user, thread, sid string) context.Context {
-	if p.events == nil {
+func (n *notifier) withProgress(ctx context.Context, user, thread, sid string) context.Context {
+	if n.events == nil {
 		return ctx
 	}
 	var mu sync.Mutex
@@ -84,7 +94,7 @@ func (p *Pool) withProgress(ctx context.Context, user, thread, sid string) conte
 			return
 		}
 		last = now
-		p.emit(ctx, events.Event{Type: events.Type(pr.Step), SandboxID: sid, User: user, Thread: thread,
-			Backend: p.name, Bytes: pr.Bytes, Total: pr.Total})
+		n.emit(ctx, events.Event{Type: events.Type(pr.Step), SandboxID: sid, User: user, Thread: thread,
+			Backend: n.backend, Bytes: pr.Bytes, Total: pr.Total})
 	})
 }

@@ -3,14 +3,14 @@ package pool
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -31,27 +31,44 @@ const (
 // request in flight in it) is touched, so it comes back once it has been
 // quiet for FreezeAfter again, and idle expiry spares it meanwhile.
 type Freezer struct {
-	p  *Pool
-	pz backend.Pauser
+	p freezerParams
 
 	mu    sync.Mutex
 	since map[int]time.Time   // per bucket: the cutoff of the last look
 	retry map[string]struct{} // looked at again next pass
 }
 
-// NewFreezer returns the freezer of p.
-func NewFreezer(p *Pool) *Freezer {
-	pz, _ := p.backend.(backend.Pauser)
-	return &Freezer{p: p, pz: pz, since: map[int]time.Time{}, retry: map[string]struct{}{}}
+type freezerParams struct {
+	after, interval time.Duration // Config.FreezeAfter, how often a pass runs
+	store           freezerStore
+	held            *heldBuckets
+	cache           *cache
+	locks           locks
+	probe           *prober
+	stopper         *stopper // its Pauser nil: the backend cannot freeze
+	tracer          trace.Tracer
+	clock           Clock
+	log             *slog.Logger
+}
+
+// freezerStore finds what went idle and marks a sandbox frozen.
+type freezerStore interface {
+	IdleSince(ctx context.Context, buckets []int, from map[int]time.Time, to time.Time, limit int64) ([][]state.Idle, error)
+	Get(ctx context.Context, sid string) (state.Record, bool, error)
+	Freeze(ctx context.Context, sid, incarnation string, cutoff, now time.Time) (bool, error)
+}
+
+func newFreezer(p freezerParams) *Freezer {
+	return &Freezer{p: p, since: map[int]time.Time{}, retry: map[string]struct{}{}}
 }
 
 // Run freezes idle sandboxes every freezeInterval until ctx ends; a no-op
 // without FreezeAfter or with a backend that cannot pause.
 func (f *Freezer) Run(ctx context.Context) {
-	if f.p.cfg.FreezeAfter <= 0 || f.pz == nil {
+	if !f.on() {
 		return
 	}
-	every(ctx, f.p.log, "freezer", f.p.cfg.freezeInterval(), func(ctx context.Context) error {
+	every(ctx, f.p.log, "freezer", f.p.interval, func(ctx context.Context) error {
 		_, err := f.Pass(ctx)
 		return err
 	})
@@ -60,7 +77,7 @@ func (f *Freezer) Run(ctx context.Context) {
 // Pass freezes what is idle now and returns how many sandboxes it froze.
 func (f *Freezer) Pass(ctx context.Context) (frozen int, err error) {
 	p := f.p
-	if p.cfg.FreezeAfter <= 0 || f.pz == nil {
+	if !f.on() {
 		return 0, nil
 	}
 	ctx, span := telemetry.Root(ctx, p.tracer, spanFreezePass)
@@ -70,8 +87,8 @@ func (f *Freezer) Pass(ctx context.Context) (frozen int, err error) {
 		}
 		end(span, err)
 	}()
-	cutoff := p.clock.Now().Add(-p.cfg.FreezeAfter)
-	buckets := p.buckets()
+	cutoff := p.clock.Now().Add(-p.after)
+	buckets := p.held.mine()
 	f.mu.Lock()
 	idle, err := p.store.IdleSince(ctx, buckets, f.since, cutoff, freezeBatch)
 	if err != nil {
@@ -104,7 +121,7 @@ func (f *Freezer) Pass(ctx context.Context) (frozen int, err error) {
 	g.SetLimit(freezeConcurrency)
 	for _, sid := range todo {
 		g.Go(func() error {
-			done, err := p.freezeIdle(gctx, f.pz, sid, cutoff)
+			done, err := f.freezeIdle(gctx, sid, cutoff)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -123,6 +140,9 @@ func (f *Freezer) Pass(ctx context.Context) (frozen int, err error) {
 	return frozen, ctx.Err()
 }
 
+// on: a freeze delay is set and the backend can freeze.
+func (f *Freezer) on() bool { return f.p.after > 0 && f.p.stopper.pz != nil }
+
 func (f *Freezer) again(sid string) {
 	f.mu.Lock()
 	if len(f.retry) < freezeRetryMax {
@@ -139,30 +159,27 @@ const (
 	freezeDone
 )
 
-// ErrBusy: the sandbox runs a command or serves a request, so it is
-// neither frozen nor restored under it (409).
-var ErrBusy = errors.New("sandbox is busy")
-
 // freezeIdle freezes sid if it is still active, unused since cutoff and
 // not busy, under its lock.
-func (p *Pool) freezeIdle(ctx context.Context, pz backend.Pauser, sid string, cutoff time.Time) (freezeResult, error) {
+func (f *Freezer) freezeIdle(ctx context.Context, sid string, cutoff time.Time) (freezeResult, error) {
+	p := f.p
 	// A request in flight here: the toucher renews it.
-	if p.servingHere(sid) {
+	if p.cache.serving(sid) {
 		return freezeSkip, nil
 	}
-	held, err := p.lock(ctx, sid, 0)
+	held, err := p.locks.lock(ctx, sid, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return freezeRetry, nil
 	}
 	if err != nil {
 		return freezeSkip, err
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	rec, ok, err := p.store.Get(ctx, sid)
 	if err != nil || !ok || rec.State != state.StateActive || !rec.Frozen.IsZero() {
 		return freezeSkip, err
 	}
-	if err := p.freezeMarked(ctx, pz, rec, cutoff); err != nil {
+	if err := f.freezeMarked(ctx, rec, cutoff); err != nil {
 		if errors.Is(err, ErrBusy) || errors.Is(err, errActivated) {
 			return freezeSkip, nil
 		}
@@ -171,17 +188,15 @@ func (p *Pool) freezeIdle(ctx context.Context, pz backend.Pauser, sid string, cu
 	return freezeDone, nil
 }
 
-// errActivated: the record was routed to after the freeze cutoff.
-var errActivated = errors.New("sandbox was used after the freeze cutoff")
-
 // freezeMarked marks rec frozen if nothing activated it after cutoff, then
 // stops it (stopMarked). Hold the lock.
-func (p *Pool) freezeMarked(ctx context.Context, pz backend.Pauser, rec state.Record, cutoff time.Time) error {
+func (f *Freezer) freezeMarked(ctx context.Context, rec state.Record, cutoff time.Time) error {
+	p := f.p
 	// Asked before the mark, so a busy sandbox is never shown frozen, not
 	// even for the length of the probe.
-	if running, err := p.busy(ctx, rec); err != nil {
+	if running, err := p.probe.busy(ctx, rec); err != nil {
 		if running {
-			p.renew(ctx, rec)
+			p.probe.renew(ctx, rec)
 		}
 		return err
 	}
@@ -189,78 +204,5 @@ func (p *Pool) freezeMarked(ctx context.Context, pz backend.Pauser, rec state.Re
 	if err != nil || !marked {
 		return cmpErr(err, errActivated)
 	}
-	return p.stopMarked(ctx, pz, rec, cutoff, false)
-}
-
-// stopMarked checks that nothing touched the marked rec since cutoff and,
-// with probe, that it runs nothing (the idle path asked before marking),
-// then freezes its processes; on any refusal or failure the mark is
-// cleared. Hold the lock.
-func (p *Pool) stopMarked(ctx context.Context, pz backend.Pauser, rec state.Record, cutoff time.Time, probe bool) (err error) {
-	sid := rec.SandboxID
-	defer func() {
-		if err != nil {
-			if _, uerr := p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation); uerr != nil {
-				p.log.WarnContext(ctx, "clear freeze mark", "sandbox_id", sid, "err", uerr)
-			}
-		}
-	}()
-	// The activity score is the other half of idle: a request in flight on
-	// any replica is touched every touch_interval.
-	seen, ok, err := p.store.Activity(ctx, sid)
-	if err != nil {
-		return err
-	}
-	if !ok || seen.After(cutoff) {
-		return errActivated
-	}
-	if probe {
-		if running, err := p.busy(ctx, rec); err != nil {
-			if running {
-				p.renew(ctx, rec)
-			}
-			return err
-		}
-	}
-	sctx, span := p.span(ctx, spanFreeze, sid, rec.Thread)
-	err = pz.Pause(sctx, rec.Info())
-	end(span, err)
-	if err != nil {
-		return fmt.Errorf("%w: freeze sandbox: %w", backend.ErrUnavailable, err)
-	}
-	p.cache.drop(sid, nil)
-	p.log.InfoContext(ctx, "sandbox frozen", "sandbox_id", sid, "thread", rec.Thread)
-	return nil
-}
-
-// cmpErr is err, or dflt when err is nil.
-func cmpErr(err, dflt error) error {
-	if err != nil {
-		return err
-	}
-	return dflt
-}
-
-// thaw runs a frozen (or paused warm) sandbox's processes again and clears
-// its freeze mark. Hold the lock.
-func (p *Pool) thaw(ctx context.Context, rec state.Record) error {
-	pz, ok := p.backend.(backend.Pauser)
-	if !ok {
-		return fmt.Errorf("%w: backend %s cannot thaw sandbox %s", backend.ErrUnavailable, p.name, rec.SandboxID)
-	}
-	sctx, span := p.span(ctx, spanResume, rec.SandboxID, rec.Thread)
-	err := pz.Resume(sctx, rec.Info())
-	end(span, err)
-	if err != nil {
-		return fmt.Errorf("%w: thaw sandbox: %w", backend.ErrUnavailable, err)
-	}
-	if rec.Frozen.IsZero() {
-		return nil
-	}
-	if _, err := p.store.Thaw(ctx, rec.SandboxID, rec.Incarnation); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	p.log.DebugContext(ctx, "sandbox thawed", "sandbox_id", rec.SandboxID, "thread", rec.Thread,
-		"frozen_for", p.clock.Now().Sub(rec.Frozen).Round(time.Millisecond))
-	return nil
+	return p.stopper.stopMarked(ctx, rec, cutoff, false)
 }

@@ -102,7 +102,7 @@ func TestHold(t *testing.T) {
 	ctx := context.Background()
 	sid := identity.SandboxID("u", "h")
 	ran := false
-	if err := p.Hold(ctx, "u", "h", false, func() error { ran = true; return nil }); err != nil || !ran {
+	if err := NewHolder(p).Hold(ctx, "u", "h", false, func() error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("hold without a sandbox: %v %v", ran, err)
 	}
 	if _, _, err := p.Acquire(ctx, "u", "h"); err != nil {
@@ -110,7 +110,7 @@ func TestHold(t *testing.T) {
 	}
 	p.Wait()
 	var pausedInside, markedInside bool
-	err := p.Hold(ctx, "u", "h", false, func() error {
+	err := NewHolder(p).Hold(ctx, "u", "h", false, func() error {
 		rec, _, _ := p.store.Get(ctx, sid)
 		pausedInside, markedInside = e.be.isPaused(sid), !rec.Frozen.IsZero()
 		return nil
@@ -127,10 +127,10 @@ func TestHold(t *testing.T) {
 		t.Fatal("the freeze mark outlived the hold")
 	}
 	e.be.commands.Store(2)
-	if err := p.Hold(ctx, "u", "h", false, func() error { t.Fatal("ran under a busy sandbox"); return nil }); !errors.Is(err, ErrBusy) {
+	if err := NewHolder(p).Hold(ctx, "u", "h", false, func() error { t.Fatal("ran under a busy sandbox"); return nil }); !errors.Is(err, ErrBusy) {
 		t.Fatalf("hold of a busy sandbox: %v, want ErrBusy", err)
 	}
-	if err := p.Hold(ctx, "u", "h", true, func() error { pausedInside = e.be.isPaused(sid); return nil }); err != nil || !pausedInside {
+	if err := NewHolder(p).Hold(ctx, "u", "h", true, func() error { pausedInside = e.be.isPaused(sid); return nil }); err != nil || !pausedInside {
 		t.Fatalf("forced hold: %v, paused inside %v", err, pausedInside)
 	}
 }

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -11,10 +12,21 @@ const HeartbeatInterval = 5 * time.Second
 
 // Heartbeat writes this replica's instance name and the time into Redis
 // every HeartbeatInterval, for the status page's replicas alive.
-type Heartbeat struct{ p *Pool }
+type Heartbeat struct{ p heartbeatParams }
 
-// NewHeartbeat returns the heartbeat loop of p.
-func NewHeartbeat(p *Pool) *Heartbeat { return &Heartbeat{p: p} }
+type heartbeatParams struct {
+	instance string
+	store    beater
+	clock    Clock
+	log      *slog.Logger
+}
+
+// beater records that a replica is alive.
+type beater interface {
+	Beat(ctx context.Context, instance string, now time.Time) error
+}
+
+func newHeartbeat(p heartbeatParams) *Heartbeat { return &Heartbeat{p: p} }
 
 // Run beats at once, then every HeartbeatInterval until ctx ends.
 func (h *Heartbeat) Run(ctx context.Context) {
@@ -25,5 +37,5 @@ func (h *Heartbeat) Run(ctx context.Context) {
 }
 
 func (h *Heartbeat) beat(ctx context.Context) error {
-	return h.p.store.Beat(ctx, h.p.cfg.Instance, h.p.clock.Now())
+	return h.p.store.Beat(ctx, h.p.instance, h.p.clock.Now())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -11,18 +12,47 @@ import (
 	"github.com/sandgate/sandgate/internal/state"
 )
 
+// Holder stops a thread's sandbox around work on its files (Hold), and
+// freezes it on demand (FreezeThread).
+type Holder struct{ p holderParams }
+
+type holderParams struct {
+	// lockWait is how long a hold waits for the sandbox's lock
+	// (Config.ProvisionWait); freezeWait how long until every replica's
+	// cached route has run out (cache_ttl and a touch interval).
+	lockWait, freezeWait time.Duration
+	backend              string
+	warmPaused           bool // warm sandboxes are paused (PauseWarm)
+	store                holdStore
+	cache                *cache
+	locks                locks
+	probe                *prober
+	stopper              *stopper // its Pauser nil: the backend cannot stop a sandbox
+	obs                  observer
+	clock                Clock
+	log                  *slog.Logger
+}
+
+// holdStore reads a record and marks it frozen or thawed.
+type holdStore interface {
+	Get(ctx context.Context, sid string) (state.Record, bool, error)
+	Freeze(ctx context.Context, sid, incarnation string, cutoff, now time.Time) (bool, error)
+	Thaw(ctx context.Context, sid, incarnation string) (bool, error)
+}
+
+func newHolder(p holderParams) *Holder { return &Holder{p: p} }
+
 // FreezeThread freezes (user, thread)'s sandbox now, as the freezer would
 // once it is idle: the record is marked at once (no replica routes to it
 // from then on), and the processes stop once every replica's cached route
 // has expired (cache_ttl and a touch interval) unused and the sandbox runs
 // nothing: otherwise ErrBusy and nothing changes. Frozen already is nil.
-func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
-	pz, ok := p.backend.(backend.Pauser)
-	if !ok {
-		return fmt.Errorf("%w: backend %s cannot freeze", backend.ErrNotSupported, p.name)
+func (h *Holder) FreezeThread(ctx context.Context, user, thread string) error {
+	if h.p.stopper.pz == nil {
+		return fmt.Errorf("%w: backend %s cannot freeze", backend.ErrNotSupported, h.p.backend)
 	}
 	sid := identity.SandboxID(user, thread)
-	rec, unlock, err := p.lockThread(ctx, sid, user, thread)
+	rec, unlock, err := h.lockThread(ctx, sid, user, thread)
 	defer unlock()
 	if err != nil {
 		return err
@@ -33,27 +63,27 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 	if rec.State != state.StateActive {
 		return fmt.Errorf("%w: sandbox is %s", ErrNotFound, rec.State)
 	}
-	if p.servingHere(sid) {
+	if h.p.cache.serving(sid) {
 		return fmt.Errorf("%w: a request is in flight", ErrBusy)
 	}
 	// Marked first, with "now" as cutoff, so nothing routes to it anew;
 	// then the routes cached before the mark run out.
-	mark := p.clock.Now()
-	marked, err := p.store.Freeze(ctx, sid, rec.Incarnation, mark, mark)
+	mark := h.p.clock.Now()
+	marked, err := h.p.store.Freeze(ctx, sid, rec.Incarnation, mark, mark)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	if !marked {
 		return fmt.Errorf("%w: sandbox changed", ErrNotFound)
 	}
-	p.cache.drop(sid, nil)
+	h.p.cache.drop(sid, nil)
 	select {
-	case <-time.After(p.cfg.CacheTTL + p.cfg.TouchInterval):
+	case <-time.After(h.p.freezeWait):
 	case <-ctx.Done():
-		_, _ = p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
+		_, _ = h.p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
 		return ctx.Err()
 	}
-	err = p.stopMarked(ctx, pz, rec, mark, true)
+	err = h.p.stopper.stopMarked(ctx, rec, mark, true)
 	if errors.Is(err, errActivated) {
 		return fmt.Errorf("%w: it was used meanwhile", ErrBusy)
 	}
@@ -62,13 +92,13 @@ func (p *Pool) FreezeThread(ctx context.Context, user, thread string) error {
 
 // lockThread takes the lock of sid, (user, thread)'s sandbox, and reads its
 // record: ErrNotFound without one. unlock is never nil; call it.
-func (p *Pool) lockThread(ctx context.Context, sid, user, thread string) (_ state.Record, unlock func(), _ error) {
-	held, err := p.lock(ctx, sid, p.cfg.ProvisionWait)
+func (h *Holder) lockThread(ctx context.Context, sid, user, thread string) (_ state.Record, unlock func(), _ error) {
+	held, err := h.p.locks.lock(ctx, sid, h.p.lockWait)
 	if err != nil {
 		return state.Record{}, func() {}, lockErr(err)
 	}
-	unlock = func() { p.unlock(held) }
-	rec, ok, err := p.store.Get(ctx, sid)
+	unlock = func() { h.p.locks.unlock(held) }
+	rec, ok, err := h.p.store.Get(ctx, sid)
 	if err != nil {
 		return rec, unlock, fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -76,7 +106,7 @@ func (p *Pool) lockThread(ctx context.Context, sid, user, thread string) (_ stat
 		return rec, unlock, ErrNotFound
 	}
 	if rec.User != user || rec.Thread != thread {
-		return rec, unlock, p.conflict(ctx, rec, user, thread)
+		return rec, unlock, conflict(ctx, h.p.log, rec, user, thread)
 	}
 	return rec, unlock, nil
 }
@@ -86,9 +116,9 @@ func (p *Pool) lockThread(ctx context.Context, sid, user, thread string) (_ stat
 // after (one frozen already stays so). Checkpoints and restores run in it,
 // so the sandbox never sees half a tree. Unless force, a sandbox that runs
 // a command or serves a request is refused with ErrBusy first.
-func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn func() error) error {
+func (h *Holder) Hold(ctx context.Context, user, thread string, force bool, fn func() error) error {
 	sid := identity.SandboxID(user, thread)
-	rec, unlock, err := p.lockThread(ctx, sid, user, thread)
+	rec, unlock, err := h.lockThread(ctx, sid, user, thread)
 	defer unlock()
 	if errors.Is(err, ErrNotFound) {
 		return fn() // no sandbox: nothing runs against the files
@@ -96,15 +126,15 @@ func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn fun
 	if err != nil {
 		return err
 	}
-	pz, ok := p.backend.(backend.Pauser)
-	if !ok || p.thawsUnderLock(rec) { // cannot stop, or stopped already (frozen, paused warm)
+	pz := h.p.stopper.pz
+	if pz == nil || thawsUnderLock(rec, h.p.warmPaused) { // cannot stop, or stopped already (frozen, paused warm)
 		return fn()
 	}
 	if !force {
-		if p.servingHere(sid) {
+		if h.p.cache.serving(sid) {
 			return fmt.Errorf("%w: a request is in flight", ErrBusy)
 		}
-		if _, err := p.busy(ctx, rec); err != nil {
+		if _, err := h.p.probe.busy(ctx, rec); err != nil {
 			return err
 		}
 	}
@@ -112,21 +142,21 @@ func (p *Pool) Hold(ctx context.Context, user, thread string, force bool, fn fun
 	// leaves it marked, and the next request thaws it once the lock lapses.
 	// Meanwhile a replica with a cached route sends requests that wait in
 	// the stopped sandbox and run after fn, in the tree fn left.
-	now := p.clock.Now()
-	if marked, err := p.store.Freeze(ctx, sid, rec.Incarnation, now, now); err != nil || !marked {
+	now := h.p.clock.Now()
+	if marked, err := h.p.store.Freeze(ctx, sid, rec.Incarnation, now, now); err != nil || !marked {
 		return cmpErr(err, fmt.Errorf("%w: sandbox changed", ErrNotFound))
 	}
 	rec.Frozen = now
-	sctx, span := p.span(ctx, spanFreeze, sid, thread)
+	sctx, span := h.p.obs.span(ctx, spanFreeze, sid, thread)
 	err = pz.Pause(sctx, rec.Info())
 	end(span, err)
 	if err != nil {
-		_, _ = p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
+		_, _ = h.p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)
 		return fmt.Errorf("%w: freeze sandbox: %w", backend.ErrUnavailable, err)
 	}
 	defer func() {
-		if err := p.thaw(context.WithoutCancel(ctx), rec); err != nil {
-			p.log.ErrorContext(ctx, "thaw sandbox after hold", "sandbox_id", sid, "thread", thread, "err", err)
+		if err := h.p.stopper.thaw(context.WithoutCancel(ctx), rec); err != nil {
+			h.p.log.ErrorContext(ctx, "thaw sandbox after hold", "sandbox_id", sid, "thread", thread, "err", err)
 		}
 	}()
 	return fn()

@@ -3,9 +3,11 @@ package pool
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
@@ -18,18 +20,35 @@ import (
 // the incarnation-checked claim make exactly one replica destroy each. A
 // pass reads every record of those buckets, as the reconciler's does, so
 // it runs at most once a minute (lifetimeInterval).
-type Lifetime struct{ p *Pool }
+type Lifetime struct{ p lifetimeParams }
 
-// NewLifetime returns the lifetime loop of p.
-func NewLifetime(p *Pool) *Lifetime { return &Lifetime{p: p} }
+type lifetimeParams struct {
+	maxLifetime, interval time.Duration
+	store                 lifetimeStore
+	held                  *heldBuckets
+	locks                 locks
+	destroyer             *destroyer
+	tracer                trace.Tracer
+	clock                 Clock
+	log                   *slog.Logger
+}
+
+// lifetimeStore reads the records of some buckets and claims one.
+type lifetimeStore interface {
+	bucketRecorder
+	Get(ctx context.Context, sid string) (state.Record, bool, error)
+	Claim(ctx context.Context, sid, incarnation string) (state.Record, bool, error)
+}
+
+func newLifetime(p lifetimeParams) *Lifetime { return &Lifetime{p: p} }
 
 // Run destroys over-age sandboxes every lifetimeInterval until ctx ends;
 // max_lifetime < 0 disables it.
 func (l *Lifetime) Run(ctx context.Context) {
-	if l.p.cfg.MaxLifetime < 0 {
+	if l.p.maxLifetime < 0 {
 		return
 	}
-	every(ctx, l.p.log, "lifetime", l.p.cfg.lifetimeInterval(), func(ctx context.Context) error {
+	every(ctx, l.p.log, "lifetime", l.p.interval, func(ctx context.Context) error {
 		_, err := l.Pass(ctx)
 		return err
 	})
@@ -38,7 +57,7 @@ func (l *Lifetime) Run(ctx context.Context) {
 // Pass destroys what is over age now and returns how many it destroyed.
 func (l *Lifetime) Pass(ctx context.Context) (n int, err error) {
 	p := l.p
-	if p.cfg.MaxLifetime < 0 {
+	if p.maxLifetime < 0 {
 		return 0, nil
 	}
 	ctx, span := telemetry.Root(ctx, p.tracer, spanLifetime)
@@ -48,11 +67,11 @@ func (l *Lifetime) Pass(ctx context.Context) (n int, err error) {
 		}
 		end(span, err)
 	}()
-	records, err := p.store.BucketRecords(ctx, p.buckets())
+	records, err := p.store.BucketRecords(ctx, p.held.mine())
 	if err != nil {
 		return 0, err
 	}
-	cutoff := p.clock.Now().Add(-p.cfg.MaxLifetime)
+	cutoff := p.clock.Now().Add(-p.maxLifetime)
 	for _, rec := range records {
 		if !overAge(rec, cutoff) {
 			continue
@@ -80,14 +99,14 @@ func overAge(rec state.Record, cutoff time.Time) bool {
 // lock; false if it was left (locked elsewhere: the next pass looks again).
 func (l *Lifetime) expire(ctx context.Context, sid, incarnation string, cutoff time.Time) (bool, error) {
 	p := l.p
-	held, err := p.lock(ctx, sid, 0)
+	held, err := p.locks.lock(ctx, sid, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	cur, ok, err := p.store.Get(ctx, sid)
 	if err != nil || !ok || cur.Incarnation != incarnation || !overAge(cur, cutoff) {
 		return false, err
@@ -97,8 +116,8 @@ func (l *Lifetime) expire(ctx context.Context, sid, incarnation string, cutoff t
 		return false, err
 	}
 	p.log.InfoContext(ctx, "sandbox reached max_lifetime", "sandbox_id", sid, "thread", rec.Thread,
-		"age", p.clock.Now().Sub(rec.CreatedAt).Round(time.Second), "max_lifetime", p.cfg.MaxLifetime)
-	if err := p.destroyClaimed(ctx, rec, ReasonMaxLifetime); err != nil {
+		"age", p.clock.Now().Sub(rec.CreatedAt).Round(time.Second), "max_lifetime", p.maxLifetime)
+	if err := p.destroyer.destroyClaimed(ctx, rec, ReasonMaxLifetime); err != nil {
 		p.log.WarnContext(ctx, "destroy over-age sandbox", "sandbox_id", sid, "thread", rec.Thread, "err", err)
 		return false, nil
 	}

@@ -107,7 +107,7 @@ func TestActivityProbeSendsBusyIdleAfter(t *testing.T) {
 			}
 			p.Wait()
 			rec, _, _ := p.Record(ctx, r.SandboxID)
-			if _, err := p.busy(ctx, rec); err != nil {
+			if _, err := p.probe.busy(ctx, rec); err != nil {
 				t.Fatal(err)
 			}
 			if got, _ := e.be.idleAfter.Load().(string); got != tc.want {

@@ -2,16 +2,24 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/state"
-	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
+)
+
+// Outcome says how an acquire was served.
+type Outcome string
+
+const (
+	OutcomeHit     Outcome = "hit"     // cached here, or active in Redis
+	OutcomeWarm    Outcome = "warm"    // reclaimed from the warm pool
+	OutcomeCold    Outcome = "cold"    // created
+	OutcomeAdopted Outcome = "adopted" // found running without a record
+	OutcomePrewarm Outcome = "prewarm" // a pre-started sandbox, claimed
+	OutcomeThawed  Outcome = "thawed"  // frozen while idle, thawed for this request
 )
 
 // DestroyReason says why a sandbox was destroyed. It is a metric label, so
@@ -49,10 +57,17 @@ const (
 	spanLifetime   = "sandgate.lifetime.pass"
 )
 
+// observer records acquires and opens the spans about one sandbox, named
+// after the backend.
+type observer struct {
+	metrics *telemetry.Metrics
+	backend string
+}
+
 // hit records a cached acquire. The hot path: the metric is an atomic add
 // into a bound histogram, and a span is built only inside a sampled trace.
-func (p *Pool) hit(ctx context.Context, r *Route, start time.Time) {
-	p.metrics.Acquired(string(OutcomeHit), time.Since(start))
+func (o observer) hit(ctx context.Context, r *Route, start time.Time) {
+	o.metrics.Acquired(string(OutcomeHit), time.Since(start))
 	if telemetry.Recording(ctx) {
 		_, span := telemetry.Child(ctx, spanAcquire, trace.WithTimestamp(start))
 		span.SetAttributes(append(telemetry.SandboxAttrs(r.SandboxID, r.Thread, r.Backend),
@@ -62,32 +77,32 @@ func (p *Pool) hit(ctx context.Context, r *Route, start time.Time) {
 }
 
 // startAcquire opens the span of an acquire that missed the cache.
-func (p *Pool) startAcquire(ctx context.Context, user, thread string) (context.Context, trace.Span) {
+func (o observer) startAcquire(ctx context.Context, user, thread string) (context.Context, trace.Span) {
 	ctx, span := telemetry.Child(ctx, spanAcquire)
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.SandboxAttrs(identity.SandboxID(user, thread), thread, p.name)...)
+		span.SetAttributes(telemetry.SandboxAttrs(identity.SandboxID(user, thread), thread, o.backend)...)
 	}
 	return ctx, span
 }
 
 // acquired closes what startAcquire opened and records the latency.
-func (p *Pool) acquired(span trace.Span, start time.Time, o Outcome, err error) {
+func (o observer) acquired(span trace.Span, start time.Time, out Outcome, err error) {
 	if err != nil {
-		o = "error"
+		out = "error"
 	}
-	p.metrics.Acquired(string(o), time.Since(start))
+	o.metrics.Acquired(string(out), time.Since(start))
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.KeyOutcome.String(string(o)))
+		span.SetAttributes(telemetry.KeyOutcome.String(string(out)))
 	}
 	end(span, err)
 }
 
 // span starts a child span about sandbox sid (see telemetry.Child); thread
 // may be unknown ("").
-func (p *Pool) span(ctx context.Context, name, sid, thread string) (context.Context, trace.Span) {
+func (o observer) span(ctx context.Context, name, sid, thread string) (context.Context, trace.Span) {
 	ctx, span := telemetry.Child(ctx, name)
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.KeySandboxID.String(sid), telemetry.KeyBackend.String(p.name))
+		span.SetAttributes(telemetry.KeySandboxID.String(sid), telemetry.KeyBackend.String(o.backend))
 		if thread != "" {
 			span.SetAttributes(telemetry.KeyThreadID.String(thread))
 		}
@@ -99,19 +114,4 @@ func (p *Pool) span(ctx context.Context, name, sid, thread string) (context.Cont
 func end(span trace.Span, err error) {
 	telemetry.Fail(span, err)
 	span.End()
-}
-
-// lock takes sid's lock, waiting up to wait, inside a lock-wait span. Held
-// elsewhere (ErrLocked) is an answer, not a failed span.
-func (p *Pool) lock(ctx context.Context, sid string, wait time.Duration) (*statedb.Held, error) {
-	sctx, span := p.span(ctx, spanLockWait, sid, "")
-	held, err := p.locker.Obtain(sctx, sid, wait)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Bool("obtained", err == nil))
-		if !errors.Is(err, state.ErrLocked) {
-			telemetry.Fail(span, err)
-		}
-	}
-	span.End()
-	return held, err
 }

@@ -1,7 +1,14 @@
 // Package pool hands out sandboxes: acquire (replica cache, then Redis, then
 // lock + discover + create), release to the warm pool, destroy, and the
 // background loops that keep the fleet-wide pool honest (touch flush, idle
-// reaper, reconciler). All shared state lives in Redis through statedb.Store.
+// reaper, freezer, lifetime, reconciler, prewarm refill, heartbeat, bucket
+// leases). All shared state lives in Redis through statedb.Store.
+//
+// Pool does acquisition, release and destroy. Each loop, and the operator
+// and hold APIs (Admin, Holder), is its own type built from a params struct
+// of exactly what it uses (wire.go builds them from a Pool); the helpers
+// they share (locks, cache, destroyer, stopper, prober, notifier) are
+// concrete types of their own.
 package pool
 
 import (
@@ -13,38 +20,15 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
-)
-
-// Clock is injected so tests move time without sleeping.
-type Clock interface{ Now() time.Time }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-// Outcome says how an acquire was served.
-type Outcome string
-
-const (
-	OutcomeHit     Outcome = "hit"     // cached here, or active in Redis
-	OutcomeWarm    Outcome = "warm"    // reclaimed from the warm pool
-	OutcomeCold    Outcome = "cold"    // created
-	OutcomeAdopted Outcome = "adopted" // found running without a record
-	OutcomePrewarm Outcome = "prewarm" // a pre-started sandbox, claimed
-	OutcomeThawed  Outcome = "thawed"  // frozen while idle, thawed for this request
 )
 
 // Deps are the pool's collaborators.
@@ -92,31 +76,40 @@ type CreateLimiter interface {
 type Pool struct {
 	cfg     Config
 	store   *statedb.Store
-	locker  *statedb.Locker
-	backend backend.Backend
+	backend tracedBackend
 	name    string
 	newRT   func(socket string) http.RoundTripper
 	clock   Clock
 	log     *slog.Logger
 	cache   *cache
 	flight  singleflight.Group
-	tracer  trace.Tracer
-	metrics *telemetry.Metrics
+	obs     observer
 	creates CreateLimiter
 	// newThread is Deps.NewThread.
 	newThread func(ctx context.Context, user, thread string) error
-	events    Publisher
-	// failReason: see Deps.FailReason.
-	failReason func(error) string
-	// prewarmFP fingerprints the spec of pre-started sandboxes; refill
-	// wakes the Prewarmer after a claim.
-	prewarmFP string
-	refill    chan struct{}
-	bg        background
-	// owned are the buckets whose leases this replica holds (nil: no lease
-	// loop runs, every bucket is this replica's); leaseToken names this
-	// process in the leases, unique even if two replicas share an instance name.
-	owned      atomic.Pointer[[]int]
+	// warmPauser pauses warm sandboxes: nil without PauseWarm or a backend
+	// that can.
+	warmPauser backend.Pauser
+	tmpl       template
+
+	// The helpers acquisition shares with the loops and admin types.
+	bg        *background
+	locks     locks
+	notes     *notifier
+	destroyer *destroyer
+	probe     *prober
+	stopper   *stopper
+	claims    *claims
+	capacity  *capacity
+	held      *heldBuckets
+
+	// For the loops only (wire.go).
+	tracer  trace.Tracer
+	metrics *telemetry.Metrics
+	// refill wakes the Prewarmer after a claim.
+	refill chan struct{}
+	// leaseToken names this process in the bucket leases, unique even if
+	// two replicas share an instance name.
 	leaseToken string
 }
 
@@ -144,145 +137,55 @@ func New(cfg Config, d Deps) (*Pool, error) {
 			return t
 		}
 	}
-	return &Pool{
-		cfg:     cfg,
-		store:   d.Store,
-		locker:  statedb.NewLocker(d.Store, cfg.LockTTL),
-		backend: d.Backend,
-		name:    d.BackendName,
-		newRT:   d.NewTransport,
-		clock:   d.Clock,
-		log:     d.Log.With("backend", d.BackendName),
-		cache:   newCache(),
-		tracer:  d.Tracer,
-		metrics: d.Metrics,
-		creates: d.Creates,
-		events:  d.Events,
-
+	log := d.Log.With("backend", d.BackendName)
+	obs := observer{metrics: d.Metrics, backend: d.BackendName}
+	pz, _ := d.Backend.(backend.Pauser)
+	claimer, _ := d.Backend.(backend.Claimer)
+	p := &Pool{
+		cfg:       cfg,
+		store:     d.Store,
+		backend:   tracedBackend{be: d.Backend, obs: obs},
+		name:      d.BackendName,
+		newRT:     d.NewTransport,
+		clock:     d.Clock,
+		log:       log,
+		cache:     newCache(),
+		obs:       obs,
+		creates:   d.Creates,
 		newThread: d.NewThread,
+		bg:        &background{},
+		locks:     locks{locker: statedb.NewLocker(d.Store, cfg.LockTTL), obs: obs, log: log},
+		held:      &heldBuckets{n: d.Store.Keys().Buckets()},
+		tracer:    d.Tracer,
+		metrics:   d.Metrics,
+		refill:    make(chan struct{}, 1),
+		tmpl:      cfg.template(),
 
-		failReason: d.FailReason,
-		prewarmFP:  prewarmFingerprint(cfg, d.BackendName),
-		refill:     make(chan struct{}, 1),
 		leaseToken: cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
-	}, nil
+	}
+	if cfg.PauseWarm {
+		p.warmPauser = pz
+	}
+	p.notes = &notifier{events: d.Events, backend: d.BackendName, bg: p.bg, failReason: d.FailReason}
+	p.destroyer = &destroyer{cache: p.cache, backend: p.backend, store: d.Store, dataDir: cfg.Mounts.DataDir,
+		metrics: d.Metrics, notes: p.notes, log: log}
+	p.probe = &prober{busyIdleAfter: cfg.BusyIdleAfter, newRT: d.NewTransport, store: d.Store, clock: d.Clock}
+	p.stopper = &stopper{pz: pz, backend: d.BackendName, store: d.Store, cache: p.cache, probe: p.probe, obs: obs,
+		clock: d.Clock, log: log}
+	p.claims = &claims{claimer: claimer, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
+		tmpl: p.tmpl, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
+		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
+	p.capacity = &capacity{cfg: cfg, store: d.Store, claims: p.claims, locks: p.locks, destroyer: p.destroyer,
+		notes: p.notes, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log}
+	return p, nil
 }
 
 // Config returns the effective configuration (defaults applied).
 func (p *Pool) Config() Config { return p.cfg }
 
-// Acquire returns the route of (user, thread)'s sandbox, creating it if
-// needed. Concurrent acquires of one sandbox on this replica share one
-// attempt; across replicas the sandbox lock makes exactly one create.
-// user and thread must be validated.
-func (p *Pool) Acquire(ctx context.Context, user, thread string) (*Route, Outcome, error) {
-	start := time.Now()
-	if r := p.cache.thread(user, thread, p.now(start)); r != nil {
-		r.touched.Store(true)
-		p.hit(ctx, r, start)
-		return r, OutcomeHit, nil
-	}
-	ctx, span := p.startAcquire(ctx, user, thread)
-	r, o, err := p.acquire(ctx, user, thread, false)
-	p.acquired(span, start, o, err)
-	return r, o, err
-}
-
-// now is the pool clock's time. With the real clock it is start itself: a
-// clock read costs tens of nanoseconds, and the cached path already takes
-// one for the acquire latency.
-func (p *Pool) now(start time.Time) time.Time {
-	if _, real := p.clock.(realClock); real {
-		return start
-	}
-	return p.clock.Now()
-}
-
-// Reacquire is called after a dial-class failure against failed: the route
-// is dropped and the sandbox's liveness verified, so a sandbox killed behind
-// the gateway's back is recreated.
-func (p *Pool) Reacquire(ctx context.Context, failed *Route) (*Route, Outcome, error) {
-	start := time.Now()
-	p.cache.drop(failed.SandboxID, failed)
-	ctx, span := p.startAcquire(ctx, failed.User, failed.Thread)
-	r, o, err := p.acquire(ctx, failed.User, failed.Thread, true)
-	p.acquired(span, start, o, err)
-	return r, o, err
-}
-
-type acquired struct {
-	route   *Route
-	outcome Outcome
-}
-
-func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*Route, Outcome, error) {
-	sid := identity.SandboxID(user, thread)
-	key := sid
-	if verify {
-		key += "/verify"
-	}
-	// The attempt runs detached from this request: a client that gives up
-	// must not abort a create other requests wait for.
-	ch := p.flight.DoChan(key, func() (any, error) {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.CreateTimeout+p.cfg.LockTTL)
-		defer cancel()
-		r, o, err := p.acquireSlow(actx, user, thread, sid, verify)
-		if err != nil {
-			p.failed(actx, user, thread, sid, err)
-		}
-		return acquired{r, o}, err
-	})
-	wait := time.NewTimer(p.cfg.ProvisionWait)
-	defer wait.Stop()
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, "", res.Err
-		}
-		a := res.Val.(acquired)
-		a.route.touched.Store(true)
-		return a.route, a.outcome, nil
-	case <-wait.C:
-		return nil, "", fmt.Errorf("%w: still creating after %s", ErrProvisioning, p.cfg.ProvisionWait)
-	case <-ctx.Done():
-		return nil, "", ctx.Err()
-	}
-}
-
-// Owner decides who may reach a sandbox by id.
-type Owner interface {
-	Owns(user, thread string) bool
-}
-
-// Route returns the cached route of sid, or acquires it from its Redis
-// record, for a caller who owns it. It never creates: an unknown sid is
-// ErrNotFound, and so is a sandbox who does not own, which is then neither
-// touched nor reclaimed from the warm pool.
-func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcome, error) {
-	start := time.Now()
-	if r := p.cache.sandbox(sid, p.now(start)); r != nil {
-		if !who.Owns(r.User, r.Thread) {
-			return nil, "", ErrNotFound
-		}
-		r.touched.Store(true)
-		p.hit(ctx, r, start)
-		return r, OutcomeHit, nil
-	}
-	rec, ok, err := p.store.Get(ctx, sid)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if !ok || rec.State == state.StateDestroying || !who.Owns(rec.User, rec.Thread) {
-		return nil, "", ErrNotFound
-	}
-	if identity.SandboxID(rec.User, rec.Thread) != sid {
-		return nil, "", p.conflict(ctx, rec, rec.User, rec.Thread)
-	}
-	ctx, span := p.startAcquire(ctx, rec.User, rec.Thread)
-	r, o, err := p.acquire(ctx, rec.User, rec.Thread, false)
-	p.acquired(span, start, o, err)
-	return r, o, err
-}
+// Wait returns once the work acquires left running after they answered
+// (lock releases, events) is done: before the Redis client is closed.
+func (p *Pool) Wait() { p.bg.wait() }
 
 // Record returns the Redis record of sid.
 func (p *Pool) Record(ctx context.Context, sid string) (state.Record, bool, error) {
@@ -293,156 +196,42 @@ func (p *Pool) Record(ctx context.Context, sid string) (state.Record, bool, erro
 	return rec, ok, nil
 }
 
-// Release parks the thread's sandbox in the warm pool (paused, with
-// PauseWarm and a backend that can).
-func (p *Pool) Release(ctx context.Context, user, thread string) error {
-	sid := identity.SandboxID(user, thread)
-	pauser := p.pauser()
-	if pauser != nil {
-		// Pause and a concurrent reclaim's resume must not interleave.
-		held, err := p.lock(ctx, sid, p.cfg.LockTTL)
-		if err != nil {
-			return lockErr(err)
-		}
-		defer p.unlock(held)
+// Records lists the fleet's active and warm sandboxes.
+func (p *Pool) Records(ctx context.Context) ([]state.Record, error) {
+	recs, err := p.store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	ok, err := p.store.Release(ctx, sid, user, thread, p.clock.Now())
-	if errors.Is(err, state.ErrIdentity) {
-		rec, _, _ := p.store.Get(ctx, sid)
-		rec.SandboxID = sid
-		return p.conflict(ctx, rec, user, thread)
+	return recs, nil
+}
+
+// Alive asks the backend whether rec's sandbox still runs.
+func (p *Pool) Alive(ctx context.Context, rec state.Record) (bool, error) {
+	ok, err := p.backend.alive(ctx, rec)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
+	}
+	return ok, nil
+}
+
+// record writes an active record for a live sandbox and caches its route.
+func (p *Pool) record(ctx context.Context, info backend.Info, user, thread string) (*Route, error) {
+	info.User, info.Thread = user, thread
+	if info.Backend == "" {
+		info.Backend = p.name
+	}
+	if info.CreatedAt.IsZero() {
+		info.CreatedAt = p.clock.Now()
+	}
+	rec := state.RecordFromInfo(info, state.StateActive)
+	commit, err := p.store.RecordActive(ctx, rec, p.clock.Now())
+	if err == nil {
+		err = afterAnswer(ctx, commit)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
+		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	p.cache.drop(sid, nil)
-	if !ok {
-		return ErrNotFound
-	}
-	if pauser != nil {
-		if rec, found, err := p.store.Get(ctx, sid); err == nil && found {
-			if err := pauser.Pause(ctx, rec.Info()); err != nil {
-				p.log.WarnContext(ctx, "pause warm sandbox", "sandbox_id", sid, "thread", thread, "err", err)
-			}
-		}
-	}
-	p.log.InfoContext(ctx, "sandbox released to warm pool", "sandbox_id", sid, "thread", thread)
-	p.publish(ctx, events.Released, sid, user, thread, "")
-	return nil
-}
-
-// pauser is the backend's Pauser when warm sandboxes are to be paused.
-func (p *Pool) pauser() backend.Pauser {
-	if !p.cfg.PauseWarm {
-		return nil
-	}
-	pz, _ := p.backend.(backend.Pauser)
-	return pz
-}
-
-// lockErr maps a lock failure: held elsewhere is "provisioning", anything
-// else is Redis.
-func lockErr(err error) error {
-	if errors.Is(err, state.ErrLocked) {
-		return fmt.Errorf("%w: %w", ErrProvisioning, err)
-	}
-	return fmt.Errorf("%w: %w", ErrState, err)
-}
-
-// Destroy destroys sid now, whatever its state. ErrNotFound if unknown.
-func (p *Pool) Destroy(ctx context.Context, sid string, reason DestroyReason) error {
-	return p.destroy(ctx, sid, nil, reason)
-}
-
-// DestroyThread destroys the sandbox of (user, thread) now, only if its
-// record is theirs (ErrIdentityConflict otherwise).
-func (p *Pool) DestroyThread(ctx context.Context, user, thread string, reason DestroyReason) error {
-	return p.destroy(ctx, identity.SandboxID(user, thread), func(rec state.Record) error {
-		if rec.User != user || rec.Thread != thread {
-			return p.conflict(ctx, rec, user, thread)
-		}
-		return nil
-	}, reason)
-}
-
-// destroy claims and destroys sid under its lock; check, when set, vets the
-// record first (records change identity only under the lock).
-func (p *Pool) destroy(ctx context.Context, sid string, check func(state.Record) error, reason DestroyReason) error {
-	held, err := p.lock(ctx, sid, p.cfg.LockTTL)
-	if err != nil {
-		return lockErr(err)
-	}
-	defer p.unlock(held)
-	incarnation := ""
-	if check != nil {
-		rec, ok, err := p.store.Get(ctx, sid)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrState, err)
-		}
-		if !ok {
-			return ErrNotFound
-		}
-		if err := check(rec); err != nil {
-			return err
-		}
-		incarnation = rec.Incarnation
-	}
-	rec, ok, err := p.store.Claim(ctx, sid, incarnation)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if !ok {
-		return ErrNotFound
-	}
-	return p.destroyClaimed(ctx, rec, reason)
-}
-
-// destroyClaimed destroys a claimed record's sandbox and deletes the record.
-// The caller holds the sandbox's lock.
-func (p *Pool) destroyClaimed(ctx context.Context, rec state.Record, reason DestroyReason) error {
-	p.cache.drop(rec.SandboxID, nil)
-	if err := p.destroyBackend(ctx, rec); err != nil {
-		// The record stays in state destroying; the reconciler or the next
-		// acquire (under the lock) finishes the job.
-		return fmt.Errorf("destroy sandbox: %w", err)
-	}
-	if _, err := p.store.Forget(ctx, rec.SandboxID, rec.Incarnation); err != nil {
-		return fmt.Errorf("%w: %w", ErrState, err)
-	}
-	if rec.Prewarm != "" && rec.User == "" { // never claimed: its user data is nobody's
-		if err := backend.RemovePrewarmDirs(p.cfg.Mounts.DataDir, rec.SandboxID); err != nil {
-			p.log.WarnContext(ctx, "remove prewarm dirs", "sandbox_id", rec.SandboxID, "err", err)
-		}
-	}
-	p.metrics.Destroyed(string(reason))
-	p.gone(ctx, rec, string(reason))
-	p.log.InfoContext(ctx, "sandbox destroyed", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "reason", string(reason))
-	return nil
-}
-
-// destroyBackend destroys rec's sandbox in a span.
-func (p *Pool) destroyBackend(ctx context.Context, rec state.Record) error {
-	ctx, span := p.span(ctx, spanDestroy, rec.SandboxID, rec.Thread)
-	err := p.backend.Destroy(ctx, rec.Info())
-	end(span, err)
-	return err
-}
-
-// unlockLater releases h after the caller answered (see background): the
-// record it guarded is written, so nobody needs to wait for the release
-// but a destroy or a create of the same sandbox, which waits for the lock.
-func (p *Pool) unlockLater(h *statedb.Held) { p.bg.run(func() { p.unlock(h) }) }
-
-// Wait returns once the work acquires left running after they answered
-// (lock releases, events) is done: before the Redis client is closed.
-func (p *Pool) Wait() { p.bg.wait() }
-
-func (p *Pool) unlock(h *statedb.Held) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := h.Release(ctx); err != nil {
-		p.log.Warn("release sandbox lock", "err", err)
-	}
+	return p.newRoute(rec)
 }
 
 // newRoute builds and caches the route of a live record.
@@ -469,31 +258,19 @@ func (p *Pool) newRoute(rec state.Record) (*Route, error) {
 	return p.cache.put(r, p.clock.Now().Add(p.cfg.CacheTTL)), nil
 }
 
-// alive asks the backend about rec's sandbox in a span.
-func (p *Pool) alive(ctx context.Context, rec state.Record) (bool, error) {
-	ctx, span := p.span(ctx, spanAlive, rec.SandboxID, rec.Thread)
-	ok, err := p.backend.Alive(ctx, rec.Info())
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Bool("alive", ok))
-	}
-	end(span, err)
-	return ok, err
+// conflict logs a record (or a running sandbox) at the caller's sandbox id
+// that names another user or thread, and refuses it: the id formula cannot
+// produce this (user names hold no ':'), so the record was written by an
+// older version, a 64-bit prefix collision or someone with Redis access.
+func conflict(ctx context.Context, log *slog.Logger, rec state.Record, user, thread string) error {
+	log.WarnContext(ctx, "sandbox identity conflict: not served", "sandbox_id", rec.SandboxID,
+		"user", user, "thread", thread, "record_user", rec.User, "record_thread", rec.Thread)
+	return fmt.Errorf("%w: sandbox %s", ErrIdentityConflict, rec.SandboxID)
 }
 
-// Records lists the fleet's active and warm sandboxes.
-func (p *Pool) Records(ctx context.Context) ([]state.Record, error) {
-	recs, err := p.store.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrState, err)
-	}
-	return recs, nil
-}
-
-// Alive asks the backend whether rec's sandbox still runs.
-func (p *Pool) Alive(ctx context.Context, rec state.Record) (bool, error) {
-	ok, err := p.alive(ctx, rec)
-	if err != nil {
-		return false, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
-	}
-	return ok, nil
+// thawsUnderLock: rec's sandbox must be thawed before it is routed to (it
+// is frozen, or paused in the warm pool: warmPaused), which is done under
+// its lock so it cannot interleave with a freeze or a pause.
+func thawsUnderLock(rec state.Record, warmPaused bool) bool {
+	return !rec.Frozen.IsZero() || rec.State == state.StateWarm && warmPaused
 }

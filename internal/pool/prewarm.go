@@ -3,16 +3,15 @@ package pool
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/state"
-	"github.com/sandgate/sandgate/internal/statedb"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // The prewarm pool: Config.Prewarm sandboxes started before any thread
@@ -39,17 +38,51 @@ const prewarmInterval = 5 * time.Second
 const refillDelay = 250 * time.Millisecond
 
 // Prewarmer keeps the prewarm pool at Config.Prewarm sandboxes.
-type Prewarmer struct{ p *Pool }
+type Prewarmer struct{ p prewarmerParams }
 
-// NewPrewarmer returns the refill loop of p.
-func NewPrewarmer(p *Pool) *Prewarmer { return &Prewarmer{p: p} }
+type prewarmerParams struct {
+	size                   int    // Config.Prewarm
+	fp                     string // prewarmFingerprint
+	canClaim               bool   // the backend can hand a pre-started sandbox out (backend.Claimer)
+	tmpl                   template
+	maxSandboxes           int
+	createTimeout, lockTTL time.Duration
+	backend                prewarmBackend
+	backendName            string
+	store                  prewarmStore
+	// destroy destroys a surplus or stale pre-started sandbox (Pool.Destroy).
+	destroy func(ctx context.Context, sid string, reason DestroyReason) error
+	locks   locks
+	// refill is a claim's wake-up call.
+	refill  <-chan struct{}
+	metrics *telemetry.Metrics
+	clock   Clock
+	log     *slog.Logger
+}
+
+// prewarmBackend starts a pre-started sandbox, and destroys one that was
+// not recorded.
+type prewarmBackend interface {
+	Create(ctx context.Context, spec backend.Spec) (backend.Info, error)
+	Destroy(ctx context.Context, info backend.Info) error
+}
+
+// prewarmStore lists, reserves and records pre-started sandboxes.
+type prewarmStore interface {
+	PrewarmRecords(ctx context.Context) ([]state.Record, error)
+	Reserve(ctx context.Context, req state.ReserveRequest) (state.ReserveResult, error)
+	Unreserve(ctx context.Context, sid, user string) error
+	PutPrewarm(ctx context.Context, rec state.Record, now time.Time) (bool, error)
+}
+
+func newPrewarmer(p prewarmerParams) *Prewarmer { return &Prewarmer{p: p} }
 
 // Run refills every prewarmInterval and refillDelay after a claim until ctx ends;
 // it returns at once when the pool is off or the backend cannot claim.
 func (w *Prewarmer) Run(ctx context.Context) {
-	if !w.p.prewarmOn() {
-		if w.p.cfg.Prewarm > 0 {
-			w.p.log.Warn("prewarm is set but this backend cannot hand out pre-started sandboxes: no prewarm pool", "prewarm", w.p.cfg.Prewarm)
+	if w.p.size <= 0 || !w.p.canClaim {
+		if w.p.size > 0 {
+			w.p.log.Warn("prewarm is set but this backend cannot hand out pre-started sandboxes: no prewarm pool", "prewarm", w.p.size)
 		}
 		return
 	}
@@ -78,35 +111,35 @@ func (w *Prewarmer) Run(ctx context.Context) {
 // replica refilling right now makes it a no-op.
 func (w *Prewarmer) Pass(ctx context.Context) error {
 	p := w.p
-	held, err := p.lock(ctx, prewarmLock, 0)
+	held, err := p.locks.lock(ctx, prewarmLock, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	recs, err := p.store.PrewarmRecords(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	kept := 0
 	for _, rec := range recs {
-		if rec.Prewarm == p.prewarmFP && kept < p.cfg.Prewarm {
+		if rec.Prewarm == p.fp && kept < p.size {
 			kept++
 			continue
 		}
-		if err := p.destroy(ctx, rec.SandboxID, nil, ReasonPrewarmTrim); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := p.destroy(ctx, rec.SandboxID, ReasonPrewarmTrim); err != nil && !errors.Is(err, ErrNotFound) {
 			p.log.WarnContext(ctx, "prewarm: destroy surplus", "sandbox_id", rec.SandboxID, "err", err)
 		}
 	}
-	for ; kept < p.cfg.Prewarm; kept++ {
+	for ; kept < p.size; kept++ {
 		select {
 		case <-held.Lost():
 			return nil
 		default:
 		}
-		full, err := p.prewarmOne(ctx)
+		full, err := w.prewarmOne(ctx)
 		if err != nil || full {
 			return err
 		}
@@ -116,26 +149,27 @@ func (w *Prewarmer) Pass(ctx context.Context) error {
 
 // prewarmOne starts one unclaimed sandbox in free capacity; full reports
 // that there was none (the pool never evicts for its own refill).
-func (p *Pool) prewarmOne(ctx context.Context) (full bool, err error) {
+func (w *Prewarmer) prewarmOne(ctx context.Context) (full bool, err error) {
+	p := w.p
 	sid, err := newPrewarmID()
 	if err != nil {
 		return false, err
 	}
 	now := p.clock.Now()
-	res, err := p.store.Reserve(ctx, state.ReserveRequest{SandboxID: sid, Max: max(p.cfg.MaxSandboxes, 0),
-		Kind: state.KindPrewarm, Now: now, Deadline: now.Add(p.cfg.CreateTimeout + p.cfg.LockTTL)})
+	res, err := p.store.Reserve(ctx, state.ReserveRequest{SandboxID: sid, Max: max(p.maxSandboxes, 0),
+		Kind: state.KindPrewarm, Now: now, Deadline: now.Add(p.createTimeout + p.lockTTL)})
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrState, err)
 	}
 	if res.Outcome != "ok" {
 		return true, nil
 	}
-	info, err := p.startPrewarm(ctx, sid)
+	info, err := w.startPrewarm(ctx, sid)
 	if err == nil {
 		rec := state.RecordFromInfo(info, state.StatePrewarm)
-		rec.User, rec.Thread, rec.Prewarm = "", "", p.prewarmFP
+		rec.User, rec.Thread, rec.Prewarm = "", "", p.fp
 		if rec.Backend == "" {
-			rec.Backend = p.name
+			rec.Backend = p.backendName
 		}
 		_, err = p.store.PutPrewarm(ctx, rec, p.clock.Now())
 		if err != nil {
@@ -149,7 +183,7 @@ func (p *Pool) prewarmOne(ctx context.Context) (full bool, err error) {
 		if info.Incarnation != "" {
 			_ = p.backend.Destroy(uctx, info)
 		}
-		_ = backend.RemovePrewarmDirs(p.cfg.Mounts.DataDir, sid)
+		_ = backend.RemovePrewarmDirs(p.tmpl.mounts.DataDir, sid)
 		return false, fmt.Errorf("prewarm sandbox %s: %w", sid, err)
 	}
 	p.log.InfoContext(ctx, "prewarmed sandbox ready", "sandbox_id", sid)
@@ -157,8 +191,9 @@ func (p *Pool) prewarmOne(ctx context.Context) (full bool, err error) {
 }
 
 // startPrewarm creates sid with the spec every sandbox gets, less a thread.
-func (p *Pool) startPrewarm(ctx context.Context, sid string) (backend.Info, error) {
-	mounts, err := backend.PrewarmMounts(p.cfg.Mounts, sid)
+func (w *Prewarmer) startPrewarm(ctx context.Context, sid string) (backend.Info, error) {
+	p := w.p
+	mounts, err := backend.PrewarmMounts(p.tmpl.mounts, sid)
 	if err != nil {
 		return backend.Info{}, err
 	}
@@ -166,123 +201,13 @@ func (p *Pool) startPrewarm(ctx context.Context, sid string) (backend.Info, erro
 	if err != nil {
 		return backend.Info{}, err
 	}
-	spec := backend.Spec{SandboxID: sid, Mounts: mounts, Env: p.cfg.Env, Secret: secret, Egress: p.cfg.Egress}
-	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
-	spec.Labels[backend.LabelFleet] = p.cfg.Fleet
-	spec.Labels[backend.LabelPrewarm] = p.prewarmFP
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.CreateTimeout)
+	spec := p.tmpl.build(backend.Spec{SandboxID: sid, Mounts: mounts, Secret: secret, Egress: p.tmpl.egress})
+	spec.Labels[backend.LabelPrewarm] = p.fp
+	cctx, cancel := context.WithTimeout(ctx, p.createTimeout)
 	defer cancel()
 	info, err := p.backend.Create(cctx, spec)
 	p.metrics.Created(err == nil)
 	return info, err
-}
-
-// prewarmOn: a pool is configured and the backend can hand one out.
-func (p *Pool) prewarmOn() bool {
-	_, ok := p.backend.(backend.Claimer)
-	return p.cfg.Prewarm > 0 && ok
-}
-
-// claimable reports whether a new thread may take a pre-started sandbox:
-// the pool is on and the thread has no data of its own on the host. (One
-// with an egress policy of its own is turned down by the reservation.)
-func (p *Pool) claimable(user, thread string) bool {
-	if !p.prewarmOn() {
-		return false
-	}
-	unused, err := backend.ThreadDirUnused(p.cfg.Mounts.DataDir, user, thread)
-	return err == nil && unused
-}
-
-// takePrewarm takes pre-started sandbox pw for sid (see statedb.TakePrewarm)
-// under pw's lock, which it returns held: the reconciler must not adopt pw
-// back while it is being claimed. ok is false when another replica got it.
-func (p *Pool) takePrewarm(ctx context.Context, pw, sid, user string) (state.Record, *statedb.Held, bool, error) {
-	held, err := p.lock(ctx, pw, 0)
-	if errors.Is(err, state.ErrLocked) {
-		return state.Record{}, nil, false, nil
-	}
-	if err != nil {
-		return state.Record{}, nil, false, fmt.Errorf("%w: %w", ErrState, err)
-	}
-	rec, forget, ok, err := p.store.TakePrewarmRecord(ctx, pw, sid, user, p.clock.Now().Add(p.cfg.CreateTimeout+p.cfg.LockTTL))
-	if err == nil && ok {
-		err = afterAnswer(ctx, forget)
-	}
-	if err != nil || !ok {
-		p.unlock(held)
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrState, err)
-		}
-		return state.Record{}, nil, false, err
-	}
-	return rec, held, true, nil
-}
-
-// claim binds the taken pre-started sandbox rec to (user, thread, sid) and
-// records it active. On an error rec's sandbox is destroyed and the caller
-// creates one cold: sid's capacity reservation is already held.
-func (p *Pool) claim(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string) (*Route, error) {
-	defer p.unlockLater(held)
-	defer func() {
-		select {
-		case p.refill <- struct{}{}:
-		default:
-		}
-	}()
-	pw := rec.SandboxID
-	warm := rec.Info()
-	r, err := p.bind(ctx, rec, user, thread, sid)
-	if err != nil {
-		p.log.WarnContext(ctx, "prewarmed sandbox not claimed; creating one", "sandbox_id", sid, "thread", thread,
-			"prewarm_id", pw, "err", err)
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.LockTTL)
-		defer cancel()
-		if derr := p.backend.Destroy(dctx, warm); derr != nil {
-			p.log.WarnContext(ctx, "destroy unclaimed prewarmed sandbox", "sandbox_id", pw, "err", derr)
-		}
-		_ = backend.RemovePrewarmDirs(p.cfg.Mounts.DataDir, pw)
-		p.metrics.Destroyed(string(ReasonPrewarmTrim))
-	}
-	return r, err
-}
-
-func (p *Pool) bind(ctx context.Context, rec state.Record, user, thread, sid string) (*Route, error) {
-	if rec.Prewarm != p.prewarmFP {
-		return nil, errors.New("made from another configuration")
-	}
-	claimer, _ := p.backend.(backend.Claimer)
-	mounts, err := backend.ThreadMounts(p.cfg.Mounts, user, thread)
-	if err != nil {
-		return nil, err
-	}
-	if err := backend.AdoptPrewarmDirs(p.cfg.Mounts.DataDir, rec.SandboxID, user, thread); err != nil {
-		return nil, err
-	}
-	spec := backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Env: p.cfg.Env,
-		Secret: rec.Secret, Egress: p.cfg.Egress}
-	spec.Labels = backend.IdentityLabels(spec, p.cfg.Instance, p.cfg.Labels)
-	spec.Labels[backend.LabelFleet] = p.cfg.Fleet
-	ctx, span := p.span(ctx, spanClaim, sid, thread)
-	info, err := claimer.Claim(ctx, rec.Info(), spec)
-	end(span, err)
-	if err != nil {
-		return nil, err
-	}
-	return p.record(ctx, info, user, thread)
-}
-
-// prewarmFingerprint identifies what a sandbox is made from besides its
-// thread: a pre-started sandbox made from another one is never claimed.
-func prewarmFingerprint(cfg Config, backendName string) string {
-	b, _ := json.Marshal(struct {
-		Backend, Fleet, Skills, ACP string
-		Extra                       []backend.Mount
-		Env, Labels                 map[string]string
-		Egress                      backend.Egress
-	}{backendName, cfg.Fleet, cfg.Mounts.SkillsDir, cfg.Mounts.ACPWorkspace, cfg.Mounts.Extra, cfg.Env, cfg.Labels, cfg.Egress})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // newPrewarmID is a random sandbox id: no thread's id formula makes it.

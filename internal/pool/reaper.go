@@ -3,10 +3,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sandgate/sandgate/internal/state"
@@ -24,17 +26,38 @@ const (
 // the bucket leases split the buckets between replicas. A pass counts what
 // is expired in each of its buckets' indexes (one round trip per node),
 // then reads only those expired ranges: O(buckets + expired), not O(pool).
-type Reaper struct{ p *Pool }
+type Reaper struct{ p reaperParams }
 
-// NewReaper returns the reaper of p.
-func NewReaper(p *Pool) *Reaper { return &Reaper{p: p} }
+type reaperParams struct {
+	idleTimeout, interval time.Duration
+	store                 reaperStore
+	held                  *heldBuckets
+	cache                 *cache
+	locks                 locks
+	probe                 *prober
+	destroyer             *destroyer
+	metrics               *telemetry.Metrics
+	tracer                trace.Tracer
+	clock                 Clock
+	log                   *slog.Logger
+}
+
+// reaperStore finds expired sandboxes and claims them.
+type reaperStore interface {
+	Due(ctx context.Context, buckets []int, cutoff time.Time) ([]state.Due, error)
+	Expired(ctx context.Context, b int, index state.Index, cutoff time.Time, limit int64) ([]string, error)
+	Get(ctx context.Context, sid string) (state.Record, bool, error)
+	ClaimExpired(ctx context.Context, sid string, index state.Index, cutoff, now time.Time) (state.Record, bool, error)
+}
+
+func newReaper(p reaperParams) *Reaper { return &Reaper{p: p} }
 
 // Run reaps every ReapInterval until ctx ends; idle_timeout < 0 disables it.
 func (r *Reaper) Run(ctx context.Context) {
-	if r.p.cfg.IdleTimeout < 0 {
+	if r.p.idleTimeout < 0 {
 		return
 	}
-	every(ctx, r.p.log, "reaper", r.p.cfg.ReapInterval, func(ctx context.Context) error {
+	every(ctx, r.p.log, "reaper", r.p.interval, func(ctx context.Context) error {
 		_, err := r.Pass(ctx)
 		return err
 	})
@@ -43,7 +66,7 @@ func (r *Reaper) Run(ctx context.Context) {
 // Pass reaps what is expired now and returns how many sandboxes it destroyed.
 func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 	p := r.p
-	if p.cfg.IdleTimeout < 0 {
+	if p.idleTimeout < 0 {
 		return 0, nil
 	}
 	ctx, span := telemetry.Root(ctx, p.tracer, spanReapPass)
@@ -53,8 +76,8 @@ func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 		}
 		end(span, err)
 	}()
-	cutoff := p.clock.Now().Add(-p.cfg.IdleTimeout)
-	due, err := p.store.Due(ctx, p.buckets(), cutoff)
+	cutoff := p.clock.Now().Add(-p.idleTimeout)
+	due, err := p.store.Due(ctx, p.held.mine(), cutoff)
 	if err != nil {
 		return 0, err
 	}
@@ -106,23 +129,23 @@ func (r *Reaper) reapIndex(ctx context.Context, b int, index state.Index, cutoff
 func (r *Reaper) reap(ctx context.Context, sid string, index state.Index, cutoff time.Time) (bool, error) {
 	p := r.p
 	// A request in flight on this replica: the next touch flush renews it.
-	if p.servingHere(sid) {
+	if p.cache.serving(sid) {
 		return false, nil
 	}
-	held, err := p.lock(ctx, sid, 0)
+	held, err := p.locks.lock(ctx, sid, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return false, nil // being created, reclaimed or reaped elsewhere
 	}
 	if err != nil {
 		return false, err
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	// A command running in it (an async exec, a background job the API
 	// started) is no idleness: asked first, it is spared and renewed.
 	if index == state.IndexActive {
 		if cur, ok, err := p.store.Get(ctx, sid); err != nil {
 			return false, err
-		} else if ok && p.spareRunning(ctx, cur) {
+		} else if ok && p.probe.spareRunning(ctx, cur) {
 			return false, nil
 		}
 	}
@@ -135,7 +158,7 @@ func (r *Reaper) reap(ctx context.Context, sid string, index state.Index, cutoff
 		reason = "idle_warm"
 	}
 	p.metrics.ReaperClaimed(reason)
-	if err := p.destroyClaimed(ctx, rec, ReasonIdle); err != nil {
+	if err := p.destroyer.destroyClaimed(ctx, rec, ReasonIdle); err != nil {
 		p.log.WarnContext(ctx, "reap", "sandbox_id", sid, "thread", rec.Thread, "err", err)
 		return false, nil
 	}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -22,10 +25,43 @@ import (
 // dropped; a destroy interrupted by a crashed replica is finished; what a
 // replica dying between the steps of a change left in the bucket is
 // repaired (statedb.Store.Repair), and the bucket's count reported again.
-type Reconciler struct{ p *Pool }
+type Reconciler struct{ p reconcilerParams }
 
-// NewReconciler returns the reconciler of p.
-func NewReconciler(p *Pool) *Reconciler { return &Reconciler{p: p} }
+type reconcilerParams struct {
+	interval, grace time.Duration // Config.ReconcileInterval, ReconcileGrace
+	dryRun          bool
+	fleet           string
+	backendName     string
+	backend         tracedBackend
+	// resume thaws an adopted sandbox (nil: the backend cannot pause, or
+	// warm sandboxes are paused anyway).
+	resume    backend.Pauser
+	store     reconcilerStore
+	held      *heldBuckets
+	cache     *cache
+	locks     locks
+	destroyer *destroyer
+	notes     *notifier
+	metrics   *telemetry.Metrics
+	tracer    trace.Tracer
+	clock     Clock
+	log       *slog.Logger
+}
+
+// reconcilerStore reads and repairs the buckets' records and indexes, and
+// records an adopted sandbox.
+type reconcilerStore interface {
+	bucketRecorder
+	forgetter
+	Keys() statedb.Keys
+	Inconsistent(ctx context.Context, buckets []int, now time.Time, grace time.Duration) ([]string, error)
+	Repair(ctx context.Context, sid string, now time.Time) (bool, error)
+	SyncCounts(ctx context.Context, buckets []int) error
+	PutWarm(ctx context.Context, rec state.Record, now time.Time) (bool, error)
+	PutPrewarm(ctx context.Context, rec state.Record, now time.Time) (bool, error)
+}
+
+func newReconciler(p reconcilerParams) *Reconciler { return &Reconciler{p: p} }
 
 // ReconcileReport counts what one pass did (or would do, in dry-run mode).
 type ReconcileReport struct {
@@ -34,10 +70,10 @@ type ReconcileReport struct {
 
 // Run reconciles every ReconcileInterval until ctx ends (negative: never).
 func (r *Reconciler) Run(ctx context.Context) {
-	if r.p.cfg.ReconcileInterval < 0 {
+	if r.p.interval < 0 {
 		return
 	}
-	every(ctx, r.p.log, "reconciler", r.p.cfg.ReconcileInterval, func(ctx context.Context) error {
+	every(ctx, r.p.log, "reconciler", r.p.interval, func(ctx context.Context) error {
 		_, err := r.Pass(ctx)
 		return err
 	})
@@ -51,14 +87,14 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		if span.IsRecording() {
 			span.SetAttributes(attribute.Int("adopted", rep.Adopted), attribute.Int("dropped", rep.Dropped),
 				attribute.Int("finished", rep.Finished), attribute.Int("skipped", rep.Skipped),
-				attribute.Bool("dry_run", p.cfg.ReconcileDryRun))
+				attribute.Bool("dry_run", p.dryRun))
 		}
-		if !p.cfg.ReconcileDryRun {
+		if !p.dryRun {
 			p.metrics.Reconciled(rep.Adopted, rep.Dropped, rep.Finished, rep.Skipped)
 		}
 		end(span, err)
 	}()
-	buckets := p.buckets()
+	buckets := p.held.mine()
 	mine := make(map[int]bool, len(buckets))
 	for _, b := range buckets {
 		mine[b] = true
@@ -67,7 +103,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 	if err := r.repair(ctx, buckets, now, &rep); err != nil {
 		return rep, err
 	}
-	live, records, err := p.bothSides(ctx, buckets)
+	live, records, err := bothSides(ctx, p.backend.be, p.store, buckets)
 	if err != nil {
 		return rep, err
 	}
@@ -77,7 +113,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 	}
 	running := make(map[string]bool, len(live))
 	for _, info := range live {
-		if f, ok := info.Labels[backend.LabelFleet]; ok && f != p.cfg.Fleet {
+		if f, ok := info.Labels[backend.LabelFleet]; ok && f != p.fleet {
 			continue // another fleet's on the same engine: theirs to reconcile (unlabelled: as before the label)
 		}
 		if !mine[p.store.Keys().Bucket(info.SandboxID)] {
@@ -87,7 +123,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		if _, ok := known[info.SandboxID]; ok {
 			continue
 		}
-		if age := now.Sub(info.CreatedAt); age < p.cfg.ReconcileGrace {
+		if age := now.Sub(info.CreatedAt); age < p.grace {
 			rep.Skipped++ // a create may be about to write its record
 			continue
 		}
@@ -116,7 +152,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		}
 	}
 	if rep != (ReconcileReport{}) {
-		p.log.InfoContext(ctx, "reconciled", "dry_run", p.cfg.ReconcileDryRun, "adopted", rep.Adopted,
+		p.log.InfoContext(ctx, "reconciled", "dry_run", p.dryRun, "adopted", rep.Adopted,
 			"dropped", rep.Dropped, "finished", rep.Finished, "skipped", rep.Skipped, "repaired", rep.Repaired)
 	}
 	return rep, nil
@@ -146,26 +182,26 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 		}
 		info.User, info.Thread = user, thread
 	}
-	if p.cfg.ReconcileDryRun {
+	if p.dryRun {
 		p.log.InfoContext(ctx, "reconciler (dry run): would adopt into the "+into, "sandbox_id", info.SandboxID, "thread", info.Thread)
 		return nil
 	}
-	held, err := p.lock(ctx, info.SandboxID, 0)
+	held, err := p.locks.lock(ctx, info.SandboxID, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return errSkip // being created, claimed or destroyed
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	if info.Backend == "" {
-		info.Backend = p.name
+		info.Backend = p.backendName
 	}
 	// One frozen before its record was lost would be handed out frozen:
 	// the warm pool's sandboxes run (or, with pause_warm, are resumed on
 	// reclaim anyway).
-	if pz, ok := p.backend.(backend.Pauser); ok && p.pauser() == nil {
-		if err := pz.Resume(ctx, info); err != nil {
+	if p.resume != nil {
+		if err := p.resume.Resume(ctx, info); err != nil {
 			return fmt.Errorf("%w: resume adopted sandbox: %w", backend.ErrUnavailable, err)
 		}
 	}
@@ -187,29 +223,29 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 // sandbox must not cost it its record.
 func (r *Reconciler) settle(ctx context.Context, rec state.Record) error {
 	p := r.p
-	held, err := p.lock(ctx, rec.SandboxID, 0)
+	held, err := p.locks.lock(ctx, rec.SandboxID, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return errSkip // being created or destroyed right now
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	defer p.unlock(held)
+	defer p.locks.unlock(held)
 	if rec.State == state.StateDestroying {
-		if p.cfg.ReconcileDryRun {
+		if p.dryRun {
 			p.log.InfoContext(ctx, "reconciler (dry run): would finish an interrupted destroy", "sandbox_id", rec.SandboxID)
 			return nil
 		}
-		return p.destroyClaimed(ctx, rec, ReasonInterrupted)
+		return p.destroyer.destroyClaimed(ctx, rec, ReasonInterrupted)
 	}
-	alive, err := p.alive(ctx, rec)
+	alive, err := p.backend.alive(ctx, rec)
 	if err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
 	if alive {
 		return errSkip
 	}
-	if p.cfg.ReconcileDryRun {
+	if p.dryRun {
 		p.log.InfoContext(ctx, "reconciler (dry run): would drop the record of a vanished sandbox", "sandbox_id", rec.SandboxID)
 		return nil
 	}
@@ -217,7 +253,7 @@ func (r *Reconciler) settle(ctx context.Context, rec state.Record) error {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	p.cache.drop(rec.SandboxID, nil)
-	p.gone(ctx, rec, ReasonVanished)
+	p.notes.gone(ctx, rec, ReasonVanished)
 	p.log.InfoContext(ctx, "reconciler: dropped the record of a vanished sandbox", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
 	return nil
 }
@@ -227,16 +263,16 @@ func (r *Reconciler) settle(ctx context.Context, rec state.Record) error {
 // counts to the fleet.
 func (r *Reconciler) repair(ctx context.Context, buckets []int, now time.Time, rep *ReconcileReport) error {
 	p := r.p
-	bad, err := p.store.Inconsistent(ctx, buckets, now, p.cfg.ReconcileGrace)
+	bad, err := p.store.Inconsistent(ctx, buckets, now, p.grace)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	for _, sid := range bad {
-		if p.cfg.ReconcileDryRun {
+		if p.dryRun {
 			p.log.InfoContext(ctx, "reconciler (dry run): would repair the bucket entries of a sandbox", "sandbox_id", sid)
 			continue
 		}
-		held, err := p.lock(ctx, sid, 0)
+		held, err := p.locks.lock(ctx, sid, 0)
 		if errors.Is(err, state.ErrLocked) {
 			rep.Skipped++ // being created or destroyed: judged next pass
 			continue
@@ -245,32 +281,18 @@ func (r *Reconciler) repair(ctx context.Context, buckets []int, now time.Time, r
 			return fmt.Errorf("%w: %w", ErrState, err)
 		}
 		recorded, err := p.store.Repair(ctx, sid, now)
-		p.unlock(held)
+		p.locks.unlock(held)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrState, err)
 		}
 		rep.Repaired++
 		p.log.InfoContext(ctx, "reconciler: repaired the bucket entries of a sandbox", "sandbox_id", sid, "recorded", recorded)
 	}
-	if p.cfg.ReconcileDryRun {
+	if p.dryRun {
 		return nil
 	}
 	if err := p.store.SyncCounts(ctx, buckets); err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
 	return nil
-}
-
-// bothSides lists what the backend runs and what Redis records in buckets,
-// the two sides the reconciler and prune compare.
-func (p *Pool) bothSides(ctx context.Context, buckets []int) ([]backend.Info, []state.Record, error) {
-	live, err := p.backend.List(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: list sandboxes: %w", backend.ErrUnavailable, err)
-	}
-	records, err := p.store.BucketRecords(ctx, buckets)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrState, err)
-	}
-	return live, records, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -72,6 +73,15 @@ func (r *Route) retire() {
 			c.CloseIdleConnections()
 		}
 	})
+}
+
+// CapRoute is a route reached through a capability URL. It is its own type
+// so that a dial failure re-resolves the capability (RecheckCapability),
+// never the thread: a capability never provisions, and dies with its
+// incarnation.
+type CapRoute struct {
+	*Route
+	sum state.CapabilitySum
 }
 
 // Identity is whose sandbox incarnation a route reaches: what the router

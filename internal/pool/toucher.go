@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/state"
@@ -14,14 +15,21 @@ const routeIdleDrop = time.Minute
 // Toucher flushes this replica's sandbox activity to Redis: one script call
 // per interval for every sandbox served since the last flush or with a
 // request still in flight. Proxied requests never pay a Redis round trip.
-type Toucher struct{ p *Pool }
+type Toucher struct{ p toucherParams }
 
-// NewToucher returns the touch loop of p.
-func NewToucher(p *Pool) *Toucher { return &Toucher{p: p} }
+type toucherParams struct {
+	interval time.Duration
+	cache    *cache
+	store    activityToucher
+	clock    Clock
+	log      *slog.Logger
+}
+
+func newToucher(p toucherParams) *Toucher { return &Toucher{p: p} }
 
 // Run flushes every TouchInterval until ctx ends.
 func (t *Toucher) Run(ctx context.Context) {
-	every(ctx, t.p.log, "touch", t.p.cfg.TouchInterval, t.Flush)
+	every(ctx, t.p.log, "touch", t.p.interval, t.Flush)
 }
 
 // Flush writes pending touches and drops routes Redis no longer backs.

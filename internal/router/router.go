@@ -134,7 +134,7 @@ type Checkpoints interface {
 }
 
 // Holder stops a thread's sandbox around work on its files, and freezes it
-// on demand (pool.Pool).
+// on demand (pool.Holder).
 type Holder interface {
 	Hold(ctx context.Context, user, thread string, force bool, fn func() error) error
 	FreezeThread(ctx context.Context, user, thread string) error

@@ -1,0 +1,146 @@
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/state"
+	"github.com/sandgate/sandgate/internal/statedb"
+	"github.com/sandgate/sandgate/internal/telemetry"
+)
+
+// claims hands a new thread a pre-started sandbox (see prewarm.go for the
+// pool's refill): offered by the capacity reservation, taken under its
+// lock, renamed to the thread's (backend.Claimer) and recorded active.
+type claims struct {
+	claimer backend.Claimer // nil: the backend cannot hand one out
+	be      backend.Backend
+	size    int    // Config.Prewarm
+	fp      string // prewarmFingerprint
+	tmpl    template
+	// holdFor is how long a taken sandbox's reservation lasts (a create's).
+	holdFor time.Duration
+	lockTTL time.Duration
+	store   prewarmTaker
+	locks   locks
+	bg      *background
+	obs     observer
+	metrics *telemetry.Metrics
+	clock   Clock
+	log     *slog.Logger
+	// refill wakes the Prewarmer after a claim.
+	refill chan<- struct{}
+	// record writes the claimed sandbox's active record and caches its route.
+	record func(ctx context.Context, info backend.Info, user, thread string) (*Route, error)
+}
+
+// prewarmTaker takes a pre-started sandbox's record for a thread.
+type prewarmTaker interface {
+	TakePrewarmRecord(ctx context.Context, pw, sid, user string, deadline time.Time) (state.Record, func(context.Context) error, bool, error)
+}
+
+// claimable reports whether a new thread may take a pre-started sandbox:
+// the pool is on and the thread has no data of its own on the host. (One
+// with an egress policy of its own is turned down by the reservation.)
+func (c *claims) claimable(user, thread string) bool {
+	if c.size <= 0 || c.claimer == nil {
+		return false
+	}
+	unused, err := backend.ThreadDirUnused(c.tmpl.mounts.DataDir, user, thread)
+	return err == nil && unused
+}
+
+// takePrewarm takes pre-started sandbox pw for sid (see statedb.TakePrewarm)
+// under pw's lock, which it returns held: the reconciler must not adopt pw
+// back while it is being claimed. ok is false when another replica got it.
+func (c *claims) takePrewarm(ctx context.Context, pw, sid, user string) (state.Record, *statedb.Held, bool, error) {
+	held, err := c.locks.lock(ctx, pw, 0)
+	if errors.Is(err, state.ErrLocked) {
+		return state.Record{}, nil, false, nil
+	}
+	if err != nil {
+		return state.Record{}, nil, false, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	rec, forget, ok, err := c.store.TakePrewarmRecord(ctx, pw, sid, user, c.clock.Now().Add(c.holdFor))
+	if err == nil && ok {
+		err = afterAnswer(ctx, forget)
+	}
+	if err != nil || !ok {
+		c.locks.unlock(held)
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrState, err)
+		}
+		return state.Record{}, nil, false, err
+	}
+	return rec, held, true, nil
+}
+
+// claim binds the taken pre-started sandbox rec to (user, thread, sid) and
+// records it active. On an error rec's sandbox is destroyed and the caller
+// creates one cold: sid's capacity reservation is already held.
+func (c *claims) claim(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string) (*Route, error) {
+	defer c.bg.unlockLater(c.locks, held)
+	defer func() {
+		select {
+		case c.refill <- struct{}{}:
+		default:
+		}
+	}()
+	pw := rec.SandboxID
+	warm := rec.Info()
+	r, err := c.bind(ctx, rec, user, thread, sid)
+	if err != nil {
+		c.log.WarnContext(ctx, "prewarmed sandbox not claimed; creating one", "sandbox_id", sid, "thread", thread,
+			"prewarm_id", pw, "err", err)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.lockTTL)
+		defer cancel()
+		if derr := c.be.Destroy(dctx, warm); derr != nil {
+			c.log.WarnContext(ctx, "destroy unclaimed prewarmed sandbox", "sandbox_id", pw, "err", derr)
+		}
+		_ = backend.RemovePrewarmDirs(c.tmpl.mounts.DataDir, pw)
+		c.metrics.Destroyed(string(ReasonPrewarmTrim))
+	}
+	return r, err
+}
+
+func (c *claims) bind(ctx context.Context, rec state.Record, user, thread, sid string) (*Route, error) {
+	if rec.Prewarm != c.fp {
+		return nil, errors.New("made from another configuration")
+	}
+	mounts, err := backend.ThreadMounts(c.tmpl.mounts, user, thread)
+	if err != nil {
+		return nil, err
+	}
+	if err := backend.AdoptPrewarmDirs(c.tmpl.mounts.DataDir, rec.SandboxID, user, thread); err != nil {
+		return nil, err
+	}
+	spec := c.tmpl.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts,
+		Secret: rec.Secret, Egress: c.tmpl.egress})
+	ctx, span := c.obs.span(ctx, spanClaim, sid, thread)
+	info, err := c.claimer.Claim(ctx, rec.Info(), spec)
+	end(span, err)
+	if err != nil {
+		return nil, err
+	}
+	return c.record(ctx, info, user, thread)
+}
+
+// prewarmFingerprint identifies what a sandbox is made from besides its
+// thread: a pre-started sandbox made from another one is never claimed.
+func prewarmFingerprint(cfg Config, backendName string) string {
+	b, _ := json.Marshal(struct {
+		Backend, Fleet, Skills, ACP string
+		Extra                       []backend.Mount
+		Env, Labels                 map[string]string
+		Egress                      backend.Egress
+	}{backendName, cfg.Fleet, cfg.Mounts.SkillsDir, cfg.Mounts.ACPWorkspace, cfg.Mounts.Extra, cfg.Env, cfg.Labels, cfg.Egress})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}

@@ -1,0 +1,77 @@
+package pool
+
+import "github.com/sandgate/sandgate/internal/backend"
+
+// Each background loop, and the operator and hold APIs, is built here from
+// a Pool: the params of each name exactly what it uses, the Pool's shared
+// helpers passed in explicitly. The gateway runs the loops (Run) beside
+// the Pool; a test or a benchmark drives one pass (Pass, Flush).
+
+// NewToucher returns the touch loop of p.
+func NewToucher(p *Pool) *Toucher {
+	return newToucher(toucherParams{interval: p.cfg.TouchInterval, cache: p.cache, store: p.store, clock: p.clock, log: p.log})
+}
+
+// NewReaper returns the reaper of p.
+func NewReaper(p *Pool) *Reaper {
+	return newReaper(reaperParams{idleTimeout: p.cfg.IdleTimeout, interval: p.cfg.ReapInterval, store: p.store,
+		held: p.held, cache: p.cache, locks: p.locks, probe: p.probe, destroyer: p.destroyer, metrics: p.metrics,
+		tracer: p.tracer, clock: p.clock, log: p.log})
+}
+
+// NewFreezer returns the freezer of p.
+func NewFreezer(p *Pool) *Freezer {
+	return newFreezer(freezerParams{after: p.cfg.FreezeAfter, interval: p.cfg.freezeInterval(), store: p.store,
+		held: p.held, cache: p.cache, locks: p.locks, probe: p.probe, stopper: p.stopper, tracer: p.tracer,
+		clock: p.clock, log: p.log})
+}
+
+// NewLifetime returns the lifetime loop of p.
+func NewLifetime(p *Pool) *Lifetime {
+	return newLifetime(lifetimeParams{maxLifetime: p.cfg.MaxLifetime, interval: p.cfg.lifetimeInterval(),
+		store: p.store, held: p.held, locks: p.locks, destroyer: p.destroyer, tracer: p.tracer, clock: p.clock, log: p.log})
+}
+
+// NewReconciler returns the reconciler of p.
+func NewReconciler(p *Pool) *Reconciler {
+	rp := reconcilerParams{interval: p.cfg.ReconcileInterval, grace: p.cfg.ReconcileGrace, dryRun: p.cfg.ReconcileDryRun,
+		fleet: p.cfg.Fleet, backendName: p.name, backend: p.backend, store: p.store, held: p.held, cache: p.cache,
+		locks: p.locks, destroyer: p.destroyer, notes: p.notes, metrics: p.metrics, tracer: p.tracer, clock: p.clock, log: p.log}
+	if p.warmPauser == nil { // with pause_warm, a reclaim resumes it anyway
+		rp.resume = p.stopper.pz
+	}
+	return newReconciler(rp)
+}
+
+// NewPrewarmer returns the refill loop of p.
+func NewPrewarmer(p *Pool) *Prewarmer {
+	_, canClaim := p.backend.be.(backend.Claimer)
+	return newPrewarmer(prewarmerParams{size: p.cfg.Prewarm, fp: p.claims.fp, canClaim: canClaim, tmpl: p.tmpl,
+		maxSandboxes: p.cfg.MaxSandboxes, createTimeout: p.cfg.CreateTimeout, lockTTL: p.cfg.LockTTL,
+		backend: p.backend.be, backendName: p.name, store: p.store, destroy: p.Destroy, locks: p.locks,
+		refill: p.refill, metrics: p.metrics, clock: p.clock, log: p.log})
+}
+
+// NewHeartbeat returns the heartbeat loop of p.
+func NewHeartbeat(p *Pool) *Heartbeat {
+	return newHeartbeat(heartbeatParams{instance: p.cfg.Instance, store: p.store, clock: p.clock, log: p.log})
+}
+
+// NewBucketLeases returns the bucket lease loop of p.
+func NewBucketLeases(p *Pool) *BucketLeases {
+	return newBucketLeases(bucketLeasesParams{instance: p.cfg.Instance, token: p.leaseToken, ttl: p.cfg.BucketLeaseTTL,
+		store: p.store, held: p.held, clock: p.clock, log: p.log})
+}
+
+// NewAdmin returns the operator API of p.
+func NewAdmin(p *Pool) *Admin {
+	return newAdmin(adminParams{fleet: p.cfg.Fleet, grace: p.cfg.ReconcileGrace, backend: p.backend.be, store: p.store,
+		buckets: p.held.n, locks: p.locks, metrics: p.metrics, clock: p.clock, log: p.log})
+}
+
+// NewHolder returns the hold and freeze API of p.
+func NewHolder(p *Pool) *Holder {
+	return newHolder(holderParams{lockWait: p.cfg.ProvisionWait, freezeWait: p.cfg.CacheTTL + p.cfg.TouchInterval,
+		backend: p.name, warmPaused: p.warmPauser != nil, store: p.store, cache: p.cache, locks: p.locks,
+		probe: p.probe, stopper: p.stopper, obs: p.obs, clock: p.clock, log: p.log})
+}
