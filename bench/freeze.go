@@ -110,7 +110,7 @@ type hogTimes struct {
 
 // freezeBackend runs one gateway on be's kind and measures it (dataDir is
 // the gateway's; be must see its sandboxes).
-func freezeBackend(ctx context.Context, env *suiteEnv, name string, be backend.Pauser, dataDir string, args ...string) (thaw, warm []time.Duration, hog hogTimes, err error) {
+func freezeBackend(ctx context.Context, env *suiteEnv, name string, be backend.Freezer, dataDir string, args ...string) (thaw, warm []time.Duration, hog hogTimes, err error) {
 	args = append(args, "--cache-ttl", "100ms", "--touch-interval", "100ms", "--redis-prefix", "bench:"+name+":")
 	gs, gaddr, err := startGatewayEnv(ctx, env.bin, env.redisAddr, dataDir, filepath.Join(env.tmp, name+"-gateway.log"), nil, args...)
 	if err != nil {
@@ -153,7 +153,7 @@ var rssLine = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)
 // freezeHogged makes thread hog's sandbox hold freezeHog bytes of written
 // memory in a background process, then times the backend's Pause and
 // Resume of it.
-func freezeHogged(ctx context.Context, base string, be backend.Pauser) (hogTimes, error) {
+func freezeHogged(ctx context.Context, base string, be backend.Freezer) (hogTimes, error) {
 	var h hogTimes
 	hogCmd := fmt.Sprintf("sh -c '(head -c %d /dev/zero; sleep 3600) | tail' >/dev/null 2>&1 & echo started", freezeHog)
 	if _, err := execIn(ctx, base, "hog", hogCmd); err != nil {
@@ -186,12 +186,12 @@ func freezeHogged(ctx context.Context, base string, be backend.Pauser) (hogTimes
 	}
 	for range max(opts.FreezeRuns/5, 5) {
 		t0 := time.Now()
-		if err := be.Pause(ctx, info); err != nil {
+		if err := be.Freeze(ctx, info); err != nil {
 			return h, err
 		}
 		h.freeze = append(h.freeze, time.Since(t0))
 		t0 = time.Now()
-		if err := be.Resume(ctx, info); err != nil {
+		if err := be.Thaw(ctx, info); err != nil {
 			return h, err
 		}
 		h.thaw = append(h.thaw, time.Since(t0))

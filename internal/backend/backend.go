@@ -76,10 +76,10 @@ type Info struct {
 // server gone); callers answer 503 rather than 502.
 var ErrUnavailable = errors.New("backend unavailable")
 
-// Pauser is implemented by backends that can freeze a sandbox while it sits
+// Freezer is implemented by backends that can freeze a sandbox while it sits
 // in the warm pool (pool.Config.PauseWarm) and thaw it on reclaim. A paused
 // sandbox is still Alive.
-type Pauser interface {
-	Pause(ctx context.Context, info Info) error
-	Resume(ctx context.Context, info Info) error
+type Freezer interface {
+	Freeze(ctx context.Context, info Info) error
+	Thaw(ctx context.Context, info Info) error
 }

@@ -14,9 +14,9 @@ import (
 // gateway whose configuration changed never hands out a stale one.
 const LabelPrewarm = "sandgate.prewarm"
 
-// Claimer is implemented by backends whose sandboxes can be started before
+// Binder is implemented by backends whose sandboxes can be started before
 // their thread is known and bound to it later (the prewarm pool).
-type Claimer interface {
+type Binder interface {
 	// Claim binds the running, unclaimed sandbox warm to spec's identity
 	// (SandboxID, User, Thread, Labels; spec.Secret is warm's own): once it
 	// returns, Discover(spec.SandboxID), List, Alive and Destroy see it as
@@ -24,7 +24,7 @@ type Claimer interface {
 	// names nothing. The caller has already moved warm's user data to the
 	// thread (AdoptPrewarmDirs), holds both ids' locks and, on an error,
 	// destroys the sandbox.
-	Claim(ctx context.Context, warm Info, spec Spec) (Info, error)
+	Bind(ctx context.Context, warm Info, spec Spec) (Info, error)
 }
 
 // PrewarmDir is where a pre-started sandbox's user data lives until a

@@ -55,13 +55,13 @@ type hostIDTable struct {
 func NewHostIDs(dir string) *HostIDs { return &HostIDs{dir: dir} }
 
 // For is the host uid and gid SandboxUID maps to for a sandbox: an id of
-// its own (Claim) when the gateway runs as root, else the gateway's own (an
+// its own (Assign) when the gateway runs as root, else the gateway's own (an
 // unprivileged user can map only itself).
 func (h *HostIDs) For(sandboxID string) (uid, gid int, err error) {
 	if os.Geteuid() != 0 {
 		return os.Geteuid(), os.Getegid(), nil
 	}
-	id, err := h.Claim(sandboxID)
+	id, err := h.Assign(sandboxID)
 	return id, id, err
 }
 
@@ -76,9 +76,9 @@ func (h *HostIDs) Probe() (uid, gid int) {
 	return allocBase + hostIDRange, allocBase + hostIDRange
 }
 
-// Claim returns the sandbox's host id: the one it holds, else the next free
+// Assign returns the sandbox's host id: the one it holds, else the next free
 // one, which it then holds until Release.
-func (h *HostIDs) Claim(sandboxID string) (int, error) {
+func (h *HostIDs) Assign(sandboxID string) (int, error) {
 	var id int
 	err := h.update(func(t *hostIDTable) bool {
 		if held, ok := t.IDs[sandboxID]; ok {

@@ -28,11 +28,11 @@ func TestHostIDsNeverCollide(t *testing.T) {
 	a, b := oldCollision(t)
 	dir := t.TempDir()
 	ids := NewHostIDs(dir)
-	idA, err := ids.Claim(a)
+	idA, err := ids.Assign(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idB, err := ids.Claim(b)
+	idB, err := ids.Assign(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestHostIDsNeverCollide(t *testing.T) {
 		t.Fatalf("%s and %s (one derived id, %d) both got host id %d", a, b, SandboxHostID(a), idA)
 	}
 	// Another gateway on the same data dir (a restart) sees the same ids.
-	if again, err := NewHostIDs(dir).Claim(a); err != nil || again != idA {
+	if again, err := NewHostIDs(dir).Assign(a); err != nil || again != idA {
 		t.Fatalf("Claim(%s) after a restart = %d, %v; want %d", a, again, err, idA)
 	}
 	// A freed id does not come back at once.
@@ -50,7 +50,7 @@ func TestHostIDsNeverCollide(t *testing.T) {
 	if err := ids.Release(a); err != nil { // nothing held: nothing to do
 		t.Fatal(err)
 	}
-	if next, err := ids.Claim(a); err != nil || next == idA || next == idB {
+	if next, err := ids.Assign(a); err != nil || next == idA || next == idB {
 		t.Fatalf("Claim(%s) after Release = %d, %v; want a new id, not %d or %d", a, next, err, idA, idB)
 	}
 	for _, id := range []int{idA, idB} {
@@ -72,7 +72,7 @@ func TestHostIDsConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 25 {
 				sid := fmt.Sprintf("%08x%08x", g, i)
-				id, err := ids.Claim(sid)
+				id, err := ids.Assign(sid)
 				if err != nil {
 					t.Error(err)
 					return

@@ -60,14 +60,14 @@ type Config struct {
 	// reap and reconcile it) outlives its last renewal. 0 = 15s.
 	BucketLeaseTTL time.Duration
 	// Prewarm is how many pre-started sandboxes the fleet keeps for new
-	// threads (backends that implement backend.Claimer: process, docker).
+	// threads (backends that implement backend.Binder: process, docker).
 	// 0 = none.
 	Prewarm int
 	// PauseWarm freezes warm sandboxes (backends that implement
-	// backend.Pauser) and thaws them on reclaim.
+	// backend.Freezer) and thaws them on reclaim.
 	PauseWarm bool
 	// FreezeAfter freezes an active sandbox (backends that implement
-	// backend.Pauser: process, docker) that has had no request and runs
+	// backend.Freezer: process, docker) that has had no request and runs
 	// no command for this long: its processes stop, its memory stays, and
 	// the next request on any replica thaws it. 0 = never. It must exceed
 	// cache_ttl plus touch_interval (see statedb.Store.Freeze) and stay

@@ -135,14 +135,14 @@ func (f *fakeBackend) liveCount() int {
 	return len(f.live)
 }
 
-func (f *fakeBackend) Pause(_ context.Context, info backend.Info) error {
+func (f *fakeBackend) Freeze(_ context.Context, info backend.Info) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.paused[info.SandboxID] = true
 	return nil
 }
 
-func (f *fakeBackend) Resume(_ context.Context, info backend.Info) error {
+func (f *fakeBackend) Thaw(_ context.Context, info backend.Info) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.paused, info.SandboxID)
@@ -160,7 +160,7 @@ func (f *fakeBackend) isPaused(sid string) bool {
 
 var (
 	_ backend.Backend = (*fakeBackend)(nil)
-	_ backend.Pauser  = (*fakeBackend)(nil)
+	_ backend.Freezer  = (*fakeBackend)(nil)
 )
 
 // fakeClock is moved by tests; the pool reads time only through it.

@@ -24,7 +24,7 @@ const (
 )
 
 // Freezer stops the processes of sandboxes idle past FreezeAfter (memory
-// kept, CPU zero) through the backend's Pauser; the next request on any
+// kept, CPU zero) through the backend's Freezer; the next request on any
 // replica thaws them (reuse). Every replica runs one over the buckets it
 // holds. A pass reads only what went idle since its last look at each
 // bucket (statedb.IdleSince); a sandbox found busy (a command running, a
@@ -45,7 +45,7 @@ type freezerParams struct {
 	cache           *cache
 	locks           locks
 	probe           *prober
-	stopper         *stopper // its Pauser nil: the backend cannot freeze
+	stopper         *stopper // its Freezer nil: the backend cannot freeze
 	tracer          trace.Tracer
 	clock           Clock
 	log             *slog.Logger

@@ -148,7 +148,7 @@ func TestReconcilerResumesAdoptedFrozenSandbox(t *testing.T) {
 	}
 	p.Wait()
 	info, _, _ := e.be.Discover(ctx, r.SandboxID)
-	if err := e.be.Pause(ctx, info); err != nil {
+	if err := e.be.Freeze(ctx, info); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.rdb().Del(ctx, p.store.Keys().Sandbox(r.SandboxID)).Err(); err != nil {

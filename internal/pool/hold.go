@@ -27,7 +27,7 @@ type holderParams struct {
 	cache                *cache
 	locks                locks
 	probe                *prober
-	stopper              *stopper // its Pauser nil: the backend cannot stop a sandbox
+	stopper              *stopper // its Freezer nil: the backend cannot stop a sandbox
 	obs                  observer
 	clock                Clock
 	log                  *slog.Logger
@@ -148,7 +148,7 @@ func (h *Holder) Hold(ctx context.Context, user, thread string, force bool, fn f
 	}
 	rec.Frozen = now
 	sctx, span := h.p.obs.span(ctx, spanFreeze, sid, thread)
-	err = pz.Pause(sctx, rec.Info())
+	err = pz.Freeze(sctx, rec.Info())
 	end(span, err)
 	if err != nil {
 		_, _ = h.p.store.Thaw(context.WithoutCancel(ctx), sid, rec.Incarnation)

@@ -89,7 +89,7 @@ type Pool struct {
 	newThread func(ctx context.Context, user, thread string) error
 	// warmPauser pauses warm sandboxes: nil without PauseWarm or a backend
 	// that can.
-	warmPauser backend.Pauser
+	warmPauser backend.Freezer
 	tmpl       template
 
 	// The helpers acquisition shares with the loops and admin types.
@@ -139,8 +139,8 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	}
 	log := d.Log.With("backend", d.BackendName)
 	obs := observer{metrics: d.Metrics, backend: d.BackendName}
-	pz, _ := d.Backend.(backend.Pauser)
-	claimer, _ := d.Backend.(backend.Claimer)
+	pz, _ := d.Backend.(backend.Freezer)
+	binder, _ := d.Backend.(backend.Binder)
 	p := &Pool{
 		cfg:       cfg,
 		store:     d.Store,
@@ -172,7 +172,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	p.probe = &prober{busyIdleAfter: cfg.BusyIdleAfter, newRT: d.NewTransport, store: d.Store, clock: d.Clock}
 	p.stopper = &stopper{pz: pz, backend: d.BackendName, store: d.Store, cache: p.cache, probe: p.probe, obs: obs,
 		clock: d.Clock, log: log}
-	p.claims = &claims{claimer: claimer, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
+	p.claims = &claims{binder: binder, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
 		tmpl: p.tmpl, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
 		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
 	p.capacity = &capacity{cfg: cfg, store: d.Store, claims: p.claims, locks: p.locks, destroyer: p.destroyer,

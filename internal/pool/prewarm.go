@@ -21,7 +21,7 @@ import (
 // claim time: the thread's sandbox id, labels and user data (their data dir
 // is renamed to the thread's, beneath the running bind mounts). Only
 // backends that bind host dirs and can rename a running sandbox implement
-// backend.Claimer (process, docker).
+// backend.Binder (process, docker).
 
 // prewarmLock is the lock id (not a sandbox id) of the fleet's refill: one
 // replica at a time tops the pool up, so replicas never overshoot it.
@@ -43,7 +43,7 @@ type Prewarmer struct{ p prewarmerParams }
 type prewarmerParams struct {
 	size                   int    // Config.Prewarm
 	fp                     string // prewarmFingerprint
-	canClaim               bool   // the backend can hand a pre-started sandbox out (backend.Claimer)
+	canBind               bool   // the backend can hand a pre-started sandbox out (backend.Binder)
 	tmpl                   template
 	maxSandboxes           int
 	createTimeout, lockTTL time.Duration
@@ -80,7 +80,7 @@ func newPrewarmer(p prewarmerParams) *Prewarmer { return &Prewarmer{p: p} }
 // Run refills every prewarmInterval and refillDelay after a claim until ctx ends;
 // it returns at once when the pool is off or the backend cannot claim.
 func (w *Prewarmer) Run(ctx context.Context) {
-	if w.p.size <= 0 || !w.p.canClaim {
+	if w.p.size <= 0 || !w.p.canBind {
 		if w.p.size > 0 {
 			w.p.log.Warn("prewarm is set but this backend cannot hand out pre-started sandboxes: no prewarm pool", "prewarm", w.p.size)
 		}

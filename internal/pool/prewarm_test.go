@@ -18,7 +18,7 @@ type claimingBackend struct {
 	claimErr error
 }
 
-func (c *claimingBackend) Claim(_ context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
+func (c *claimingBackend) Bind(_ context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
 	if c.claimErr != nil {
 		return backend.Info{}, c.claimErr
 	}
@@ -42,7 +42,7 @@ func (c *claimingBackend) Create(ctx context.Context, spec backend.Spec) (backen
 	return c.fakeBackend.Create(ctx, spec)
 }
 
-var _ backend.Claimer = (*claimingBackend)(nil)
+var _ backend.Binder = (*claimingBackend)(nil)
 
 func prewarmEnv(t *testing.T, cfg Config, claimErr error) (*env, *Pool, *claimingBackend) {
 	t.Helper()

@@ -35,7 +35,7 @@ type reconcilerParams struct {
 	backend         tracedBackend
 	// resume thaws an adopted sandbox (nil: the backend cannot pause, or
 	// warm sandboxes are paused anyway).
-	resume    backend.Pauser
+	resume    backend.Freezer
 	store     reconcilerStore
 	held      *heldBuckets
 	cache     *cache
@@ -201,7 +201,7 @@ func (r *Reconciler) adopt(ctx context.Context, info backend.Info) error {
 	// the warm pool's sandboxes run (or, with pause_warm, are resumed on
 	// reclaim anyway).
 	if p.resume != nil {
-		if err := p.resume.Resume(ctx, info); err != nil {
+		if err := p.resume.Thaw(ctx, info); err != nil {
 			return fmt.Errorf("%w: resume adopted sandbox: %w", backend.ErrUnavailable, err)
 		}
 	}

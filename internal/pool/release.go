@@ -38,7 +38,7 @@ func (p *Pool) Release(ctx context.Context, user, thread string) error {
 	}
 	if pauser != nil {
 		if rec, found, err := p.store.Get(ctx, sid); err == nil && found {
-			if err := pauser.Pause(ctx, rec.Info()); err != nil {
+			if err := pauser.Freeze(ctx, rec.Info()); err != nil {
 				p.log.WarnContext(ctx, "pause warm sandbox", "sandbox_id", sid, "thread", thread, "err", err)
 			}
 		}

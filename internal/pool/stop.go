@@ -18,7 +18,7 @@ var errActivated = errors.New("sandbox was used after the freeze cutoff")
 // freeze mark in step: the freezer, FreezeThread and Hold stop sandboxes,
 // an acquire and Hold thaw them. Every method wants the sandbox's lock held.
 type stopper struct {
-	pz      backend.Pauser // nil: the backend cannot stop a sandbox
+	pz      backend.Freezer // nil: the backend cannot stop a sandbox
 	backend string
 	store   stopStore
 	cache   *cache
@@ -65,7 +65,7 @@ func (s *stopper) stopMarked(ctx context.Context, rec state.Record, cutoff time.
 		}
 	}
 	sctx, span := s.obs.span(ctx, spanFreeze, sid, rec.Thread)
-	err = s.pz.Pause(sctx, rec.Info())
+	err = s.pz.Freeze(sctx, rec.Info())
 	end(span, err)
 	if err != nil {
 		return fmt.Errorf("%w: freeze sandbox: %w", backend.ErrUnavailable, err)
@@ -82,7 +82,7 @@ func (s *stopper) thaw(ctx context.Context, rec state.Record) error {
 		return fmt.Errorf("%w: backend %s cannot thaw sandbox %s", backend.ErrUnavailable, s.backend, rec.SandboxID)
 	}
 	sctx, span := s.obs.span(ctx, spanResume, rec.SandboxID, rec.Thread)
-	err := s.pz.Resume(sctx, rec.Info())
+	err := s.pz.Thaw(sctx, rec.Info())
 	end(span, err)
 	if err != nil {
 		return fmt.Errorf("%w: thaw sandbox: %w", backend.ErrUnavailable, err)

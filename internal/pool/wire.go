@@ -45,8 +45,8 @@ func NewReconciler(p *Pool) *Reconciler {
 
 // NewPrewarmer returns the refill loop of p.
 func NewPrewarmer(p *Pool) *Prewarmer {
-	_, canClaim := p.backend.be.(backend.Claimer)
-	return newPrewarmer(prewarmerParams{size: p.cfg.Prewarm, fp: p.claims.fp, canClaim: canClaim, tmpl: p.tmpl,
+	_, canBind := p.backend.be.(backend.Binder)
+	return newPrewarmer(prewarmerParams{size: p.cfg.Prewarm, fp: p.claims.fp, canBind: canBind, tmpl: p.tmpl,
 		maxSandboxes: p.cfg.MaxSandboxes, createTimeout: p.cfg.CreateTimeout, lockTTL: p.cfg.LockTTL,
 		backend: p.backend.be, backendName: p.name, store: p.store, destroy: p.Destroy, locks: p.locks,
 		refill: p.refill, metrics: p.metrics, clock: p.clock, log: p.log})

@@ -62,7 +62,7 @@ func TestReservePrewarmKinds(t *testing.T) {
 		if c, _ := s.Count(ctx); c.Prewarm != 2 {
 			t.Fatalf("prewarm count %d, want 2", c.Prewarm)
 		}
-		// Taking moves the unit: the record goes, the claimer's reservation
+		// Taking moves the unit: the record goes, the binder's reservation
 		// and ownership appear, in one step.
 		got, ok, err := s.TakePrewarm(ctx, "p1", "b1", "v", now.Add(time.Minute))
 		if err != nil || !ok || got.Secret != "s-p1" || got.Incarnation != "inc-p1" || got.Prewarm != "fp" {
@@ -72,7 +72,7 @@ func TestReservePrewarmKinds(t *testing.T) {
 			t.Fatal("a taken pre-started sandbox keeps its record")
 		}
 		if sc, _ := s.Client().ZScore(ctx, s.Keys().Creating(), "b1").Result(); sc == 0 {
-			t.Fatal("the claimer holds no reservation")
+			t.Fatal("the binder holds no reservation")
 		}
 		if u, _ := s.Client().HGet(ctx, s.Keys().fleetKeys()[2], "b1").Result(); u != "v" {
 			t.Fatalf("owner of the claim = %q", u)

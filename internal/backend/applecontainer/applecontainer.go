@@ -20,7 +20,7 @@
 //     when the CLI offers them (read from `container run --help` once); older
 //     CLIs run without them, with a warning. seccomp, no-new-privileges and
 //     pids limits have no CLI flags: the VM boundary is the isolation.
-//   - No pause: the CLI has none, so pause_warm does not apply (not a Pauser).
+//   - No pause: the CLI has none, so pause_warm does not apply (not a Freezer).
 //   - The CLI has no container ids apart from names, so the incarnation is a
 //     random nonce in the label sandgate.incarnation, written at run time.
 //   - The image must carry the sandbox server at /gateway (images from

@@ -47,7 +47,7 @@ type Harness struct {
 	DestroyIgnoresIncarnation bool
 
 	// Prewarmed runs the contract on sandboxes made the prewarm pool's way
-	// (see Prewarmed): the backend must be a backend.Claimer whose specs
+	// (see Prewarmed): the backend must be a backend.Binder whose specs
 	// mount backend.ThreadMounts.
 	Prewarmed bool
 }

@@ -21,17 +21,17 @@ import (
 // claimed sandbox indistinguishable from a created one.
 type prewarmed struct {
 	backend.Backend
-	claimer backend.Claimer
+	binder backend.Binder
 }
 
-// Prewarmed wraps b, a backend.Claimer binding host dirs. The data dir of
+// Prewarmed wraps b, a backend.Binder binding host dirs. The data dir of
 // a spec is read off its workspace mount (backend.ThreadMounts).
 func Prewarmed(b backend.Backend) backend.Backend {
-	c, ok := b.(backend.Claimer)
+	c, ok := b.(backend.Binder)
 	if !ok {
 		panic(fmt.Sprintf("backendtest: %T cannot claim", b))
 	}
-	return &prewarmed{Backend: b, claimer: c}
+	return &prewarmed{Backend: b, binder: c}
 }
 
 func (p *prewarmed) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
@@ -62,7 +62,7 @@ func (p *prewarmed) Create(ctx context.Context, spec backend.Spec) (backend.Info
 	err = backend.AdoptPrewarmDirs(mc.DataDir, pw, spec.User, spec.Thread)
 	var info backend.Info
 	if err == nil {
-		info, err = p.claimer.Claim(ctx, warm, spec)
+		info, err = p.binder.Bind(ctx, warm, spec)
 	}
 	if err != nil {
 		// The pool's fallback: the pre-started sandbox goes, the thread is created cold.

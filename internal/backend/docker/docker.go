@@ -252,7 +252,7 @@ type engine interface {
 	Close() error
 }
 
-// Docker implements backend.Backend, backend.Pauser and backend.Claimer
+// Docker implements backend.Backend, backend.Freezer and backend.Binder
 // (claim.go) with containers.
 type Docker struct {
 	cfg   Config
@@ -268,7 +268,7 @@ type Docker struct {
 
 var (
 	_ backend.Backend = (*Docker)(nil)
-	_ backend.Pauser  = (*Docker)(nil)
+	_ backend.Freezer  = (*Docker)(nil)
 )
 
 // New checks cfg and connects to the engine (lazily: nothing is sent until

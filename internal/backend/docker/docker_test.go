@@ -110,7 +110,7 @@ func TestPauseResumeDestroy(t *testing.T) {
 	info := backendtest.MustCreate(t, d, backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "carol", "p"))
 
 	for range 2 { // idempotent
-		if err := d.Pause(ctx, info); err != nil {
+		if err := d.Freeze(ctx, info); err != nil {
 			t.Fatalf("Pause: %v", err)
 		}
 	}
@@ -121,7 +121,7 @@ func TestPauseResumeDestroy(t *testing.T) {
 		t.Fatalf("paused sandbox Alive = %v, %v; want alive", ok, err)
 	}
 	for range 2 {
-		if err := d.Resume(ctx, info); err != nil {
+		if err := d.Thaw(ctx, info); err != nil {
 			t.Fatalf("Resume: %v", err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestPauseResumeDestroy(t *testing.T) {
 	}
 
 	// Destroy takes a paused container too.
-	if err := d.Pause(ctx, info); err != nil {
+	if err := d.Freeze(ctx, info); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
@@ -164,7 +164,7 @@ func TestDiscoverAndListSeeOnlyTheirPrefix(t *testing.T) {
 	if _, ok, err := d.Discover(ctx, theirs.SandboxID); ok || err != nil {
 		t.Fatalf("Discover of another prefix's sandbox = %v %v", ok, err)
 	}
-	if err := d.Pause(ctx, mine); err != nil {
+	if err := d.Freeze(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
 	list, err := d.List(ctx)

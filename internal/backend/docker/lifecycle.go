@@ -191,9 +191,9 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 	return out, nil
 }
 
-// Pause freezes a warm sandbox's container (docker pause); already paused
+// Freeze freezes a warm sandbox's container (docker pause); already paused
 // is success.
-func (d *Docker) Pause(ctx context.Context, info backend.Info) error {
+func (d *Docker) Freeze(ctx context.Context, info backend.Info) error {
 	id := cmp.Or(info.Incarnation, d.name(info.SandboxID))
 	err := d.api.ContainerPause(ctx, id)
 	if err != nil && !client.IsErrConnectionFailed(err) && d.paused(ctx, id) {
@@ -206,8 +206,8 @@ func (d *Docker) Pause(ctx context.Context, info backend.Info) error {
 	return nil
 }
 
-// Resume thaws a paused sandbox; not paused is success.
-func (d *Docker) Resume(ctx context.Context, info backend.Info) error {
+// Thaw thaws a paused sandbox; not paused is success.
+func (d *Docker) Thaw(ctx context.Context, info backend.Info) error {
 	if err := d.unpause(ctx, cmp.Or(info.Incarnation, d.name(info.SandboxID))); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", info.SandboxID, err)
 	}

@@ -12,12 +12,12 @@ import (
 	"github.com/sandgate/sandgate/internal/jail"
 )
 
-var _ backend.Pauser = (*Process)(nil)
+var _ backend.Freezer = (*Process)(nil)
 
 // cgroupFreezer pauses a sandbox that has a freezing cgroup of its own.
 const cgroupFreezer = "cgroup freezer"
 
-// freezeWait bounds a Pause or Resume whose context does not end sooner:
+// freezeWait bounds a Freeze or Thaw whose context does not end sooner:
 // a freeze takes milliseconds.
 const freezeWait = 10 * time.Second
 
@@ -29,7 +29,7 @@ func (p *Process) freezeMethod() string {
 	return signalFreezer
 }
 
-// Pause freezes the sandbox while it waits in the warm pool: every process
+// Freeze freezes the sandbox while it waits in the warm pool: every process
 // of it stops, its memory is kept, it uses no CPU. A sandbox with a
 // freezing cgroup (isolated, on cgroup v2 or v1 with a freezer hierarchy)
 // has the cgroup frozen; any other has its process tree stopped with
@@ -37,13 +37,13 @@ func (p *Process) freezeMethod() string {
 // paused sandbox succeeds; one that does not run is an error. A paused
 // sandbox is Alive; Destroy thaws it first, so that it stops as a running
 // one does, at once; Discover and Create resume it.
-func (p *Process) Pause(ctx context.Context, info backend.Info) error {
+func (p *Process) Freeze(ctx context.Context, info backend.Info) error {
 	return p.setPaused(ctx, info, true)
 }
 
-// Resume thaws a paused sandbox, however it was paused; resuming one that
+// Thaw thaws a paused sandbox, however it was paused; resuming one that
 // runs succeeds.
-func (p *Process) Resume(ctx context.Context, info backend.Info) error {
+func (p *Process) Thaw(ctx context.Context, info backend.Info) error {
 	return p.setPaused(ctx, info, false)
 }
 
@@ -114,7 +114,7 @@ func (p *Process) markPaused(sid string, paused bool) error {
 	return f.Close()
 }
 
-// markedPaused reports whether Pause marked the sandbox (markPaused).
+// markedPaused reports whether Freeze marked the sandbox (markPaused).
 func (p *Process) markedPaused(sid string) bool {
 	_, err := os.Stat(p.pausedPath(sid))
 	return err == nil

@@ -68,7 +68,7 @@ func TestPauseResume(t *testing.T) {
 			backendtest.Eventually(t, "the sandbox burns CPU", func() bool { return treeTicks(t, pid) > start+20 })
 
 			for range 2 { // idempotent
-				if err := p.Pause(ctx, info); err != nil {
+				if err := p.Freeze(ctx, info); err != nil {
 					t.Fatalf("Pause: %v", err)
 				}
 			}
@@ -95,7 +95,7 @@ func TestPauseResume(t *testing.T) {
 			}
 
 			for range 2 {
-				if err := p.Resume(ctx, info); err != nil {
+				if err := p.Thaw(ctx, info); err != nil {
 					t.Fatalf("Resume: %v", err)
 				}
 			}
@@ -127,7 +127,7 @@ func TestPauseResume(t *testing.T) {
 				}},
 				{"Create", func() (backend.Info, error) { return p.Create(ctx, spec) }},
 			} {
-				if err := p.Pause(ctx, info); err != nil {
+				if err := p.Freeze(ctx, info); err != nil {
 					t.Fatal(err)
 				}
 				began := time.Now()
@@ -144,7 +144,7 @@ func TestPauseResume(t *testing.T) {
 			}
 
 			// Destroy of a paused sandbox: at once, and nothing left.
-			if err := p.Pause(ctx, info); err != nil {
+			if err := p.Freeze(ctx, info); err != nil {
 				t.Fatal(err)
 			}
 			tree = sandboxTree(t, pid)
@@ -168,7 +168,7 @@ func TestPauseResume(t *testing.T) {
 			if fileExists(p.pausedPath(info.SandboxID)) {
 				t.Error("the destroyed sandbox is still marked paused")
 			}
-			if err := p.Pause(ctx, info); err == nil {
+			if err := p.Freeze(ctx, info); err == nil {
 				t.Error("Pause of a destroyed sandbox succeeded")
 			}
 		})

@@ -425,7 +425,7 @@ func (p *Process) Discover(ctx context.Context, sid string) (backend.Info, bool,
 	}
 	if p.markedPaused(sid) {
 		// Its caller is about to hand it out (the pool lost its record).
-		if err := p.Resume(ctx, st.info()); err != nil {
+		if err := p.Thaw(ctx, st.info()); err != nil {
 			return backend.Info{}, false, err
 		}
 		p.log.Info("resumed paused sandbox", "sandbox_id", sid, "thread", st.Thread, "pid", st.PID)

@@ -11,7 +11,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 )
 
-var _ backend.Claimer = (*Process)(nil)
+var _ backend.Binder = (*Process)(nil)
 
 // Claim makes the pre-started sandbox warm spec's: its state file is
 // rewritten under spec's id and identity (the old id's is removed) and its
@@ -20,7 +20,7 @@ var _ backend.Claimer = (*Process)(nil)
 // identity, on the same socket path, for the policy and the logs. The
 // process, its secret and its mounts are untouched: the caller moved the
 // user data beneath them.
-func (p *Process) Claim(ctx context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
+func (p *Process) Bind(ctx context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
 	sid, pw := spec.SandboxID, warm.SandboxID
 	if err := errors.Join(backend.ValidSandboxID(sid), backend.ValidSandboxID(pw)); err != nil {
 		return backend.Info{}, err

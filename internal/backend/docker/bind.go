@@ -18,7 +18,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 )
 
-// Claiming a pre-started sandbox (backend.Claimer). A container's labels
+// Claiming a pre-started sandbox (backend.Binder). A container's labels
 // are fixed at its creation, its name is not: Claim renames the container
 // to the thread's sandbox's name and writes a claim record holding the
 // identity the labels cannot,
@@ -46,7 +46,7 @@ import (
 // Its socket dir, egress dir and uid keep the pre-started id (the runtime
 // id, ident.rid), as they do in the process backend.
 
-var _ backend.Claimer = (*Docker)(nil)
+var _ backend.Binder = (*Docker)(nil)
 
 // claimsDirName is not a sandbox id, so no socket dir is ever named so.
 const claimsDirName = "claims"
@@ -230,7 +230,7 @@ func syncDir(dir string) error {
 // egress proxy is served again under the new identity on the same socket.
 // The secret, mounts and uid stay the container's: the caller moved the
 // user data beneath them.
-func (d *Docker) Claim(ctx context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
+func (d *Docker) Bind(ctx context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
 	sid, pw := spec.SandboxID, warm.SandboxID
 	if err := errors.Join(backend.ValidSandboxID(sid), backend.ValidSandboxID(pw)); err != nil {
 		return backend.Info{}, err

@@ -146,7 +146,7 @@ func (h *claimHarness) warm(t *testing.T, egress backend.Egress) backend.Info {
 // thread is a new thread's spec, as the pool builds it for a claim.
 func (h *claimHarness) thread(t *testing.T, thread string, warm backend.Info) backend.Spec {
 	t.Helper()
-	s := backendtest.Spec(t, backend.MountConfig{DataDir: h.dataDir}, "claimer", thread)
+	s := backendtest.Spec(t, backend.MountConfig{DataDir: h.dataDir}, "binder", thread)
 	s.Secret, s.Egress = warm.Secret, backend.Egress{}
 	s.Labels = backend.IdentityLabels(s, "test", map[string]string{backend.LabelFleet: "f"})
 	return s
@@ -158,7 +158,7 @@ func (h *claimHarness) claim(t *testing.T, warm backend.Info, s backend.Spec) (b
 	if err := backend.AdoptPrewarmDirs(h.dataDir, warm.SandboxID, s.User, s.Thread); err != nil {
 		t.Fatal(err)
 	}
-	return h.d.Claim(backendtest.Ctx(t), warm, s)
+	return h.d.Bind(backendtest.Ctx(t), warm, s)
 }
 
 // TestClaimedRecordLostIsNeverUnclaimed attacks the tenant boundary: a
@@ -208,7 +208,7 @@ func TestClaimedRecordLostIsNeverUnclaimed(t *testing.T) {
 		}
 	}
 	thief := h.thread(t, "thief", warm)
-	if _, err := h.d.Claim(ctx, warm, thief); err == nil {
+	if _, err := h.d.Bind(ctx, warm, thief); err == nil {
 		t.Fatal("another thread claimed the orphan")
 	}
 	if socks, err := h.d.EgressSockets(ctx); err != nil || slices.ContainsFunc(socks, func(e backend.EgressSocket) bool {
@@ -295,7 +295,7 @@ func TestConcurrentClaimsIntoOneID(t *testing.T) {
 	var wg sync.WaitGroup
 	infos, errs := make([]backend.Info, 2), make([]error, 2)
 	for i := range warms {
-		wg.Go(func() { infos[i], errs[i] = h.d.Claim(ctx, warms[i], s) })
+		wg.Go(func() { infos[i], errs[i] = h.d.Bind(ctx, warms[i], s) })
 	}
 	wg.Wait()
 	if (errs[0] == nil) == (errs[1] == nil) {
@@ -321,7 +321,7 @@ func TestConcurrentClaimsIntoOneID(t *testing.T) {
 	// gets it, never both.
 	others := []backend.Spec{h.thread(t, "raced-a", warms[lose]), h.thread(t, "raced-b", warms[lose])}
 	for i := range others {
-		wg.Go(func() { infos[i], errs[i] = h.d.Claim(ctx, warms[lose], others[i]) })
+		wg.Go(func() { infos[i], errs[i] = h.d.Bind(ctx, warms[lose], others[i]) })
 	}
 	wg.Wait()
 	if (errs[0] == nil) == (errs[1] == nil) {

@@ -18,9 +18,9 @@ import (
 
 // claims hands a new thread a pre-started sandbox (see prewarm.go for the
 // pool's refill): offered by the capacity reservation, taken under its
-// lock, renamed to the thread's (backend.Claimer) and recorded active.
+// lock, renamed to the thread's (backend.Binder) and recorded active.
 type claims struct {
-	claimer backend.Claimer // nil: the backend cannot hand one out
+	binder backend.Binder // nil: the backend cannot hand one out
 	be      backend.Backend
 	size    int    // Config.Prewarm
 	fp      string // prewarmFingerprint
@@ -50,7 +50,7 @@ type prewarmTaker interface {
 // the pool is on and the thread has no data of its own on the host. (One
 // with an egress policy of its own is turned down by the reservation.)
 func (c *claims) claimable(user, thread string) bool {
-	if c.size <= 0 || c.claimer == nil {
+	if c.size <= 0 || c.binder == nil {
 		return false
 	}
 	unused, err := backend.ThreadDirUnused(c.tmpl.mounts.DataDir, user, thread)
@@ -124,7 +124,7 @@ func (c *claims) bind(ctx context.Context, rec state.Record, user, thread, sid s
 	spec := c.tmpl.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts,
 		Secret: rec.Secret, Egress: c.tmpl.egress})
 	ctx, span := c.obs.span(ctx, spanClaim, sid, thread)
-	info, err := c.claimer.Claim(ctx, rec.Info(), spec)
+	info, err := c.binder.Bind(ctx, rec.Info(), spec)
 	end(span, err)
 	if err != nil {
 		return nil, err
