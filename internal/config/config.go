@@ -173,7 +173,7 @@ func Default() Config {
 		Listen:          "127.0.0.1:8080",
 		DataDir:         "./.sandgate",
 		ThreadDataQuota: -1,
-		Checkpoints:     checkpoint.Config{Keep: checkpoint.DefaultKeep, MaxAge: checkpoint.DefaultMaxAge},
+		Checkpoints:     checkpoint.Config{Keep: checkpoint.DefaultKeep, MaxAge: checkpoint.DefaultMaxAge, UserThreads: checkpoint.DefaultUserThreads},
 		RedisPrefix:     lease.DefaultPrefix,
 		Backend:         "process",
 		ShutdownTimeout: 30 * time.Second,
