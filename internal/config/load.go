@@ -96,7 +96,7 @@ func printUsage(w io.Writer, fs *flag.FlagSet, sections []section) {
 	for _, sec := range sections {
 		fmt.Fprintf(w, "\n[%s] %s\n", sec.name, sec.title)
 		for _, s := range sec.settings {
-			printFlag(w, fs.Lookup(s.name), zeroNote(s)+" (env "+s.envName()+", YAML "+sec.nestedKeyOf(s)+")")
+			printFlag(w, fs.Lookup(s.name), zeroNote(s)+" (env "+s.envName()+") (YAML "+sec.nestedKeyOf(s)+")")
 		}
 	}
 }
