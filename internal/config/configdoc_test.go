@@ -54,7 +54,7 @@ func configDoc() string {
 			fs.Var(s.value, s.name, s.usage)
 			fmt.Fprintf(&b, "| `%s`, `%s` | `--%s` | `%s` | %s | %s | %s |\n",
 				s.yamlName(), sec.nestedKeyOf(s), s.name, s.envName(),
-				docDefault(fs.Lookup(s.name)), docZero(s), cell(s.usage))
+				docDefault(fs.Lookup(s.name)), docZero(s), docMeaning(s))
 		}
 	}
 	return b.String()
@@ -68,6 +68,15 @@ func docDefault(f *flag.Flag) string {
 		return "empty"
 	}
 	return "`" + f.DefValue + "`"
+}
+
+// docMeaning is the setting's fuller explanation where it has one, else
+// its usage.
+func docMeaning(s setting) string {
+	if d, ok := settingDetails[s.name]; ok {
+		return strings.ReplaceAll(d, "|", `\|`)
+	}
+	return cell(s.usage)
 }
 
 func docZero(s setting) string {
@@ -124,6 +133,21 @@ egress:
 - ` + "`gateway -h`" + ` prints the same sections, in the same order, each setting with its default.
 
 `
+
+// Every fuller explanation belongs to a setting.
+func TestSettingDetailsNameSettings(t *testing.T) {
+	t.Parallel()
+	var c Config
+	names := map[string]bool{}
+	for _, s := range c.settings() {
+		names[s.name] = true
+	}
+	for name := range settingDetails {
+		if !names[name] {
+			t.Errorf("settingDetails has %s, which is no setting", name)
+		}
+	}
+}
 
 // The default shown (by -h and docs/CONFIG.md) is what passing it gives:
 // where a stored zero means something else than a given 0, the default is
