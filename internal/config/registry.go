@@ -76,7 +76,10 @@ func (c *Config) settings() []setting {
 }
 
 // sections is the registry: every scalar setting of c, grouped. A new
-// setting goes into the section whose block an operator would look in.
+// setting goes into the section whose block an operator would look in,
+// with what its 0 or empty means (every setting but a boolean has one)
+// and, for docs/CONFIG.md, a fuller explanation in settingDetails if its
+// usage is not enough; then run go generate ./internal/config.
 func (c *Config) sections() []section {
 	p, d, k, r, ck := &c.Pool, &c.Docker, &c.Kubernetes, &c.Remote, &c.Checkpoints
 	return []section{
