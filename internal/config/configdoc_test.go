@@ -130,7 +130,8 @@ egress:
   worked out at start-up, the default column says how.
 - The YAML-only keys (` + "`mounts`" + `, ` + "`environment`" + `, ` + "`labels`" + `) and DeerFlow's ` + "`sandbox:`" + ` block are in
   the [README](../README.md#configuration).
-- ` + "`gateway -h`" + ` prints the same sections, in the same order, each setting with its default.
+- ` + "`gateway -h`" + ` prints the same sections in the same order, each with its settings in the order
+  of its table below.
 
 `
 
