@@ -1,9 +1,11 @@
 // Package config loads the gateway's configuration from flags, environment
 // variables and an optional YAML file (SANDGATE_CONFIG), in that order of
 // precedence over the defaults. Every scalar setting has all three names,
-// derived from one registry entry: flag --idle-timeout, env
-// SANDGATE_IDLE_TIMEOUT, YAML idle_timeout. The YAML file also accepts
-// DeerFlow's `sandbox:` keys where they mean the same thing.
+// derived from one registry entry (registry.go): flag --idle-timeout, env
+// SANDGATE_IDLE_TIMEOUT, YAML idle_timeout, which the file may also nest
+// in the setting's section (pool: {idle_timeout: 10m}). The YAML file also
+// accepts DeerFlow's `sandbox:` keys where they mean the same thing. The
+// registry renders `gateway -h` and docs/CONFIG.md.
 package config
 
 import (
@@ -173,7 +175,7 @@ func Default() Config {
 		Listen:          "127.0.0.1:8080",
 		DataDir:         "./.sandgate",
 		ThreadDataQuota: -1,
-		Checkpoints:     checkpoint.Config{Keep: checkpoint.DefaultKeep, MaxAge: checkpoint.DefaultMaxAge},
+		Checkpoints:     checkpoint.Config{Keep: checkpoint.DefaultKeep, MaxAge: checkpoint.DefaultMaxAge, UserThreads: checkpoint.DefaultUserThreads},
 		RedisPrefix:     statedb.DefaultPrefix,
 		Backend:         "process",
 		ShutdownTimeout: 30 * time.Second,

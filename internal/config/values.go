@@ -114,7 +114,7 @@ func (v *intValue) Set(s string) error {
 type offBytes int64
 
 func (v *offBytes) String() string {
-	if *v < 0 {
+	if *v <= 0 {
 		return "0"
 	}
 	n := int64(*v)

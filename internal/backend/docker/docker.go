@@ -93,7 +93,7 @@ import (
 // Name is the backend's name in Info.Backend and logs.
 const Name = "docker"
 
-// Defaults, documented in the README's configuration table.
+// Defaults, documented in docs/CONFIG.md.
 const (
 	DefaultImage     = "sandgate-sandbox:latest"
 	DefaultPrefix    = "sandgate-sandbox"
