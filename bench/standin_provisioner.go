@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // standinProvisioner speaks the part of DeerFlow's provisioner API that the
@@ -22,17 +24,7 @@ type standinProvisioner struct {
 	creates atomic.Int64
 
 	mu  sync.Mutex
-	ids map[string]standinSandbox
-}
-
-// standinSandbox is the provisioner's answer for one sandbox (mount contract v2).
-type standinSandbox struct {
-	SandboxID            string `json:"sandbox_id"`
-	SandboxURL           string `json:"sandbox_url"`
-	Status               string `json:"status"`
-	UserID               string `json:"user_id"`
-	ThreadID             string `json:"thread_id"`
-	MountContractVersion int    `json:"mount_contract_version"`
+	ids map[string]api.ProvisionerSandbox
 }
 
 const standinContract = 2
@@ -42,7 +34,7 @@ func startStandinProvisioner(sandboxURL string) (*standinProvisioner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stand-in provisioner: %w", err)
 	}
-	p := &standinProvisioner{url: "http://" + ln.Addr().String(), sandbox: sandboxURL, ids: map[string]standinSandbox{}}
+	p := &standinProvisioner{url: "http://" + ln.Addr().String(), sandbox: sandboxURL, ids: map[string]api.ProvisionerSandbox{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSONBody(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -69,7 +61,7 @@ func (p *standinProvisioner) create(w http.ResponseWriter, r *http.Request) {
 		writeJSONBody(w, http.StatusBadRequest, map[string]string{"detail": "want sandbox_id, thread_id, user_id"})
 		return
 	}
-	sb := standinSandbox{SandboxID: req.SandboxID, SandboxURL: p.sandbox, Status: "Running", UserID: req.UserID,
+	sb := api.ProvisionerSandbox{SandboxID: req.SandboxID, SandboxURL: p.sandbox, Status: "Running", UserID: req.UserID,
 		ThreadID: req.ThreadID, MountContractVersion: standinContract}
 	p.mu.Lock()
 	if _, ok := p.ids[sb.SandboxID]; !ok {
@@ -105,12 +97,12 @@ func (p *standinProvisioner) delete(w http.ResponseWriter, r *http.Request) {
 
 func (p *standinProvisioner) list(w http.ResponseWriter, _ *http.Request) {
 	p.mu.Lock()
-	all := make([]standinSandbox, 0, len(p.ids))
+	all := make([]api.ProvisionerSandbox, 0, len(p.ids))
 	for _, sb := range p.ids {
 		all = append(all, sb)
 	}
 	p.mu.Unlock()
-	slices.SortFunc(all, func(a, b standinSandbox) int { return strings.Compare(a.SandboxID, b.SandboxID) })
+	slices.SortFunc(all, func(a, b api.ProvisionerSandbox) int { return strings.Compare(a.SandboxID, b.SandboxID) })
 	writeJSONBody(w, http.StatusOK, map[string]any{"sandboxes": all, "count": len(all)})
 }
 

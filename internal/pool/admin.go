@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/api"
+
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
@@ -86,31 +88,13 @@ func (a *Admin) recorded(ctx context.Context, sid string) (state.Record, error) 
 	return rec, nil
 }
 
-// Pruned is one thing Prune removed (or, in a dry run, would remove).
-type Pruned struct {
-	Kind      string    `json:"kind"` // "sandbox" (running, no record) or a backend.Leftover kind
-	Name      string    `json:"name"`
-	SandboxID string    `json:"sandbox_id,omitempty"`
-	User      string    `json:"user,omitempty"`
-	Thread    string    `json:"thread,omitempty"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
-	Error     string    `json:"error,omitempty"` // removing it failed; the rest went on
-}
-
-// PruneReport is what one Prune found.
-type PruneReport struct {
-	Fleet  string   `json:"fleet"`
-	DryRun bool     `json:"dry_run"`
-	Items  []Pruned `json:"items"`
-}
-
 // Prune removes this fleet's leftovers: running sandboxes with this fleet's
 // label, an identity this gateway derives, and no record, older than ReconcileGrace (a create may be about to
 // record a younger one), and what dead sandboxes left behind (backends that
 // implement backend.Pruner). Other fleets' sandboxes are never looked at
 // twice. dryRun only reports.
-func (a *Admin) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
-	rep := PruneReport{Fleet: a.p.fleet, DryRun: dryRun, Items: []Pruned{}}
+func (a *Admin) Prune(ctx context.Context, dryRun bool) (api.PruneReport, error) {
+	rep := api.PruneReport{Fleet: a.p.fleet, DryRun: dryRun, Items: []api.Pruned{}}
 	live, records, err := bothSides(ctx, a.p.backend, a.p.store, allBuckets(a.p.buckets))
 	if err != nil {
 		return rep, err
@@ -128,7 +112,7 @@ func (a *Admin) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 			identity.SandboxID(info.User, info.Thread) != info.SandboxID {
 			continue // not a sandbox this gateway makes, whatever its labels say
 		}
-		item := Pruned{Kind: "sandbox", Name: info.SandboxID, SandboxID: info.SandboxID, User: info.User, Thread: info.Thread,
+		item := api.Pruned{Kind: "sandbox", Name: info.SandboxID, SandboxID: info.SandboxID, User: info.User, Thread: info.Thread,
 			CreatedAt: info.CreatedAt.UTC()}
 		if !dryRun {
 			item.Error = a.pruneFailed(ctx, item, a.pruneSandbox(ctx, info))
@@ -144,7 +128,7 @@ func (a *Admin) Prune(ctx context.Context, dryRun bool) (PruneReport, error) {
 		return rep, fmt.Errorf("%w: %w", backend.ErrUnavailable, err)
 	}
 	for _, l := range left {
-		item := Pruned{Kind: l.Kind, Name: l.Name, SandboxID: l.SandboxID}
+		item := api.Pruned{Kind: l.Kind, Name: l.Name, SandboxID: l.SandboxID}
 		if !dryRun {
 			item.Error = a.pruneFailed(ctx, item, pr.RemoveLeftover(ctx, l))
 		}
@@ -177,7 +161,7 @@ func (a *Admin) pruneSandbox(ctx context.Context, info backend.Info) error {
 
 // pruneFailed logs a failed removal and says so in words fit for a client
 // (the error may name host paths).
-func (a *Admin) pruneFailed(ctx context.Context, item Pruned, err error) string {
+func (a *Admin) pruneFailed(ctx context.Context, item api.Pruned, err error) string {
 	if err == nil {
 		return ""
 	}

@@ -265,7 +265,7 @@ func (rt *Router) adminPrune(c echo.Context, p *auth.Principal) error {
 	if !dryRun {
 		rt.log.InfoContext(c.Request().Context(), "prune by an admin", "admin", p.User, "fleet", rep.Fleet, "items", len(rep.Items))
 	}
-	return c.JSON(http.StatusOK, pruneReportOf(rep))
+	return c.JSON(http.StatusOK, rep)
 }
 
 func removedOrNone(removed bool) string {
@@ -273,15 +273,4 @@ func removedOrNone(removed bool) string {
 		return "removed"
 	}
 	return "none"
-}
-
-func pruneReportOf(rep pool.PruneReport) api.PruneReport {
-	out := api.PruneReport{Fleet: rep.Fleet, DryRun: rep.DryRun}
-	if rep.Items != nil {
-		out.Items = make([]api.Pruned, len(rep.Items))
-		for i, it := range rep.Items {
-			out.Items[i] = api.Pruned(it)
-		}
-	}
-	return out
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -280,8 +281,8 @@ func (okAdmin) Stats(context.Context, string) (backend.Stats, error) {
 	return backend.Stats{CPUSeconds: 1.5, MemoryBytes: 1 << 20, PIDs: 3, At: okCreated}, nil
 }
 func (okAdmin) CanStat() bool { return true }
-func (okAdmin) Prune(_ context.Context, dryRun bool) (pool.PruneReport, error) {
-	return pool.PruneReport{Fleet: "f1", DryRun: dryRun, Items: []pool.Pruned{{Kind: "log", Name: "x.log",
+func (okAdmin) Prune(_ context.Context, dryRun bool) (api.PruneReport, error) {
+	return api.PruneReport{Fleet: "f1", DryRun: dryRun, Items: []api.Pruned{{Kind: "log", Name: "x.log",
 		SandboxID: identity.SandboxID("default", "gone")}}}, nil
 }
 

@@ -14,11 +14,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/events"
-	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/telemetry"
 	"github.com/sandgate/sandgate/internal/usage"
@@ -146,5 +146,5 @@ type Admin interface {
 	Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error)
 	Stats(ctx context.Context, sid string) (backend.Stats, error)
 	CanStat() bool
-	Prune(ctx context.Context, dryRun bool) (pool.PruneReport, error)
+	Prune(ctx context.Context, dryRun bool) (api.PruneReport, error)
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/api"
+
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
@@ -296,21 +298,12 @@ func recordSandbox(g *gateway, thread string) error {
 type stubProvisioner struct {
 	*httptest.Server
 	mu        sync.Mutex
-	sandboxes map[string]stubSandbox
+	sandboxes map[string]api.ProvisionerSandbox
 	creates   int
 }
 
-type stubSandbox struct {
-	SandboxID            string `json:"sandbox_id"`
-	SandboxURL           string `json:"sandbox_url"`
-	Status               string `json:"status"`
-	UserID               string `json:"user_id"`
-	ThreadID             string `json:"thread_id"`
-	MountContractVersion int    `json:"mount_contract_version"`
-}
-
 func newStubProvisioner(t *testing.T) *stubProvisioner {
-	p := &stubProvisioner{sandboxes: map[string]stubSandbox{}}
+	p := &stubProvisioner{sandboxes: map[string]api.ProvisionerSandbox{}}
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -333,7 +326,7 @@ func newStubProvisioner(t *testing.T) *stubProvisioner {
 		p.mu.Lock()
 		sb, ok := p.sandboxes[in.SandboxID]
 		if !ok {
-			sb = stubSandbox{SandboxID: in.SandboxID, SandboxURL: "http://" + r.Host + "/sbx/" + in.SandboxID, Status: "Running",
+			sb = api.ProvisionerSandbox{SandboxID: in.SandboxID, SandboxURL: "http://" + r.Host + "/sbx/" + in.SandboxID, Status: "Running",
 				UserID: in.UserID, ThreadID: in.ThreadID, MountContractVersion: 2}
 			p.sandboxes[in.SandboxID] = sb
 			p.creates++
@@ -343,7 +336,7 @@ func newStubProvisioner(t *testing.T) *stubProvisioner {
 	})
 	mux.HandleFunc("GET /api/sandboxes", func(w http.ResponseWriter, _ *http.Request) {
 		p.mu.Lock()
-		list := make([]stubSandbox, 0, len(p.sandboxes))
+		list := make([]api.ProvisionerSandbox, 0, len(p.sandboxes))
 		for _, sb := range p.sandboxes {
 			list = append(list, sb)
 		}
