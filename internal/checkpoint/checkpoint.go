@@ -48,6 +48,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/sandgate/sandgate/internal/api"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -86,7 +88,7 @@ var (
 	ErrNotEmpty = errors.New("destination not empty")
 	// ErrTooDeep: a tree nested deeper than MaxDepth.
 	ErrTooDeep = errors.New("directory tree too deep")
-	// ErrRetention: Create made its checkpoint (the Info returned is
+	// ErrRetention: Create made its checkpoint (the checkpoint returned is
 	// valid) but could not delete one that retention drops; the next
 	// Create or Prune tries again.
 	ErrRetention = errors.New("checkpoint retention")
@@ -146,26 +148,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Info describes one checkpoint.
-type Info struct {
-	ID        string    `json:"id"`
-	Label     string    `json:"label,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	// Size is the bytes of its regular files (hard-linked ones included:
-	// what a restore writes, not what the checkpoint adds on disk).
-	Size int64 `json:"size"`
-	// Files is its regular files; Linked of them are shared with the
-	// previous checkpoint; Skipped is sockets and devices left out.
-	Files   int `json:"files"`
-	Linked  int `json:"linked"`
-	Skipped int `json:"skipped"`
-	// Method is how the files not linked were copied.
-	Method Method `json:"method"`
-}
-
-// meta is meta.json: Info and what the next Create needs.
+// meta is meta.json: the checkpoint as the API describes it, and what
+// the next Create needs.
 type meta struct {
-	Info
+	api.Checkpoint
 	// CopyStarted (unix ns, the real clock, not Config.Clock) is when the
 	// workspace started to be read: files modified since, within a
 	// timestamp tick of it, are never linked by the next checkpoint.
@@ -297,14 +283,14 @@ func validLabel(l string) bool {
 }
 
 // List returns the complete checkpoints, newest first.
-func (s *Store) List(ctx context.Context) ([]Info, error) {
+func (s *Store) List(ctx context.Context) ([]api.Checkpoint, error) {
 	metas, err := s.list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	infos := make([]Info, len(metas))
+	infos := make([]api.Checkpoint, len(metas))
 	for i, m := range metas {
-		infos[i] = m.Info
+		infos[i] = m.Checkpoint
 	}
 	return infos, nil
 }
@@ -335,16 +321,16 @@ func (s *Store) list(ctx context.Context) ([]meta, error) {
 	return out, nil
 }
 
-// Get returns one checkpoint's Info.
-func (s *Store) Get(ctx context.Context, id string) (Info, error) {
+// Get returns one checkpoint.
+func (s *Store) Get(ctx context.Context, id string) (api.Checkpoint, error) {
 	if !ValidID(id) {
-		return Info{}, ErrBadID
+		return api.Checkpoint{}, ErrBadID
 	}
 	if err := ctx.Err(); err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	m, err := s.readMeta(id)
-	return m.Info, err
+	return m.Checkpoint, err
 }
 
 func (s *Store) readMeta(id string) (meta, error) {

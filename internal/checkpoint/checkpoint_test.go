@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/api"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -42,7 +44,7 @@ func roundTrip(t *testing.T, base string, wantMethod Method) {
 	if info.Files != files || info.Size != size || info.Label != "before" || holds != 1 {
 		t.Fatalf("info %+v (holds %d), want %d files, %d bytes, label before, one hold", info, holds, files, size)
 	}
-	if wantMethod != "" && info.Method != wantMethod {
+	if wantMethod != "" && info.Method != string(wantMethod) {
 		t.Fatalf("method %q, want %q", info.Method, wantMethod)
 	}
 	sameManifest(t, "workspace after Create", want, manifest(t, ws)) // Create changes nothing
@@ -121,7 +123,7 @@ func TestDedupe(t *testing.T) {
 	ws := newWorkspace(t, base)
 	buildTree(t, ws)
 	s := openStore(t, filepath.Join(base, "ck"), Config{})
-	var infos []Info
+	var infos []api.Checkpoint
 	for i := range 3 {
 		if i == 2 {
 			writeInPlace(t, filepath.Join(ws, "a.txt"), "changed\n")
@@ -379,7 +381,7 @@ func TestFIFODoesNotHang(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	var info Info
+	var info api.Checkpoint
 	go func() {
 		var err error
 		info, err = s.Create(ctx, ws, "", nil)

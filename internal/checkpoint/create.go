@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/api"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -26,29 +28,29 @@ var errHold = errors.New("checkpoint: hold must run its func exactly once")
 //
 // After a successful create, retention (Config.Keep, Config.MaxAge) drops
 // older checkpoints, never this one; if only that fails, the error wraps
-// ErrRetention and the returned Info is valid.
-func (s *Store) Create(ctx context.Context, workspace, label string, hold func(copy func() error) error) (Info, error) {
+// ErrRetention and the returned checkpoint is valid.
+func (s *Store) Create(ctx context.Context, workspace, label string, hold func(copy func() error) error) (api.Checkpoint, error) {
 	if !validLabel(label) {
-		return Info{}, ErrBadLabel
+		return api.Checkpoint{}, ErrBadLabel
 	}
 	if abs, err := filepath.Abs(workspace); err != nil || within(s.root, abs) {
-		return Info{}, fmt.Errorf("checkpoint root %s must be outside the workspace %s", s.root, workspace)
+		return api.Checkpoint{}, fmt.Errorf("checkpoint root %s must be outside the workspace %s", s.root, workspace)
 	}
 	ws, err := openRoot(workspace)
 	if err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	defer unix.Close(ws)
 	unlock, err := s.lock(ctx, unix.LOCK_EX)
 	if err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	defer unlock()
 	// Leftovers of a crash: best effort here, Prune reports what remains.
 	_ = s.removeStale(ctx)
 	metas, err := s.list(ctx)
 	if err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	var prev *meta
 	if len(metas) > 0 {
@@ -56,16 +58,16 @@ func (s *Store) Create(ctx context.Context, workspace, label string, hold func(c
 	}
 	m, err := s.build(ctx, ws, prev, hold)
 	if err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	m.Label = label
 	if err := s.commit(ctx, m); err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	if _, err := s.retain(ctx, m.ID); err != nil {
-		return m.Info, fmt.Errorf("%w: %w", ErrRetention, err)
+		return m.Checkpoint, fmt.Errorf("%w: %w", ErrRetention, err)
 	}
-	return m.Info, nil
+	return m.Checkpoint, nil
 }
 
 // within reports whether path is dir or below it.
@@ -121,7 +123,7 @@ func (s *Store) build(ctx context.Context, ws int, prev *meta, hold func(func() 
 		_ = removePath(context.WithoutCancel(ctx), filepath.Join(s.root, tmpPrefix+id))
 		return m, fmt.Errorf("checkpoint workspace: %w", err)
 	}
-	m.Size, m.Files, m.Linked, m.Skipped, m.Method = c.size, c.files, c.linked, c.skipped, c.method()
+	m.Size, m.Files, m.Linked, m.Skipped, m.Method = c.size, c.files, c.linked, c.skipped, string(c.method())
 	s.added = c.added
 	return m, nil
 }

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // Hold runs fn with the thread's sandbox stopped (pool.Pool.Hold): the
@@ -70,14 +72,14 @@ func (t *Threads) store(user, thread string) (*Store, error) {
 
 // Create checkpoints (user, thread)'s workspace; ErrNotFound when the
 // thread has none yet.
-func (t *Threads) Create(ctx context.Context, user, thread, label string, hold Hold) (Info, error) {
+func (t *Threads) Create(ctx context.Context, user, thread, label string, hold Hold) (api.Checkpoint, error) {
 	ws := t.Workspace(user, thread)
 	if _, err := os.Lstat(ws); errors.Is(err, fs.ErrNotExist) {
-		return Info{}, fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
+		return api.Checkpoint{}, fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
 	}
 	s, err := t.store(user, thread)
 	if err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	s.admit = func(need Usage) (Budget, error) { return t.admit(ctx, user, need, false) }
 	info, err := s.Create(ctx, ws, label, hold)
@@ -89,7 +91,7 @@ func (t *Threads) Create(ctx context.Context, user, thread, label string, hold H
 }
 
 // List is (user, thread)'s checkpoints, newest first.
-func (t *Threads) List(ctx context.Context, user, thread string) ([]Info, error) {
+func (t *Threads) List(ctx context.Context, user, thread string) ([]api.Checkpoint, error) {
 	s, err := t.store(user, thread)
 	if err != nil {
 		return nil, err
@@ -98,10 +100,10 @@ func (t *Threads) List(ctx context.Context, user, thread string) ([]Info, error)
 }
 
 // Get is one of (user, thread)'s checkpoints.
-func (t *Threads) Get(ctx context.Context, user, thread, id string) (Info, error) {
+func (t *Threads) Get(ctx context.Context, user, thread, id string) (api.Checkpoint, error) {
 	s, err := t.store(user, thread)
 	if err != nil {
-		return Info{}, err
+		return api.Checkpoint{}, err
 	}
 	return s.Get(ctx, id)
 }

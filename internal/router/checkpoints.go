@@ -84,7 +84,7 @@ func (rt *Router) createCheckpoint(c echo.Context, p *auth.Principal) error {
 	}
 	rt.log.InfoContext(ctx, "checkpoint created", "user", p.User, "thread", thread, "checkpoint", info.ID,
 		"method", info.Method, "files", info.Files, "bytes", info.Size, "took", time.Since(start).Round(time.Millisecond))
-	return c.JSON(http.StatusCreated, checkpointOf(info))
+	return c.JSON(http.StatusCreated, info)
 }
 
 // listCheckpoints is GET /threads/{thread}/checkpoints, newest first.
@@ -97,11 +97,7 @@ func (rt *Router) listCheckpoints(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	out := api.CheckpointList{Thread: thread, Method: string(rt.checkpoints.Method()), Checkpoints: make([]api.Checkpoint, len(list))}
-	for i, info := range list {
-		out.Checkpoints[i] = checkpointOf(info)
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, api.CheckpointList{Thread: thread, Method: string(rt.checkpoints.Method()), Checkpoints: list})
 }
 
 // getCheckpoint is GET /threads/{thread}/checkpoints/{id}.
@@ -114,12 +110,7 @@ func (rt *Router) getCheckpoint(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, checkpointOf(info))
-}
-
-func checkpointOf(info checkpoint.Info) api.Checkpoint {
-	return api.Checkpoint{ID: info.ID, Label: info.Label, CreatedAt: info.CreatedAt, Size: info.Size,
-		Files: info.Files, Linked: info.Linked, Skipped: info.Skipped, Method: string(info.Method)}
+	return c.JSON(http.StatusOK, info)
 }
 
 // deleteCheckpoint is DELETE /threads/{thread}/checkpoints/{id}.
@@ -158,7 +149,7 @@ func (rt *Router) restoreCheckpoint(c echo.Context, p *auth.Principal) error {
 	}
 	rt.log.InfoContext(ctx, "checkpoint restored", "user", p.User, "thread", thread, "checkpoint", id,
 		"force", req.Force, "took", time.Since(start).Round(time.Millisecond))
-	return c.JSON(http.StatusOK, api.Restored{Restored: checkpointOf(info), Thread: thread})
+	return c.JSON(http.StatusOK, api.Restored{Restored: info, Thread: thread})
 }
 
 // forkThread is POST /threads/{thread}/fork {"thread": t2, "checkpoint"}:

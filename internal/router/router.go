@@ -122,9 +122,9 @@ type Meter interface {
 // gateway cannot reach it, and the checkpoint and fork routes answer 501.
 type Checkpoints interface {
 	Method() checkpoint.Method
-	Create(ctx context.Context, user, thread, label string, hold checkpoint.Hold) (checkpoint.Info, error)
-	List(ctx context.Context, user, thread string) ([]checkpoint.Info, error)
-	Get(ctx context.Context, user, thread, id string) (checkpoint.Info, error)
+	Create(ctx context.Context, user, thread, label string, hold checkpoint.Hold) (api.Checkpoint, error)
+	List(ctx context.Context, user, thread string) ([]api.Checkpoint, error)
+	Get(ctx context.Context, user, thread, id string) (api.Checkpoint, error)
 	Delete(ctx context.Context, user, thread, id string) error
 	Restore(ctx context.Context, user, thread, id string, hold checkpoint.Hold) error
 	Fork(ctx context.Context, user, from, to, id string, holdFrom, holdTo checkpoint.Hold) error
