@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // EnvPrefix starts every environment variable name.
@@ -81,7 +82,7 @@ func (c *Config) settings() []setting {
 		{"freeze-after", "freeze a sandbox (process, docker) with no request and no running command for this long: processes stopped, memory kept, thawed by its next request on any replica (0 = never)", (*durationValue)(&p.FreezeAfter)},
 		{"skills-dir", "host dir mounted read-only at /mnt/skills", (*stringValue)(&p.Mounts.SkillsDir)},
 		{"acp-workspace", "host dir mounted read-only at /mnt/acp-workspace", (*stringValue)(&p.Mounts.ACPWorkspace)},
-		{"sandbox-api-key", "shared API key sent as X-AIO-API-Key to sandboxes without a secret of their own (third-party images)", (*stringValue)(&c.Proxy.SandboxAPIKey)},
+		{"sandbox-api-key", "shared API key sent as " + sandboxspec.SecretHeader + " to sandboxes without a secret of their own (third-party images)", (*stringValue)(&c.Proxy.SandboxAPIKey)},
 		{"auth-api-keys", "static API keys: name=sha256hex[:threads+admin],... (sha256 of the key, never the key)", (*apiKeysValue)(&c.Auth.APIKeys)},
 		{"auth-jwt-hs256-secret", "HS256 secret of bearer JWTs (32 bytes or more)", (*stringValue)(&c.Auth.JWT.HS256Secret)},
 		{"auth-jwt-public-key-file", "PEM public key verifying RS256/ES256 bearer JWTs", (*stringValue)(&c.Auth.JWT.PublicKeyFile)},
