@@ -1,9 +1,11 @@
 // Package sandboxspec is the written contract between the gateway and the
 // sandbox server: what crosses between them besides the AIO API itself
 // (the server's binary and command line, headers, the activity probe, the
-// environment's rules, the in-sandbox egress port and home). Both sides import it and nothing else of each
-// other, so a change here is a change of the contract, seen by both; it
-// imports only the standard library (the sandbox server stays lean).
+// environment's rules, the in-sandbox egress port and home). Both sides
+// import it and nothing else of each other, so a change here is a change of
+// the contract, seen by both; it imports only the standard library (the
+// sandbox server stays lean). Where a backend binds its sockets into a
+// sandbox is the backend's own choice, passed to the server by flag.
 package sandboxspec
 
 import (
