@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/docker"
+	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -43,7 +44,7 @@ func dockerColdCreate(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	image, err := testutil.BuildSandboxImage(ctx, bin)
+	image, err := testutil.BuildSandboxImage(ctx, process.SandboxBinary(bin))
 	if err != nil {
 		return Result{}, err
 	}

@@ -64,7 +64,7 @@ func freezeSuite(ctx context.Context) (Result, error) {
 	res.Figures[figThawProcessP50], res.Figures[figThawProcessP99] = msF(ts.P50), msF(ts.P99)
 	res.Notes = append(res.Notes, fmt.Sprintf("process, 1 GiB sandbox: %s resident when frozen; the thaw row is the backend's Resume alone.", hog.rss))
 
-	image, err := testutil.BuildSandboxImage(ctx, env.bin)
+	image, err := testutil.BuildSandboxImage(ctx, process.SandboxBinary(env.bin))
 	if err != nil {
 		res.Notes = append(res.Notes, "docker: not measured: "+err.Error())
 		return res, nil

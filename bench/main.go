@@ -31,7 +31,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Result is what a suite reports; the harness fills in Name, Command, Machine and Quick.
@@ -268,7 +268,7 @@ func buildGateway(ctx context.Context) (string, error) {
 		g.path = filepath.Join(g.dir, "gateway")
 		for _, target := range []struct{ out, pkg string }{
 			{g.path, "./cmd/gateway"},
-			{filepath.Join(g.dir, process.LeanBinary), "./cmd/sandgate-sandbox"},
+			{filepath.Join(g.dir, sandboxspec.ServerBinary), "./cmd/sandgate-sandbox"},
 		} {
 			cmd := exec.CommandContext(ctx, "go", "build", "-o", target.out, target.pkg)
 			cmd.Dir = root

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // coldCreateWarmups are runs not counted: page cache and first-exec effects.
@@ -51,8 +52,8 @@ func processColdCreate(ctx context.Context) (Result, error) {
 	// What the process backend runs beside that gateway (make build puts
 	// both in bin/): sandgate-sandbox.
 	bin := process.SandboxBinary(gateway)
-	if filepath.Base(bin) != process.LeanBinary {
-		return Result{}, fmt.Errorf("no %s beside %s", process.LeanBinary, gateway)
+	if filepath.Base(bin) != sandboxspec.ServerBinary {
+		return Result{}, fmt.Errorf("no %s beside %s", sandboxspec.ServerBinary, gateway)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	backends := make([]*process.Process, len(coldModes))

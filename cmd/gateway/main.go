@@ -1,6 +1,7 @@
 // Command gateway runs the Sandgate gateway (`gateway serve`, the default) or
-// one sandbox server (`gateway sandbox`, started by the process backend and
-// used as the entrypoint of the sandbox image).
+// one sandbox server with tracing (`gateway sandbox`, started by the process
+// backend when cmd/sandgate-sandbox is not beside it or tracing is on; the
+// sandbox images run cmd/sandgate-sandbox).
 package main
 
 import (

@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
 	"github.com/sandgate/sandgate/internal/sandbox/sandboxtrace"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
@@ -37,7 +38,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 {
 		switch args[0] {
-		case "sandbox":
+		case sandboxspec.ServerCommand:
 			return sandboxtrace.Main(ctx, args[1:])
 		case jail.InitCommand: // an isolated process sandbox
 			return sandbox.Jailed(ctx)

@@ -11,6 +11,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // This binary, as the process backend runs it beside the gateway, is a
@@ -35,7 +36,7 @@ func TestJailedSandboxIsLockedDown(t *testing.T) {
 
 func jailedIsLockedDown(t *testing.T, pkg, cgo string) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, process.LeanBinary)
+	bin := filepath.Join(dir, sandboxspec.ServerBinary)
 	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 	if out, err := build.CombinedOutput(); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 func main() {
@@ -33,7 +34,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "sandbox":
+		case sandboxspec.ServerCommand:
 			return sandbox.Main(ctx, args[1:])
 		case jail.InitCommand:
 			return sandbox.Jailed(ctx)

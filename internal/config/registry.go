@@ -7,6 +7,8 @@ package config
 import (
 	"flag"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // setting is one scalar setting: flag --idle-timeout, env
@@ -153,7 +155,7 @@ func (c *Config) sections() []section {
 			{"admin-streams", "of each replica's 256 event streams, how many only admins may take", "the default, 32", (*intValue)(&c.Limits.Streams.AdminReserve)},
 		}},
 		{name: "proxy", title: "proxied requests and WebSockets", settings: []setting{
-			{"sandbox-api-key", "shared API key sent as X-AIO-API-Key to sandboxes without a secret of their own (third-party images)", "none sent", (*stringValue)(&c.Proxy.SandboxAPIKey)},
+			{"sandbox-api-key", "shared API key sent as " + sandboxspec.SecretHeader + " to sandboxes without a secret of their own (third-party images)", "none sent", (*stringValue)(&c.Proxy.SandboxAPIKey)},
 			{"max-body-bytes", "largest request body, counted as it streams", "no limit", (*offBytes)(&c.Proxy.MaxBodyBytes)},
 			{"body-idle-timeout", "cut a proxied request (408) whose body makes no progress this long", "never", (*offDuration)(&c.BodyIdleTimeout)},
 			{"forward-cookies", "pass clients' Cookie headers to sandboxes and their Set-Cookie back (off: neither crosses; sandbox responses are on the gateway's origin)", "", (*boolValue)(&c.Proxy.ForwardCookies)},

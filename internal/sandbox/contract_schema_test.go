@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // The AIO 1.9.4 response contract (agent-infra/sandbox,
@@ -63,6 +65,9 @@ var aioComponents = map[string]string{
 	"CodeInfoResponse":       "languages!:[CodeLanguageInfo]",
 	"CodeLanguageInfo":       "language!:Language description!:str runtime_version:str? default_timeout:int max_timeout:int details:obj",
 	"StrReplaceEditorResult": "output!:str error:str? path!:str prev_exist!:bool old_content:str? new_content:str? metadata:obj?",
+
+	// Sandgate's own, not AIO's: sandboxspec.Activity, the gateway's probe.
+	"Activity": "commands!:int stalled!:int requests!:int",
 }
 
 // aioEnums are the string enums.
@@ -109,6 +114,8 @@ var aioEndpoints = map[string]string{
 	"POST /v1/file/upload":                      "Response[FileUploadResult|FileOperationError]",
 	"POST /v1/file/search":                      "Response[FileSearchResult|FileOperationError]",
 	"POST /v1/file/str_replace_editor":          "Response[StrReplaceEditorResult|FileOperationError]",
+
+	"GET " + sandboxspec.ActivityPath: "Response[Activity]",
 }
 
 // schemaError names where a value breaks the contract.

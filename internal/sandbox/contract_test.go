@@ -6,9 +6,12 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // recorder keeps every JSON answer of the server with the route pattern
@@ -215,6 +218,24 @@ func contractCalls(ws string) []contractCall {
 		post("/v1/code/execute", map[string]any{"language": "python", "code": "1", "stateful": true}),
 		// malformed bodies reach every JSON endpoint the same way
 		post("/v1/file/read", "{not json"),
+		{http.MethodGet, sandboxspec.ActivityPath, nil},
+		{http.MethodGet, sandboxspec.ActivityPath + "?" + sandboxspec.BusyIdleAfterParam + "=soon", nil},
 	}
 	return calls
+}
+
+// The activity component above is sandboxspec.Activity's JSON, field for
+// field: the gateway decodes the answer into that type.
+func TestActivityContractIsSandboxspec(t *testing.T) {
+	t.Parallel()
+	var fields []string
+	typ := reflect.TypeFor[sandboxspec.Activity]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		kind := map[reflect.Kind]string{reflect.Int: "int", reflect.Int64: "int"}[typ.Field(i).Type.Kind()]
+		fields = append(fields, name+"!:"+kind)
+	}
+	if got, want := strings.Join(fields, " "), aioComponents["Activity"]; got != want {
+		t.Errorf("sandboxspec.Activity is %q, the contract says %q", got, want)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Jailed is the process backend's isolated sandbox (jail.InitCommand): it
@@ -15,7 +16,7 @@ func Jailed(ctx context.Context) error {
 	if err != nil || len(server) == 0 {
 		return err
 	}
-	if server[0] != "sandbox" {
+	if server[0] != sandboxspec.ServerCommand {
 		return fmt.Errorf("%s: server command %q is not sandbox", jail.InitCommand, server[0])
 	}
 	return Main(ctx, server[1:])

@@ -57,21 +57,21 @@ type Tracing struct {
 
 // Run is Main with t's tracing.
 func Run(ctx context.Context, args []string, t Tracing) error {
-	fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
+	fs := flag.NewFlagSet(sandboxspec.ServerCommand, flag.ContinueOnError)
 	var cfg Config
 	var maps, mapsRO multiFlag
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
-	fs.IntVar(&cfg.ListenFD, "listen-fd", 0, "serve on this inherited listening socket fd")
-	recordedFD := fs.Int("recorded-fd", 0, "exit unless the creator confirms on this inherited pipe fd")
-	secretFD := fs.Int("secret-fd", 0, "read the required request secret from this inherited pipe fd")
-	secretFile := fs.String("secret-file", "", "read the required request secret from this file, then remove it")
-	fs.StringVar(&cfg.Home, "home", "", "virtual home dir (default: /mnt/user-data/workspace if mapped, else $HOME)")
+	fs.StringVar(&cfg.Listen, sandboxspec.FlagListen, "127.0.0.1:8080", "address to listen on")
+	fs.IntVar(&cfg.ListenFD, sandboxspec.FlagListenFD, 0, "serve on this inherited listening socket fd")
+	recordedFD := fs.Int(sandboxspec.FlagRecordedFD, 0, "exit unless the creator confirms on this inherited pipe fd")
+	secretFD := fs.Int(sandboxspec.FlagSecretFD, 0, "read the required request secret from this inherited pipe fd")
+	secretFile := fs.String(sandboxspec.FlagSecretFile, "", "read the required request secret from this file, then remove it")
+	fs.StringVar(&cfg.Home, sandboxspec.FlagHome, "", "virtual home dir (default: /mnt/user-data/workspace if mapped, else $HOME)")
 	fs.Int64Var(&cfg.MaxOutput, "max-output", DefaultMaxOutput, "cap on returned command output in bytes")
-	fs.Var(&maps, "map", "VIRTUAL=HOST read-write path mapping (repeatable)")
-	fs.Var(&mapsRO, "map-ro", "VIRTUAL=HOST read-only path mapping (repeatable)")
-	egressSocket := fs.String("egress-socket", "", "bridge the egress port on loopback to the gateway's egress proxy on this Unix socket")
+	fs.Var(&maps, sandboxspec.FlagMap, "VIRTUAL=HOST read-write path mapping (repeatable)")
+	fs.Var(&mapsRO, sandboxspec.FlagMapRO, "VIRTUAL=HOST read-only path mapping (repeatable)")
+	egressSocket := fs.String(sandboxspec.FlagEgressSocket, "", "bridge the egress port on loopback to the gateway's egress proxy on this Unix socket")
 	egressPortFlag := fs.Int("egress-port", sandboxspec.EgressPort, "loopback port of the egress bridge")
-	umask := fs.String("umask", DefaultUmask, "umask of the server and its commands (octal)")
+	umask := fs.String(sandboxspec.FlagUmask, DefaultUmask, "umask of the server and its commands (octal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil

@@ -1,14 +1,47 @@
 // Package sandboxspec is the written contract between the gateway and the
 // sandbox server: what crosses between them besides the AIO API itself
-// (headers, the activity probe, the environment's rules, the in-sandbox
-// egress port and home). Both sides import it and nothing else of each
-// other, so a change here is a change of the contract, seen by both; it
-// imports only the standard library (the sandbox server stays lean).
+// (the server's binary and command line, headers, the activity probe, the
+// environment's rules, the in-sandbox egress port and home). Both sides
+// import it and nothing else of each other, so a change here is a change of
+// the contract, seen by both; it imports only the standard library (the
+// sandbox server stays lean). Where a backend binds its sockets into a
+// sandbox is the backend's own choice, passed to the server by flag.
 package sandboxspec
 
 import (
 	"strings"
 	"time"
+)
+
+// ServerBinary is the sandbox server's own binary (cmd/sandgate-sandbox),
+// which links none of the gateway's backends, clients or tracing: the
+// process backend runs it when it sits beside the gateway binary, and the
+// sandbox images keep it at ServerImagePath.
+const ServerBinary = "sandgate-sandbox"
+
+// ServerImagePath is where the images of deployments/sandbox-image keep
+// ServerBinary; their io.sandgate.sandbox-server label names it for the
+// docker backend, and the applecontainer backend, which reads no labels,
+// starts it from there.
+const ServerImagePath = "/" + ServerBinary
+
+// ServerCommand is the subcommand of ServerBinary (and of the gateway
+// binary, which still serves it) that runs the sandbox server.
+const ServerCommand = "sandbox"
+
+// The names of the server's flags that the backends pass (given as
+// "--"+name; sandbox.Main documents them all).
+const (
+	FlagListen       = "listen"
+	FlagListenFD     = "listen-fd"
+	FlagRecordedFD   = "recorded-fd"
+	FlagSecretFD     = "secret-fd"
+	FlagSecretFile   = "secret-file"
+	FlagHome         = "home"
+	FlagMap          = "map"
+	FlagMapRO        = "map-ro"
+	FlagEgressSocket = "egress-socket"
+	FlagUmask        = "umask"
 )
 
 // SecretHeader carries a sandbox's secret (or the shared sandbox_api_key)

@@ -25,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // TestImageLabel marks images the tests built, so they can be found and pruned.
@@ -78,13 +79,13 @@ func RequireDocker(t testing.TB) {
 }
 
 // SandboxImage builds the small sandbox image (deployments/sandbox-image:
-// FROM scratch, static busybox, the gateway binary) once per test process
+// FROM scratch, static busybox, the sandgate-sandbox binary) once per test process
 // and returns its tag. The tag is the content hash of the build context, so
 // an unchanged binary reuses the image and parallel test processes agree.
 func SandboxImage(t testing.TB) string {
 	t.Helper()
 	RequireDocker(t)
-	bin := GatewayBinary(t)
+	bin := SandboxBinary(t)
 	imageOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -96,9 +97,10 @@ func SandboxImage(t testing.TB) string {
 	return imageTag
 }
 
-// BuildSandboxImage builds the small sandbox image around gatewayBin
-// (unless an image with the same content tag exists) and returns its tag.
-func BuildSandboxImage(ctx context.Context, gatewayBin string) (string, error) {
+// BuildSandboxImage builds the small sandbox image around serverBin, a
+// build of cmd/sandgate-sandbox (unless an image with the same content tag
+// exists), and returns its tag.
+func BuildSandboxImage(ctx context.Context, serverBin string) (string, error) {
 	busybox, err := staticBusybox()
 	if err != nil {
 		return "", err
@@ -106,7 +108,7 @@ func BuildSandboxImage(ctx context.Context, gatewayBin string) (string, error) {
 	files := []struct{ name, path string }{
 		{"Dockerfile", filepath.Join(ModuleRoot(), "deployments", "sandbox-image", "Dockerfile")},
 		{"busybox", busybox},
-		{"gateway", gatewayBin},
+		{sandboxspec.ServerBinary, serverBin},
 	}
 	h := sha256.New()
 	var buf bytes.Buffer

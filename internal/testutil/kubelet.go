@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -235,7 +236,8 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod, port int) error {
 // directory: hostPath volumes as they are, PVCs under pvcRoot/{claim},
 // emptyDirs under a temp dir; subPaths are created as the kubelet does.
 func (k *Kubelet) serverArgs(pod *corev1.Pod, port int) ([]string, error) {
-	args := []string{"sandbox", "--listen", "127.0.0.1:" + strconv.Itoa(port), "--home", "/mnt/user-data/workspace"}
+	args := []string{sandboxspec.ServerCommand, "--" + sandboxspec.FlagListen, "127.0.0.1:" + strconv.Itoa(port),
+		"--" + sandboxspec.FlagHome, sandboxspec.VirtualWorkspace}
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Spec.Volumes {
 		volumes[v.Name] = v
@@ -262,9 +264,9 @@ func (k *Kubelet) serverArgs(pod *corev1.Pod, port int) ([]string, error) {
 		if err := os.MkdirAll(host, 0o755); err != nil {
 			return nil, err
 		}
-		flag := "--map"
+		flag := "--" + sandboxspec.FlagMap
 		if readOnly {
-			flag = "--map-ro"
+			flag = "--" + sandboxspec.FlagMapRO
 		}
 		args = append(args, flag, m.MountPath+"="+host)
 	}

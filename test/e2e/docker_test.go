@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/go-connections/nat"
 	"github.com/redis/go-redis/v9"
+	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // The docker backend through real gateway processes and the real engine.
@@ -233,7 +234,8 @@ func TestDockerGatewayInAContainerUsesTheNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The data dir is mounted at the same path: the engine resolves the
-	// sandboxes' bind mounts on the host.
+	// sandboxes' bind mounts on the host. The sandbox image holds the
+	// sandbox server alone: the gateway's (static) binary is bound in.
 	dataDir := t.TempDir()
 	gwName := d.prefix + "-gateway"
 	port := nat.Port("8080/tcp")
@@ -251,6 +253,7 @@ func TestDockerGatewayInAContainerUsesTheNetwork(t *testing.T) {
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"},
 			{Type: mount.TypeBind, Source: dataDir, Target: dataDir},
+			{Type: mount.TypeBind, Source: testutil.GatewayBinary(t), Target: "/gateway", ReadOnly: true},
 		},
 	}, nil, nil, gwName)
 	if err != nil {

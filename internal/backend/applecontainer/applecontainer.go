@@ -23,9 +23,10 @@
 //   - No pause: the CLI has none, so pause_warm does not apply (not a Freezer).
 //   - The CLI has no container ids apart from names, so the incarnation is a
 //     random nonce in the label sandgate.incarnation, written at run time.
-//   - The image must carry the sandbox server at /gateway (images from
-//     deployments/sandbox-image do); the label-based switch to an image's own
-//     entrypoint is docker-only, for want of a stable image-inspect format.
+//   - The image must carry the sandbox server at sandboxspec.ServerImagePath
+//     (/sandgate-sandbox: images from deployments/sandbox-image do); the
+//     label-based choice of the server binary, or of an image's own
+//     entrypoint, is docker-only, for want of a stable image-inspect format.
 package applecontainer
 
 import (

@@ -25,7 +25,7 @@ import (
 // newWithStandIn returns a backend driving a fresh stand-in CLI.
 func newWithStandIn(t *testing.T, old bool) (*AppleContainer, string, *testutil.LogBuffer) {
 	t.Helper()
-	bin := newFakeCLI(t, fakeSettings{Gateway: testutil.GatewayBinary(t), Old: old})
+	bin := newFakeCLI(t, fakeSettings{Server: testutil.SandboxBinary(t), Old: old})
 	logs := &testutil.LogBuffer{}
 	return newApple(t, standInConfig(t, bin), logs), bin, logs
 }
@@ -48,7 +48,7 @@ func newApple(t *testing.T, cfg Config, logs *testutil.LogBuffer) *AppleContaine
 // only `container` there is on Linux); instances share the CLI and config.
 func TestContract(t *testing.T) {
 	t.Parallel()
-	cfg := standInConfig(t, newFakeCLI(t, fakeSettings{Gateway: testutil.GatewayBinary(t)}))
+	cfg := standInConfig(t, newFakeCLI(t, fakeSettings{Server: testutil.SandboxBinary(t)}))
 	backendtest.Run(t, backendtest.Harness{
 		Name:          Name,
 		BindsHostDirs: true,
@@ -89,7 +89,7 @@ func TestRunArgs(t *testing.T) {
 		{"--mount", "type=bind,source=/h/sk,target=" + backend.VirtualSkills + ",readonly"},
 		{"--user", "501:20"}, {"--cpus", "2"}, {"--memory", "1536M"},
 		{"--cap-drop", "ALL", "--cap-add", "CHOWN", "--cap-add", "SETUID", "--init"},
-		{"--entrypoint", "/gateway", "img:1", "sandbox", "--listen", "0.0.0.0:9000", "--home", backend.VirtualWorkspace},
+		{"--entrypoint", sandboxspec.ServerImagePath, "img:1", "sandbox", "--listen", "0.0.0.0:9000", "--home", backend.VirtualWorkspace},
 	} {
 		if !backendtest.ContainsRun(args, want) {
 			t.Errorf("args lack %q:\n%q", want, args)
@@ -150,7 +150,7 @@ func TestLifecycleWithStandInCLI(t *testing.T) {
 		{"--mount", "type=bind,source=" + ws + ",target=" + backend.VirtualWorkspace},
 		{"--user", me}, {"--cpus", "2"}, {"--memory", "2048M"},
 		{"--cap-drop", "ALL", "--cap-add", "CHOWN", "--init"},
-		{"--entrypoint", "/gateway", "sandgate-sandbox:latest", "sandbox", "--listen", "0.0.0.0:" + strconv.Itoa(a.cfg.Port)},
+		{"--entrypoint", sandboxspec.ServerImagePath, "sandgate-sandbox:latest", "sandbox", "--listen", "0.0.0.0:" + strconv.Itoa(a.cfg.Port)},
 	} {
 		if !backendtest.ContainsRun(runs[0], want) {
 			t.Errorf("run lacks %q:\n%q", want, runs[0])

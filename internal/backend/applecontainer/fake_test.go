@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // The stand-in `container` CLI: this test binary, run through a symlink
@@ -36,8 +38,8 @@ func TestMain(m *testing.M) {
 
 // fakeSettings is fake.json next to the symlink.
 type fakeSettings struct {
-	Gateway string `json:"gateway"` // the binary standing in for the image's /gateway
-	Old     bool   `json:"old"`     // a CLI without --cap-drop and --init
+	Server string `json:"server"` // the binary standing in for the image's sandboxspec.ServerImagePath
+	Old    bool   `json:"old"`    // a CLI without --cap-drop and --init
 }
 
 // fakeContainer is one state file, {dir}/containers/{name}.json.
@@ -198,8 +200,8 @@ func fakeRun(dir string, settings fakeSettings, args []string) int {
 			}
 		}
 	}
-	if entrypoint != "/gateway" {
-		return fail("Error: stand-in runs only /gateway, not " + entrypoint)
+	if entrypoint != sandboxspec.ServerImagePath {
+		return fail("Error: stand-in runs only " + sandboxspec.ServerImagePath + ", not " + entrypoint)
 	}
 	c.IP = fmt.Sprintf("127.%d.%d.%d", rand.IntN(200)+20, rand.IntN(250)+1, rand.IntN(250)+2)
 	for j, a := range cmdArgs {
@@ -225,7 +227,7 @@ func fakeRun(dir string, settings fakeSettings, args []string) int {
 		return fail(err.Error())
 	}
 	defer logf.Close()
-	cmd := exec.Command(settings.Gateway, cmdArgs...)
+	cmd := exec.Command(settings.Server, cmdArgs...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, c.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -15,9 +15,6 @@ import (
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
-// serverPath is where images from deployments/sandbox-image keep the server.
-const serverPath = "/gateway"
-
 // resolveUser turns Config.User into --user's value ("" = no flag).
 func resolveUser(u string) string {
 	switch u {
@@ -96,8 +93,8 @@ func (a *AppleContainer) runArgs(spec backend.Spec, envPath, incarnation string,
 	if f.init {
 		args = append(args, "--init")
 	}
-	return append(args, "--entrypoint", serverPath, a.cfg.Image,
-		"sandbox", "--listen", "0.0.0.0:"+strconv.Itoa(a.cfg.Port), "--home", backend.VirtualWorkspace)
+	return append(args, "--entrypoint", sandboxspec.ServerImagePath, a.cfg.Image, sandboxspec.ServerCommand,
+		"--"+sandboxspec.FlagListen, "0.0.0.0:"+strconv.Itoa(a.cfg.Port), "--"+sandboxspec.FlagHome, backend.VirtualWorkspace)
 }
 
 // Create runs the sandbox's container and returns once it answers, or

@@ -55,10 +55,11 @@
 //     as PID 1 that forwards SIGTERM and reaps the orphans agents leave.
 //
 // Images built from deployments/sandbox-image carry the label
-// LabelServer=/gateway: the backend then runs `/gateway sandbox --listen
-// unix:/run/sandgate/api.sock --home /mnt/user-data/workspace --secret-file
-// ... [--egress-socket ...]`, with
-// the sandbox's own secret delivered as a file (secret.go). Any other image
+// LabelServer=/sandgate-sandbox (sandboxspec.ServerImagePath; older images
+// /gateway): the backend then runs `{label} sandbox --listen
+// unix:/run/sandgate/api/api-*.sock --home /mnt/user-data/workspace
+// --secret-file ... [--egress-socket ...]`, with the sandbox's own secret
+// delivered as a file (secret.go). Any other image
 // (the all-in-one sandbox DeerFlow uses) runs its own entrypoint, must serve
 // the sandbox API on Port, and gets no secret: the gateway sends it the
 // shared sandbox_api_key.
@@ -120,7 +121,8 @@ const (
 const UserImage = "image"
 
 // LabelServer marks an image whose sandbox server the backend starts
-// itself: the value is the server binary's path in the image.
+// itself: the value is the server binary's path in the image, the lean
+// server's or the gateway's (both serve sandboxspec.ServerCommand).
 const LabelServer = "io.sandgate.sandbox-server"
 
 // Config of the docker backend. Zero limits mean the defaults; negative

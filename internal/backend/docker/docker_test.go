@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -318,6 +319,27 @@ ENTRYPOINT ["/bin/sh", "-c", "echo boom-before-ready >&2; exit 3"]`)
 	}
 	if n := len(h.containers()); n != 0 {
 		t.Errorf("%d failed containers left", n)
+	}
+}
+
+// An image built before the lean server binary labels the gateway binary
+// (/gateway): the label names the server, whichever binary it is, and the
+// backend runs `<label> sandbox ...` for it as for /sandgate-sandbox.
+func TestServerLabelNamingTheGatewayBinary(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// The lean binary serves the same subcommand: copied to /gateway, it
+	// stands in for an old image's gateway binary.
+	tag := buildDerived(t, h, `RUN ["/bin/busybox", "cp", "`+sandboxspec.ServerImagePath+`", "/gateway"]
+RUN ["/bin/busybox", "rm", "`+sandboxspec.ServerImagePath+`"]
+LABEL io.sandgate.sandbox-server="/gateway"`)
+	d := h.backend(func(c *Config) { c.Image = tag })
+	info := backendtest.MustCreate(t, d, backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "ivy", "old-image"))
+	if !strings.HasPrefix(info.URL, "unix:///") || backendtest.Status(t, info.URL, info.Secret) != 200 {
+		t.Fatalf("URL %q not serving on a Unix socket", info.URL)
+	}
+	if c := h.inspect(info.Incarnation); !slices.Equal(c.Config.Entrypoint, []string{"/gateway"}) || c.Config.Cmd[0] != sandboxspec.ServerCommand {
+		t.Errorf("command %q %q, want /gateway %s ...", c.Config.Entrypoint, c.Config.Cmd, sandboxspec.ServerCommand)
 	}
 }
 

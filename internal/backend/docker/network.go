@@ -108,7 +108,7 @@ func (d *Docker) networking(spec backend.Spec, cfg *container.Config, host *cont
 	case backend.EgressProxy:
 		host.NetworkMode = network.NetworkNone
 		if d.cfg.Egress != nil {
-			cfg.Cmd = append(cfg.Cmd, "--egress-socket", backend.EgressSocketPath)
+			cfg.Cmd = append(cfg.Cmd, "--"+sandboxspec.FlagEgressSocket, backend.EgressSocketPath)
 			// The configured variables win (an operator's own *_PROXY).
 			env := backend.ProxyEnv("http://127.0.0.1:" + strconv.Itoa(sandboxspec.EgressPort))
 			maps.Copy(env, spec.Env)

@@ -49,13 +49,14 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		// Each incarnation's socket has a name of its own (see labelAPISocket).
 		sock := newAPISocketName()
 		cfg.Labels[labelAPISocket] = sock
-		cfg.Cmd = []string{"sandbox", "--listen", "unix:" + apiMount + "/" + sock, "--home", backend.VirtualWorkspace}
+		cfg.Cmd = []string{sandboxspec.ServerCommand, "--" + sandboxspec.FlagListen, "unix:" + apiMount + "/" + sock,
+			"--" + sandboxspec.FlagHome, backend.VirtualWorkspace}
 		cfg.WorkingDir = backend.VirtualWorkspace
 		if user.umask != "" {
-			cfg.Cmd = append(cfg.Cmd, "--umask", user.umask)
+			cfg.Cmd = append(cfg.Cmd, "--"+sandboxspec.FlagUmask, user.umask)
 		}
 		if spec.Secret != "" { // only our server takes one (secret.go)
-			cfg.Cmd = append(cfg.Cmd, "--secret-file", secretPath)
+			cfg.Cmd = append(cfg.Cmd, "--"+sandboxspec.FlagSecretFile, secretPath)
 			cfg.Labels[labelSecret] = spec.Secret
 		}
 	}

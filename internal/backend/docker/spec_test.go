@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/testutil"
 )
 
 // specFor builds a container spec without an engine.
@@ -363,5 +365,26 @@ func TestUnreachableEngineIsUnavailable(t *testing.T) {
 	}
 	if _, err := d.List(ctx); !errors.Is(err, backend.ErrUnavailable) {
 		t.Errorf("List: %v", err)
+	}
+}
+
+// The shipped sandbox images keep the lean server where the backends look
+// for it: their label names it for this backend, and applecontainer, which
+// reads no labels, starts sandboxspec.ServerImagePath.
+func TestSandboxImagesLabelTheServer(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Dockerfile", "Dockerfile.full"} {
+		data, err := os.ReadFile(filepath.Join(testutil.ModuleRoot(), "deployments", "sandbox-image", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			`LABEL ` + LabelServer + `="` + sandboxspec.ServerImagePath + `"`,
+			`ENTRYPOINT ["` + sandboxspec.ServerImagePath + `", "` + sandboxspec.ServerCommand + `"]`,
+		} {
+			if !strings.Contains(string(data), want) {
+				t.Errorf("%s lacks %s", name, want)
+			}
+		}
 	}
 }

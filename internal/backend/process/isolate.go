@@ -62,7 +62,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			return nil, err
 		}
 		mounts = append(mounts, jail.Mount{Target: backend.EgressDir, Source: dir, ReadOnly: true})
-		args = append(args, "--egress-socket", backend.EgressSocketPath)
+		args = append(args, "--"+sandboxspec.FlagEgressSocket, backend.EgressSocketPath)
 		// The proxy's variables join the configured ones (which the
 		// operator's own *_PROXY settings override).
 		configured = backend.ProxyEnv(egressURL)

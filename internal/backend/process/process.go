@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Name is the backend's name in Info.Backend and logs.
@@ -152,16 +153,12 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 	return p, nil
 }
 
-// LeanBinary is the name of the sandbox server's own binary
-// (cmd/sandgate-sandbox), which starts faster than the gateway's: it
-// links neither the gateway's backends and clients nor tracing.
-const LeanBinary = "sandgate-sandbox"
-
 // SandboxBinary is the binary that runs the sandboxes of the gateway at
-// gateway: LeanBinary beside it when it is there, else the gateway itself
-// (`go run ./cmd/gateway` builds only the gateway).
+// gateway: sandboxspec.ServerBinary beside it when it is there (it starts
+// faster), else the gateway itself (`go run ./cmd/gateway` builds only the
+// gateway).
 func SandboxBinary(gateway string) string {
-	lean := filepath.Join(filepath.Dir(gateway), LeanBinary)
+	lean := filepath.Join(filepath.Dir(gateway), sandboxspec.ServerBinary)
 	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 		return lean
 	}

@@ -66,18 +66,19 @@ func validateSpec(spec backend.Spec) error {
 // `gateway sandbox`): the listening socket is fd 3, the recorded pipe fd 4,
 // the secret pipe fd 5 (when there is a secret), each mount a mapping.
 func serverArgs(mounts []backend.Mount, secret bool) ([]string, error) {
-	args := []string{"sandbox", "--listen-fd", "3", "--recorded-fd", "4", "--home", backend.VirtualWorkspace}
+	args := []string{sandboxspec.ServerCommand, "--" + sandboxspec.FlagListenFD, "3", "--" + sandboxspec.FlagRecordedFD, "4",
+		"--" + sandboxspec.FlagHome, backend.VirtualWorkspace}
 	if secret {
-		args = append(args, "--secret-fd", "5")
+		args = append(args, "--"+sandboxspec.FlagSecretFD, "5")
 	}
 	for _, m := range mounts {
 		host, err := filepath.Abs(m.HostPath)
 		if err != nil {
 			return nil, fmt.Errorf("resolve mount %s: %w", m.ContainerPath, err)
 		}
-		flag := "--map"
+		flag := "--" + sandboxspec.FlagMap
 		if m.ReadOnly {
-			flag = "--map-ro"
+			flag = "--" + sandboxspec.FlagMapRO
 		}
 		args = append(args, flag, m.ContainerPath+"="+host)
 	}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Not parallel: t.Setenv. The lean binary runs every sandbox but a plain
@@ -11,7 +13,7 @@ import (
 // export spans.
 func TestDefaultBinaryKeepsTracingOfPlainSandboxes(t *testing.T) {
 	dir := t.TempDir()
-	gateway, lean := filepath.Join(dir, "gateway"), filepath.Join(dir, LeanBinary)
+	gateway, lean := filepath.Join(dir, "gateway"), filepath.Join(dir, sandboxspec.ServerBinary)
 	for _, f := range []string{gateway, lean} {
 		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)

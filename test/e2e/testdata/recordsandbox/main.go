@@ -5,7 +5,7 @@
 // Every request's headers are written to stderr, the sandbox's log on the
 // host, as a line "recordsandbox: {JSON}" (an isolated sandbox can write
 // nowhere else the test reads), and each answer carries back the
-// X-Aio-Api-Key the request brought, as a sandbox leaking the gateway's key
+// secret header (sandboxspec.SecretHeader) the request brought, as a sandbox leaking the gateway's key
 // would.
 package main
 
@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // recordPrefix starts each line of recorded headers in the sandbox's log.
@@ -84,8 +85,8 @@ func run() error {
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr})
 	rp.FlushInterval = -1
 	rp.ModifyResponse = func(resp *http.Response) error {
-		if k := resp.Request.Header.Get("X-Aio-Api-Key"); k != "" {
-			resp.Header.Set("X-Aio-Api-Key", k)
+		if k := resp.Request.Header.Get(sandboxspec.SecretHeader); k != "" {
+			resp.Header.Set(sandboxspec.SecretHeader, k)
 		}
 		return nil
 	}
