@@ -49,8 +49,11 @@ func parseHead(s string) (*head, error) {
 	if h.method, line, ok = strings.Cut(line, " "); !ok || !isToken(h.method) {
 		return nil, bad("malformed request line")
 	}
-	if h.target, h.proto, ok = strings.Cut(line, " "); !ok || h.target == "" || strings.IndexByte(h.proto, ' ') >= 0 {
+	if h.target, h.proto, ok = strings.Cut(line, " "); !ok || strings.IndexByte(h.proto, ' ') >= 0 {
 		return nil, bad("malformed request line")
+	}
+	if h.target == "" {
+		return nil, bad("empty request target")
 	}
 	switch h.proto {
 	case "HTTP/1.1":

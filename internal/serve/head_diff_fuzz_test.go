@@ -78,6 +78,9 @@ var serveStricter = map[string]string{
 	// net/http accepts an Expect list holding 100-continue among others;
 	// serve knows only the one expectation.
 	"unsupported Expect": "Expect list",
+	// net/http reads an empty CONNECT target as an empty authority; no
+	// request form is empty (RFC 9112 3.2).
+	"empty request target": "CONNECT with no target",
 	// net/http hands "PRI * HTTP/2.0" to the handler (h2c prior
 	// knowledge); the gateway speaks HTTP/1.x only.
 	"unsupported HTTP version": "HTTP/2.0 preface",
