@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // headError is a request head the server refuses: it answers status with
@@ -120,7 +122,9 @@ func parseHead(s string) (*head, error) {
 	if hosts > 1 || (hosts == 0 && h.minor >= 1) {
 		return nil, bad("missing or repeated Host header")
 	}
-	if !validHost(h.host) {
+	// The bytes of an RFC 3986 authority, as net/http: no '@' (userinfo),
+	// '#', '^', '`' or '|', which a token has and an authority has not.
+	if !httpguts.ValidHostHeader(h.host) {
 		return nil, bad("invalid Host header")
 	}
 	if err := h.framing(); err != nil {
@@ -317,18 +321,6 @@ func lowerASCII(c byte) byte {
 func validValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// validHost refuses a Host with bytes no authority has.
-func validHost(h string) bool {
-	for i := 0; i < len(h); i++ {
-		switch c := h[i]; {
-		case tokenChars[c], c == ':', c == '[', c == ']', c == '@', c == '(', c == ')', c == ',', c == ';', c == '=':
-		default:
 			return false
 		}
 	}
