@@ -102,6 +102,8 @@ func (c *Config) settings() []setting {
 		{"body-timeout", "a request body the gateway reads itself (status login, checkpoints, fork, MCP) must arrive within this long of its headers (0 = never)", (*offDuration)(&c.BodyTimeout)},
 		{"max-connections", "client connections open at once (0 = half the descriptor limit); past it new ones wait in the listen backlog", (*intValue)(&c.Conns.Max)},
 		{"max-connections-per-source", "client connections one source address (an IPv6 /64) may hold open; past it they are closed (0 = a quarter of max-connections)", (*intValue)(&c.Conns.PerSource)},
+		{"server-impl", "HTTP server of the gateway: sandgate (its own, the default) | net/http (the standard library's: a fallback should a bug be found in Sandgate's request parser)", (*stringValue)(&c.ServerImpl)},
+		{"transport-impl", "HTTP client the proxy reaches sandboxes with: sandgate (its own, the default) | net/http (the standard library's http.Transport: a fallback should a bug be found in Sandgate's)", (*stringValue)(&c.TransportImpl)},
 		{"max-requests-per-user", "requests in flight per user and replica, WebSockets included (0 = no cap)", (*offInt)(&c.Limits.MaxRequests)},
 		{"create-rate", "sandboxes created per user, fleet-wide: N/duration, e.g. 60/1m (0 = no limit)", (*rateValue)(&c.Limits.CreateRate)},
 		{"max-streams-per-user", "event streams of each kind (status page, provisioning progress) one non-admin user may hold open per replica, 429 past it (0 = 8)", (*intValue)(&c.Limits.Streams.PerUser)},
