@@ -41,13 +41,6 @@ func newServer(cfg config.Config, handler http.Handler, log *slog.Logger) httpSe
 			Log:               log,
 		}
 	}
-	// net/http has no bound from the end of the head: ReadTimeout bounds
-	// the whole request from its first byte, so the body gets what the head
-	// did not use of ReadHeaderTimeout on top of BodyTimeout.
-	var readTimeout time.Duration
-	if cfg.BodyTimeout > 0 {
-		readTimeout = cfg.ReadHeaderTimeout + cfg.BodyTimeout
-	}
 	// Half duplex, net/http's default: a response begun before its request
 	// body was read discards the rest of the body (serve is full duplex).
 	// With EnableFullDuplex, net/http (go1.26) panicked reading the next
@@ -55,15 +48,32 @@ func newServer(cfg config.Config, handler http.Handler, log *slog.Logger) httpSe
 	// ("invalid concurrent Body.Read call" after a 507: TestThreadDataQuota
 	// and six more e2e tests under SANDGATE_TEST_HTTP_IMPL=net/http).
 	return &http.Server{
-		Handler:           handler,
+		Handler:           bodyDeadline(handler, cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       readTimeout,
 		IdleTimeout:       serverIdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		// serve hands "OPTIONS *" to the handler too.
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+}
+
+// bodyDeadline gives net/http's server serve's BodyTimeout: a request body
+// is due within timeout of the end of its head (net/http's ReadTimeout
+// counts from the first byte of the head). Only a request with a body: on
+// one without, net/http's hang-up watch is already reading, and a deadline
+// would end it and cancel the request. The watch clears the deadline once
+// the body is read; a handler may move it (bodyidle.go).
+func bodyDeadline(h http.Handler, timeout time.Duration) http.Handler {
+	if timeout <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != http.NoBody {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // NewSandboxTransport is the connection pool of one sandbox incarnation:
