@@ -80,16 +80,6 @@ func httpImplArgs() []string {
 	return []string{"--server-impl", impl, "--transport-impl", impl}
 }
 
-// serveOnly skips a test that asserts what Sandgate's own server does
-// where net/http's differs (why says what), when the suite runs on the
-// fallback.
-func serveOnly(t *testing.T, why string) {
-	t.Helper()
-	if impl := os.Getenv(TestHTTPImplEnv); impl != "" && impl != "sandgate" {
-		t.Skipf("%s=%s: %s", TestHTTPImplEnv, impl, why)
-	}
-}
-
 // start starts a replica. A port FreePort handed out can be taken by
 // another test's gateway before this one binds it (the isolation probe runs
 // first); healthz would then answer for the other gateway, so a replica
