@@ -55,8 +55,16 @@ validate-deploy: deps
 test-short:
 	$(GO) test -race -short ./...
 
+# Every fuzz target (scripts/fuzz.sh finds each func Fuzz* in a _test.go
+# file) for FUZZTIME each, on top of its committed corpus; e.g.
+# make fuzz FUZZTIME=10m for a serious run of the parsers' targets
+# (internal/serve FuzzDifferential compares serve's head parser with
+# net/http's). FUZZSAVE=save copies what the fuzzer found interesting into
+# testdata/fuzz, the corpus plain go test replays.
+FUZZTIME ?= 10s
+FUZZSAVE ?=
 fuzz:
-	./scripts/fuzz.sh 10s
+	./scripts/fuzz.sh $(FUZZTIME) $(FUZZSAVE)
 
 # Every benchmark suite, then docs/BENCHMARKS.md, its Goals table and
 # docs/bench-latency.png regenerated. Bounded to 32 minutes in all: the

@@ -78,6 +78,10 @@ type Config struct {
 	// Conns cap the client connections open at once, in all and per source
 	// address.
 	Conns serve.ConnLimits
+	// ServerImpl and TransportImpl choose the HTTP/1.1 stacks: Sandgate's
+	// own (internal/serve, proxy.Transport; the default) or the standard
+	// library's, a fallback for a bug found in Sandgate's parsers.
+	ServerImpl, TransportImpl string
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
 	// AllowedHosts are host names a gateway without authentication serves
@@ -116,6 +120,15 @@ type Config struct {
 	// the multi-user defaults when authentication is on.
 	perUserSet struct{ sandboxes, creates bool }
 }
+
+// The values of server_impl and transport_impl.
+const (
+	ImplSandgate = "sandgate"
+	ImplNetHTTP  = "net/http"
+)
+
+// HTTPImpls are the valid server_impl and transport_impl values.
+var HTTPImpls = []string{ImplSandgate, ImplNetHTTP}
 
 // The per-user caps of a gateway with authentication (several users, who
 // must not starve each other) unless configured; 0 configured = no cap.
@@ -186,6 +199,8 @@ func Default() Config {
 		MaxHeaderBytes:    64 << 10,
 		BodyIdleTimeout:   router.DefaultBodyIdleTimeout,
 		BodyTimeout:       serve.DefaultBodyTimeout,
+		ServerImpl:        ImplSandgate,
+		TransportImpl:     ImplSandgate,
 		Limits: router.LimitsConfig{
 			MaxRequests: router.DefaultMaxRequestsPerUser,
 			CreateRate:  router.DefaultCreateRate,
@@ -299,6 +314,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Conns.Validate(); err != nil {
 		return err
+	}
+	if !contains(HTTPImpls, c.ServerImpl) {
+		return fmt.Errorf("server_impl: %q is not %s", c.ServerImpl, strings.Join(HTTPImpls, " or "))
+	}
+	if !contains(HTTPImpls, c.TransportImpl) {
+		return fmt.Errorf("transport_impl: %q is not %s", c.TransportImpl, strings.Join(HTTPImpls, " or "))
 	}
 	for i, m := range c.Pool.Mounts.Extra {
 		if m.HostPath == "" || !strings.HasPrefix(m.ContainerPath, "/") {

@@ -130,6 +130,8 @@ func TestValidationNamesTheField(t *testing.T) {
 		{args: []string{"--max-sandboxes", "-2"}, field: "max-sandboxes"},
 		{args: []string{"--data-dir", ""}, field: "data_dir"},
 		{args: []string{"--log-format", "xml"}, field: "log_format"},
+		{args: []string{"--server-impl", "nginx"}, field: "server_impl"},
+		{env: map[string]string{"SANDGATE_TRANSPORT_IMPL": "curl"}, field: "transport_impl"},
 		{env: map[string]string{"SANDGATE_CREATE_TIMEOUT": "-5s"}, field: "SANDGATE_CREATE_TIMEOUT"},
 		{env: map[string]string{"SANDGATE_INSECURE": "maybe"}, field: "SANDGATE_INSECURE"},
 		{yaml: "touch_interval: 1m\nidle_timeout: 90s\n", field: "idle_timeout"},

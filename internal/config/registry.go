@@ -97,6 +97,8 @@ func (c *Config) sections() []section {
 			{"body-timeout", "a request body the gateway reads itself (status login, checkpoints, fork, MCP) must arrive within this long of its headers", "never", (*offDuration)(&c.BodyTimeout)},
 			{"max-connections", "client connections open at once; past it new ones wait in the listen backlog", "half the descriptor limit", (*intValue)(&c.Conns.Max)},
 			{"max-connections-per-source", "client connections one source address (an IPv6 /64) may hold open; past it they are closed", "a quarter of max-connections", (*intValue)(&c.Conns.PerSource)},
+			{"server-impl", "HTTP server of the gateway: sandgate (its own) | net/http (the standard library's: a fallback should a bug be found in Sandgate's request parser)", "refused: sandgate or net/http", (*stringValue)(&c.ServerImpl)},
+			{"transport-impl", "HTTP client the proxy reaches sandboxes with: sandgate (its own) | net/http (the standard library's http.Transport: a fallback should a bug be found in Sandgate's)", "refused: sandgate or net/http", (*stringValue)(&c.TransportImpl)},
 		}},
 		{name: "auth", title: "API keys, JWTs, the metrics token", settings: []setting{
 			{"auth-api-keys", "static API keys: name=sha256hex[:threads+admin],... (sha256 of the key, never the key)", "none", (*apiKeysValue)(&c.Auth.APIKeys)},

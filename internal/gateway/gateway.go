@@ -19,12 +19,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/backend"
-	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/egress"
 	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/pool"
-	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/serve"
@@ -44,7 +42,7 @@ type Gateway struct {
 	events   *events.Bus
 	pool     *pool.Pool
 	router   *router.Router
-	server   *serve.Server
+	server   httpServer
 	listener net.Listener
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
@@ -131,7 +129,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Store:        store,
 		Backend:      be,
 		BackendName:  name,
-		NewTransport: sandboxTransport(name),
+		NewTransport: sandboxTransport(name, cfg.TransportImpl),
 		Log:          log,
 		Tracer:       g.tracing.Tracer(),
 		Metrics:      g.metrics,
@@ -157,16 +155,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		Status: router.Status{Source: store, MaxSandboxes: g.pool.Config().MaxSandboxes, HardCap: cfg.Pool.HardCap,
 			MaxSandboxesPerUser: cfg.Pool.MaxSandboxesPerUser, Heartbeat: pool.HeartbeatInterval,
 			Sessions: store, PlainLoopback: cfg.Loopback(), Streams: cfg.Limits.Streams}})
-	g.server = &serve.Server{
-		Handler:           g.router,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		BodyTimeout:       cfg.BodyTimeout,
-		// Above common load balancer idle timeouts (60-75 s), so the gateway is
-		// never the side that closes a connection the balancer is about to reuse.
-		IdleTimeout:    120 * time.Second,
-		MaxHeaderBytes: cfg.MaxHeaderBytes,
-		Log:            log,
-	}
+	g.server = newServer(cfg, g.router, log)
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		g.close()
@@ -212,6 +201,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 		"max_connections", g.cfg.Conns.Effective().String(),
 		"instance", g.cfg.Pool.Instance)
 
+	if g.cfg.ServerImpl == config.ImplNetHTTP || g.cfg.TransportImpl == config.ImplNetHTTP {
+		g.log.Warn("HTTP fallback in use: the standard library's stack instead of Sandgate's",
+			"server_impl", g.cfg.ServerImpl, "transport_impl", g.cfg.TransportImpl)
+	}
 	if g.egressListener != nil {
 		go g.serveEgress(g.egressListener)
 	}
@@ -240,7 +233,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	wg.Wait()
 	g.pool.Wait()
 	g.log.Info("stopped; sandboxes left running for the fleet")
-	if errors.Is(serveErr, serve.ErrServerClosed) {
+	if errors.Is(serveErr, http.ErrServerClosed) {
 		return nil
 	}
 	return serveErr
@@ -291,16 +284,6 @@ func (g *Gateway) close() {
 	}
 }
 
-// NewSandboxTransport is the connection pool of one sandbox incarnation:
-// dialled by URL host, or on its Unix socket ("" = none).
-func NewSandboxTransport(socket string) http.RoundTripper {
-	cfg := proxy.TransportConfig{}
-	if socket != "" {
-		cfg.Dial = backend.DialUnix(socket, 2*time.Second)
-	}
-	return proxy.NewTransport(cfg)
-}
-
 // logLimits says at start-up what bounds each user's share of the fleet
 // and each sandbox's life, so an operator sees what "no cap" means here.
 func (g *Gateway) logLimits() {
@@ -324,18 +307,4 @@ func (g *Gateway) logLimits() {
 		"max_sandboxes_per_user", capOf(p.MaxSandboxesPerUser), "max_creates_per_user", capOf(p.MaxCreatesPerUser),
 		"max_lifetime", durOf(p.MaxLifetime, pool.DefaultMaxLifetime),
 		"busy_idle_after", durOf(p.BusyIdleAfter, sandboxspec.DefaultBusyIdleAfter))
-}
-
-// sandboxTransport is NewSandboxTransport for the named backend. The remote
-// backend's sandbox URLs come from a provisioner's answers: their
-// connections refuse, after name resolution, the addresses no sandbox
-// lives at (remote.DialControl).
-func sandboxTransport(backendName string) func(string) http.RoundTripper {
-	if backendName != remote.Name {
-		return NewSandboxTransport
-	}
-	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second, Control: remote.DialControl}
-	return func(string) http.RoundTripper {
-		return proxy.NewTransport(proxy.TransportConfig{Dial: d.DialContext})
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -28,7 +29,7 @@ func TestRemoteSandboxTransportRefusesUnsafeAddresses(t *testing.T) {
 		}
 		return err
 	}
-	remoteRT := sandboxTransport("remote")("")
+	remoteRT := sandboxTransport("remote", config.ImplSandgate)("")
 	for _, u := range []string{"http://0.0.0.0:" + trap.Port + "/v1/sandbox", "http://[::ffff:0.0.0.0]:" + trap.Port + "/v1/sandbox"} {
 		if err := get(remoteRT, u); err == nil {
 			t.Errorf("remote transport connected to %s", u)
@@ -40,7 +41,7 @@ func TestRemoteSandboxTransportRefusesUnsafeAddresses(t *testing.T) {
 	if err := get(remoteRT, trap.URL+"/v1/sandbox"); err != nil || trap.Conns() != 1 {
 		t.Fatalf("remote transport to %s: %v (%d connections)", trap.URL, err, trap.Conns())
 	}
-	if err := get(sandboxTransport("process")(""), "http://0.0.0.0:"+trap.Port+"/v1/sandbox"); err != nil || trap.Conns() != 2 {
+	if err := get(sandboxTransport("process", config.ImplSandgate)(""), "http://0.0.0.0:"+trap.Port+"/v1/sandbox"); err != nil || trap.Conns() != 2 {
 		t.Fatalf("control: the process backend's transport through 0.0.0.0: %v (%d connections)", err, trap.Conns())
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -24,6 +26,11 @@ type TransportConfig struct {
 	// Dial, when set, makes every connection, whatever the request's host:
 	// a sandbox that listens on a Unix socket.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Standard sends every request through a standard http.Transport, as
+	// only upgrades are otherwise, with the same dial, timeouts and pool
+	// size: the transport_impl: net/http fallback, should a bug be found in
+	// this transport's exchange.
+	Standard bool
 }
 
 // DefaultMaxResponseHeaderBytes of TransportConfig: the bound the gateway
@@ -125,13 +132,14 @@ var errTransportClosed = errors.New("sandbox connection pool closed")
 
 // RoundTrip sends one request on a pooled connection.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" {
+	if t.cfg.Standard || req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" {
 		std, err := t.upgrader()
 		if err != nil {
 			closeBody(req)
 			return nil, err
 		}
-		return std.RoundTrip(req)
+		resp, err := std.RoundTrip(req)
+		return resp, stdError(err)
 	}
 	ctx := req.Context()
 	c, err := t.get(ctx, req.URL.Host)
@@ -290,9 +298,10 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// upgrader returns the standard transport used for protocol upgrades only,
-// built under mu on the first one, as close reads it; a closed pool refuses,
-// so a retired incarnation gets no new transport nor connection.
+// upgrader returns the standard transport used for protocol upgrades (for
+// every request with cfg.Standard), built under mu on the first one, as
+// close reads it; a closed pool refuses, so a retired incarnation gets no
+// new transport nor connection.
 func (t *Transport) upgrader() (*http.Transport, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -300,17 +309,32 @@ func (t *Transport) upgrader() (*http.Transport, error) {
 		return nil, errTransportClosed
 	}
 	if t.std == nil {
+		idle := 4 // upgrades are rare, and an upgraded connection is not reused
+		if t.cfg.Standard {
+			idle = t.cfg.MaxIdle
+		}
 		t.std = &http.Transport{
 			Proxy:                  nil,
 			DialContext:            t.dialUpgrade,
 			DisableCompression:     true,
 			TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},
-			MaxIdleConnsPerHost:    4,
+			MaxIdleConnsPerHost:    idle,
 			IdleConnTimeout:        t.cfg.IdleConnTimeout,
 			MaxResponseHeaderBytes: t.cfg.MaxResponseHeaderBytes,
 		}
 	}
 	return t.std, nil
+}
+
+// stdError gives http.Transport's refusal of an oversized response head
+// the error this transport's own refusal has (502
+// sandbox_headers_too_large, not an internal error); net/http exports no
+// value for it.
+func stdError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "server response headers exceeded") {
+		return fmt.Errorf("%w: %w", ErrResponseHeadersTooLarge, err)
+	}
+	return err
 }
 
 // dialUpgrade is the upgrade transport's dialer: an upgrade that got the

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // headError is a request head the server refuses: it answers status with
@@ -49,8 +51,11 @@ func parseHead(s string) (*head, error) {
 	if h.method, line, ok = strings.Cut(line, " "); !ok || !isToken(h.method) {
 		return nil, bad("malformed request line")
 	}
-	if h.target, h.proto, ok = strings.Cut(line, " "); !ok || h.target == "" || strings.IndexByte(h.proto, ' ') >= 0 {
+	if h.target, h.proto, ok = strings.Cut(line, " "); !ok || strings.IndexByte(h.proto, ' ') >= 0 {
 		return nil, bad("malformed request line")
+	}
+	if h.target == "" {
+		return nil, bad("empty request target")
 	}
 	switch h.proto {
 	case "HTTP/1.1":
@@ -68,8 +73,7 @@ func parseHead(s string) (*head, error) {
 	n := strings.Count(rest, "\n")
 	h.header = make(http.Header, n)
 	vals := make([]string, 0, n) // every first value, so a key costs no slice of its own
-	hosts, lengths := 0, ""
-	var te string
+	hosts := 0
 	var conn []string
 	for {
 		if line, rest, err = cutLine(rest); err != nil {
@@ -98,15 +102,13 @@ func parseHead(s string) (*head, error) {
 			h.host = v
 			continue // net/http keeps Host out of the header map too
 		case "Content-Length":
-			if lengths != "" && lengths != v {
+			if old, ok := h.header[k]; ok && old[0] != v {
 				return nil, bad("conflicting Content-Length")
 			}
-			lengths = v
 		case "Transfer-Encoding":
-			if te != "" {
+			if _, ok := h.header[k]; ok {
 				return nil, bad("repeated Transfer-Encoding")
 			}
-			te = v
 		case "Connection":
 			conn = append(conn, v)
 		}
@@ -120,15 +122,17 @@ func parseHead(s string) (*head, error) {
 	if hosts > 1 || (hosts == 0 && h.minor >= 1) {
 		return nil, bad("missing or repeated Host header")
 	}
-	if !validHost(h.host) {
+	// The bytes of an RFC 3986 authority, as net/http: no '@' (userinfo),
+	// '#', '^', '`' or '|', which a token has and an authority has not.
+	if !httpguts.ValidHostHeader(h.host) {
 		return nil, bad("invalid Host header")
 	}
-	if err := h.framing(lengths, te); err != nil {
+	if err := h.framing(); err != nil {
 		return nil, err
 	}
 	h.keepAlive(conn)
 	if e, ok := h.header["Expect"]; ok {
-		if len(e) != 1 || !strings.EqualFold(e[0], "100-continue") {
+		if len(e) != 1 || !equalFoldASCII(e[0], "100-continue") {
 			return nil, &headError{status: http.StatusExpectationFailed, msg: "unsupported Expect"}
 		}
 		// An HTTP/1.0 client does not wait for a 100 Continue (RFC 9110 10.1.1).
@@ -139,25 +143,28 @@ func parseHead(s string) (*head, error) {
 }
 
 // framing decides where the body ends: Content-Length, chunked, or none.
-func (h *head) framing(length, te string) error {
-	if te != "" {
-		if length != "" {
+// A field sent empty counts as sent (and is malformed), as in net/http.
+func (h *head) framing() error {
+	te, hasTE := h.header["Transfer-Encoding"]
+	length, hasLength := h.header["Content-Length"]
+	if hasTE {
+		if hasLength {
 			return bad("both Content-Length and Transfer-Encoding")
 		}
 		if h.minor == 0 {
 			return bad("Transfer-Encoding in an HTTP/1.0 request")
 		}
-		if !strings.EqualFold(te, "chunked") {
+		if !equalFoldASCII(te[0], "chunked") {
 			return &headError{status: http.StatusNotImplemented, msg: "unsupported Transfer-Encoding"}
 		}
 		h.chunked, h.contentLength = true, -1
 		delete(h.header, "Content-Length")
 		return nil
 	}
-	if length == "" {
+	if !hasLength {
 		return nil
 	}
-	n, ok := parseLength(length)
+	n, ok := parseLength(length[0])
 	if !ok {
 		return bad("malformed Content-Length")
 	}
@@ -171,10 +178,10 @@ func (h *head) keepAlive(conn []string) {
 	for _, v := range conn {
 		for tok := range strings.SplitSeq(v, ",") {
 			switch tok = strings.Trim(tok, " \t"); {
-			case strings.EqualFold(tok, "close"):
+			case equalFoldASCII(tok, "close"):
 				h.close = true
 				return
-			case strings.EqualFold(tok, "keep-alive") && h.minor == 0:
+			case equalFoldASCII(tok, "keep-alive") && h.minor == 0:
 				h.close = false
 			}
 		}
@@ -188,7 +195,12 @@ func (h *head) request() (*http.Request, error) {
 	var err error
 	switch {
 	case h.method == http.MethodConnect && !strings.HasPrefix(h.target, "/"):
-		r.URL = &url.URL{Host: h.target}
+		// The authority form (RFC 9112 3.2.3), read as net/http reads it:
+		// the authority is the request's host, whatever Host says.
+		if r.URL, err = url.ParseRequestURI("http://" + h.target); err != nil {
+			return nil, bad("malformed request target")
+		}
+		r.URL.Scheme, r.Host = "", r.URL.Host
 	case h.target == "*":
 		if h.method != http.MethodOptions {
 			return nil, bad("* target outside OPTIONS")
@@ -283,22 +295,32 @@ func isCanonical(k string) bool {
 	return true
 }
 
-// validValue refuses control bytes but horizontal tab (RFC 9110 5.5).
-func validValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+// equalFoldASCII is strings.EqualFold without Unicode folding, which
+// would read "chun\u212aed" (a Kelvin sign) as chunked and "clo\u017fe" (a
+// long s) as close where net/http and other parsers do not.
+func equalFoldASCII(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if lowerASCII(s[i]) != lowerASCII(t[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// validHost refuses a Host with bytes no authority has.
-func validHost(h string) bool {
-	for i := 0; i < len(h); i++ {
-		switch c := h[i]; {
-		case tokenChars[c], c == ':', c == '[', c == ']', c == '@', c == '(', c == ')', c == ',', c == ';', c == '=':
-		default:
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// validValue refuses control bytes but horizontal tab (RFC 9110 5.5).
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
 	}

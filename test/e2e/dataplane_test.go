@@ -103,13 +103,20 @@ func TestSSEStreamsEventByEvent(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	g := f.start()
-	shell(t, g.URL, "sse", "true") // provision first
-	gate := filepath.Join(f.dataDir, "users", "default", "threads", "sse", "user-data", "workspace", "go")
+	checkSSEStreams(t, f, g, "sse")
+}
+
+// checkSSEStreams runs a command in thread's sandbox whose output streams
+// as SSE, and checks its first event arrives before the command ends.
+func checkSSEStreams(t *testing.T, f *fleet, g *gateway, thread string) {
+	t.Helper()
+	shell(t, g.URL, thread, "true") // provision first
+	gate := filepath.Join(f.dataDir, "users", "default", "threads", thread, "user-data", "workspace", "go")
 	// A gateway that buffered the stream would never show first-chunk and
 	// the command would wait for its gate forever: the deadline ends that.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", g.URL+"/threads/sse/v1/shell/exec", strings.NewReader(
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.URL+"/threads/"+thread+"/v1/shell/exec", strings.NewReader(
 		`{"command":"echo first-chunk; while [ ! -f /mnt/user-data/workspace/go ]; do sleep 0.02; done; echo second-chunk"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")

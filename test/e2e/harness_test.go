@@ -66,6 +66,20 @@ func newFleetOn(t *testing.T, redisURL string, extra ...string) *fleet {
 	return f
 }
 
+// TestHTTPImplEnv names the HTTP stacks every replica the harness starts
+// runs on: "net/http" runs the suite on the standard library's server and
+// transport (server_impl and transport_impl, the fallbacks); unset or
+// "sandgate", the default stacks. A test's own flags come after, and win.
+const TestHTTPImplEnv = "SANDGATE_TEST_HTTP_IMPL"
+
+func httpImplArgs() []string {
+	impl := os.Getenv(TestHTTPImplEnv)
+	if impl == "" {
+		return nil
+	}
+	return []string{"--server-impl", impl, "--transport-impl", impl}
+}
+
 // start starts a replica. A port FreePort handed out can be taken by
 // another test's gateway before this one binds it (the isolation probe runs
 // first); healthz would then answer for the other gateway, so a replica
@@ -91,7 +105,8 @@ func (f *fleet) launch(extra []string, last bool) *gateway {
 		"--data-dir", f.dataDir,
 		"--log-format", "json",
 		"--log-level", "debug",
-	}, f.extra...)
+	}, httpImplArgs()...)
+	args = append(args, f.extra...)
 	args = append(args, extra...)
 	g := &gateway{t: f.t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &testutil.LogBuffer{}, done: make(chan struct{}),
 		client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}}
