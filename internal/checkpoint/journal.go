@@ -253,7 +253,7 @@ func (s *Store) dropJournal() error {
 // settleIdle settles a journal whose Restore died (its lock is free); a
 // journal whose Restore is running is left to it.
 func (s *Store) settleIdle(ctx context.Context) error {
-	if _, err := os.Lstat(filepath.Join(s.root, journalName)); errors.Is(err, fs.ErrNotExist) {
+	if !s.hasJournal() {
 		return nil
 	}
 	unlock, err := s.flock(ctx, restoreLockName, unix.LOCK_EX|unix.LOCK_NB)
@@ -265,6 +265,16 @@ func (s *Store) settleIdle(ctx context.Context) error {
 	}
 	defer unlock()
 	return s.settle(ctx)
+}
+
+// hasJournal: a journal, or a temp version of one, is there.
+func (s *Store) hasJournal() bool {
+	for _, n := range []string{journalName, journalTmpName} {
+		if _, err := os.Lstat(filepath.Join(s.root, n)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // settle brings the journal's workspace to a whole tree (rolling back an

@@ -82,14 +82,13 @@ func (t *Threads) Settle(ctx context.Context) (int, error) {
 				return settled, err
 			}
 			dir := filepath.Join(root, user, thread)
-			if _, err := os.Lstat(filepath.Join(dir, journalName)); err != nil {
+			s := &Store{root: dir, cfg: t.cfg}
+			if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || !s.hasJournal() {
 				continue
 			}
-			if _, err := Open(dir, t.cfg); err != nil {
+			if err := s.settleIdle(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("thread %s/%s: %w", user, thread, err))
-				continue
-			}
-			if _, err := os.Lstat(filepath.Join(dir, journalName)); err != nil {
+			} else if !s.hasJournal() {
 				settled++ // else another process's restore is running
 			}
 		}
