@@ -8,6 +8,7 @@
 //	root/ck-<ms>-<hex>/meta.json
 //	root/ck-<ms>-<hex>/tree/   the snapshot, with the workspace's modes, times and (as root) owners
 //	root/.tmp-*                a Create or Delete in progress, or one a crash left
+//	root/.restore, .restore.*  a Restore's journal and its lock (journal.go)
 //
 // Create builds into a .tmp- dir, writes meta.json last and renames the dir
 // into place, so a process crash never leaves a listed half checkpoint
