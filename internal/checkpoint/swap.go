@@ -282,12 +282,15 @@ func (w *swapper) unmove(st step) error {
 	if st.Perm == 0 {
 		return nil
 	}
-	fd, err := openDirAt(from, name) // a lent u+w a crash did not take back
+	fd, err := openDirAt(from, name)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	return unix.Fchmod(fd, st.Perm&0o7777)
+	if now, err := fstat(fd); err != nil || now.perm() == st.Perm&0o7777 {
+		return err
+	}
+	return unix.Fchmod(fd, st.Perm&0o7777) // a lent u+w a crash did not take back
 }
 
 // splitRel splits a step's path into its dir ("" for the root) and name.
