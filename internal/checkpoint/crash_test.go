@@ -15,24 +15,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// crashEnv tells the test binary, run again as a child by TestRestoreCrash,
-// to be the restoring gateway: "<point> <data dir> <checkpoint id>".
+// crashEnv tells the test binary, run again as a child by the crash
+// tests, to be a gateway that restores the thread or settles it:
+// "<restore|settle> <point> <data dir> <checkpoint id>".
 const crashEnv = "CHECKPOINT_TEST_CRASH"
 
 // The thread the crash tests restore, laid out as the gateway does.
 const crashUser, crashThread = "u", "t"
 
-// TestHelperRestoreCrash is the child of TestRestoreCrash, not a test of
-// its own: it restores the thread and kills itself with SIGKILL at hook
-// point <point> (0: never; it then prints how many points it passed).
+// TestHelperRestoreCrash is the child of the crash tests, not a test of
+// its own: it restores the thread, or settles it as a gateway's start
+// does, and kills itself with SIGKILL at hook point <point> (0: never; it
+// then prints how many points it passed).
 func TestHelperRestoreCrash(t *testing.T) {
 	spec := os.Getenv(crashEnv)
 	if spec == "" {
-		t.Skip("the child process of TestRestoreCrash")
+		t.Skip("the child process of the crash tests")
 	}
+	var mode, dataDir, id string
 	var at int
-	var dataDir, id string
-	if _, err := fmt.Sscan(spec, &at, &dataDir, &id); err != nil {
+	if _, err := fmt.Sscan(spec, &mode, &at, &dataDir, &id); err != nil {
 		t.Fatalf("%s=%q: %v", crashEnv, spec, err)
 	}
 	points := 0
@@ -44,7 +46,12 @@ func TestHelperRestoreCrash(t *testing.T) {
 	}
 	threads, err := NewThreads(dataDir, Config{})
 	must(t, err)
-	must(t, threads.Restore(context.Background(), crashUser, crashThread, id, nil))
+	if mode == "settle" {
+		_, err = threads.Settle(context.Background())
+	} else {
+		err = threads.Restore(context.Background(), crashUser, crashThread, id, nil)
+	}
+	must(t, err)
 	fmt.Printf("points=%d\n", points)
 }
 
@@ -70,12 +77,12 @@ func newCrashFixture(t *testing.T) crashFixture {
 	return crashFixture{dataDir: dataDir, ws: ws, id: info.ID, old: manifest(t, ws), restored: restored}
 }
 
-// restoreInChild runs TestHelperRestoreCrash with point at and returns its
-// output; killed tells whether it died of SIGKILL.
-func (f crashFixture) restoreInChild(t *testing.T, at int) (out string, killed bool) {
+// inChild runs TestHelperRestoreCrash (mode restore or settle) with point
+// at and returns its output; killed tells whether it died of SIGKILL.
+func (f crashFixture) inChild(t *testing.T, mode string, at int) (out string, killed bool) {
 	t.Helper()
 	cmd := exec.CommandContext(ctxT(t), os.Args[0], "-test.run=^TestHelperRestoreCrash$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s %s", crashEnv, at, f.dataDir, f.id))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s %s", crashEnv, mode, at, f.dataDir, f.id))
 	b, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -87,6 +94,22 @@ func (f crashFixture) restoreInChild(t *testing.T, at int) (out string, killed b
 		t.Fatalf("restoring child: %v\n%s", err, b)
 	}
 	return string(b), false
+}
+
+// countPoints runs the child through without a kill and returns how many
+// hook points it passed.
+func (f crashFixture) countPoints(t *testing.T, mode string) int {
+	t.Helper()
+	out, killed := f.inChild(t, mode, 0)
+	if killed {
+		t.Fatalf("child killed without a point to stop at:\n%s", out)
+	}
+	_, after, _ := strings.Cut(out, "points=")
+	points, err := strconv.Atoi(strings.Fields(after + " x")[0])
+	if err != nil {
+		t.Fatalf("no point count in the child's output:\n%s", out)
+	}
+	return points
 }
 
 // leftovers lists what a restore may leave: temp dirs beside the
@@ -115,15 +138,7 @@ func (f crashFixture) leftovers(t *testing.T) []string {
 func TestRestoreCrash(t *testing.T) {
 	t.Parallel()
 	probe := newCrashFixture(t)
-	out, killed := probe.restoreInChild(t, 0)
-	if killed {
-		t.Fatalf("child killed without a point to stop at:\n%s", out)
-	}
-	_, after, _ := strings.Cut(out, "points=")
-	points, err := strconv.Atoi(strings.Fields(after + " x")[0])
-	if err != nil {
-		t.Fatalf("no point count in the child's output:\n%s", out)
-	}
+	points := probe.countPoints(t, "restore")
 	sameManifest(t, "workspace restored by an uninterrupted child", probe.restored, manifest(t, probe.ws))
 	const afterSwap = 3 // the clean journal, the two removals
 	steps := points - 4 - afterSwap
@@ -135,7 +150,7 @@ func TestRestoreCrash(t *testing.T) {
 		t.Run(fmt.Sprintf("point%02d", at), func(t *testing.T) {
 			t.Parallel()
 			f := newCrashFixture(t)
-			if out, killed := f.restoreInChild(t, at); !killed {
+			if out, killed := f.inChild(t, "restore", at); !killed {
 				t.Fatalf("the child was not killed at point %d:\n%s", at, out)
 			}
 			threads, err := NewThreads(f.dataDir, Config{})
@@ -156,6 +171,49 @@ func TestRestoreCrash(t *testing.T) {
 			// The thread restores normally afterwards.
 			must(t, threads.Restore(ctxT(t), crashUser, crashThread, f.id, nil))
 			sameManifest(t, "workspace restored after settling", f.restored, manifest(t, f.ws))
+		})
+	}
+}
+
+// A gateway killed while it settles a restore a crash stopped (at each
+// undone rename, after the clean journal, after each removal) leaves a
+// thread the next start settles all the same: the old tree exactly,
+// nothing left.
+func TestSettleCrash(t *testing.T) {
+	t.Parallel()
+	// The restore is killed after its last rename, with every step to undo.
+	probe := newCrashFixture(t)
+	lastStep := probe.countPoints(t, "restore") - 3
+	probe = newCrashFixture(t)
+	if out, killed := probe.inChild(t, "restore", lastStep); !killed {
+		t.Fatalf("the restoring child was not killed:\n%s", out)
+	}
+	points := probe.countPoints(t, "settle")
+	sameManifest(t, "workspace settled by an uninterrupted child", probe.old, manifest(t, probe.ws))
+	if points < 20 {
+		t.Fatalf("%d hook points in settling: the swap should have more moves to undo", points)
+	}
+
+	for at := 1; at <= points; at++ {
+		t.Run(fmt.Sprintf("point%02d", at), func(t *testing.T) {
+			t.Parallel()
+			f := newCrashFixture(t)
+			if out, killed := f.inChild(t, "restore", lastStep); !killed {
+				t.Fatalf("the restoring child was not killed:\n%s", out)
+			}
+			if out, killed := f.inChild(t, "settle", at); !killed {
+				t.Fatalf("the settling child was not killed at point %d:\n%s", at, out)
+			}
+			threads, err := NewThreads(f.dataDir, Config{})
+			must(t, err)
+			if settled, err := threads.Settle(ctxT(t)); err != nil || settled != 1 {
+				t.Fatalf("Settle after a kill at point %d of settling: %d settled, %v", at, settled, err)
+			}
+			sameManifest(t, fmt.Sprintf("workspace killed at point %d of %d of settling, settled again", at, points),
+				f.old, manifest(t, f.ws))
+			if left := f.leftovers(t); len(left) > 0 {
+				t.Fatalf("left %v", left)
+			}
 		})
 	}
 }

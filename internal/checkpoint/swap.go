@@ -244,6 +244,7 @@ func (w *swapper) undo(steps []step) error {
 		if err := w.unmove(steps[i]); err != nil {
 			errs = append(errs, fmt.Errorf("undo move %s: %w", steps[i].Path, err))
 		}
+		hook()
 	}
 	for _, st := range steps {
 		if st.Op != opEnter {
