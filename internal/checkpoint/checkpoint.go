@@ -8,6 +8,7 @@
 //	root/ck-<ms>-<hex>/meta.json
 //	root/ck-<ms>-<hex>/tree/   the snapshot, with the workspace's modes, times and (as root) owners
 //	root/.tmp-*                a Create or Delete in progress, or one a crash left
+//	root/.restore, .restore.*  a Restore's journal and its lock (journal.go)
 //
 // Create builds into a .tmp- dir, writes meta.json last and renames the dir
 // into place, so a process crash never leaves a listed half checkpoint
@@ -186,7 +187,10 @@ type Store struct {
 
 // Open returns the Store at root, creating root (0700: checkpoints keep
 // the workspace's modes, so root must keep others out) if missing. root
-// must not be a symlink. It is cheap unless cfg.Method is "" (one Detect).
+// must not be a symlink. It is cheap unless cfg.Method is "" (one Detect)
+// or it finds the journal of a Restore that a crash stopped (journal.go),
+// which it settles first: an error then means the thread's workspace may
+// be half swapped, and nothing of the Store should be used.
 func Open(root string, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -209,7 +213,12 @@ func Open(root string, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{root: root, cfg: cfg}, nil
+	s := &Store{root: root, cfg: cfg}
+	// A restore a crash stopped is settled before anything is served.
+	if err := s.settleIdle(context.Background()); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Method is the copy method the Store starts with (each operation falls
@@ -440,10 +449,17 @@ func (s *Store) removeStale(ctx context.Context) error {
 	return nil
 }
 
-// lock takes root/.lock (LOCK_EX or LOCK_SH), polling so ctx can end the
-// wait; the returned func releases it.
+// lock takes root/.lock (LOCK_EX or LOCK_SH); the returned func releases
+// it.
 func (s *Store) lock(ctx context.Context, how int) (func(), error) {
-	fd, err := unix.Open(filepath.Join(s.root, lockName), unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	return s.flock(ctx, lockName, how)
+}
+
+// flock takes the lock file root/name (LOCK_EX or LOCK_SH), polling so
+// ctx can end the wait, or trying once when how has LOCK_NB (a held lock
+// is then unix.EWOULDBLOCK); the returned func releases it.
+func (s *Store) flock(ctx context.Context, name string, how int) (func(), error) {
+	fd, err := unix.Open(filepath.Join(s.root, name), unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint lock: %w", err)
 	}
@@ -452,6 +468,10 @@ func (s *Store) lock(ctx context.Context, how int) (func(), error) {
 		err := unix.Flock(fd, how|unix.LOCK_NB)
 		if err == nil {
 			return func() { unix.Close(fd) }, nil
+		}
+		if errors.Is(err, unix.EWOULDBLOCK) && how&unix.LOCK_NB != 0 {
+			unix.Close(fd)
+			return nil, err
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			unix.Close(fd)

@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,13 +23,22 @@ import (
 // directory present in both as a directory keeps its inode and is merged
 // entry by entry, at every depth: the sandbox's bind mounts (user-data's
 // workspace, uploads, outputs) and its processes' working directories stay
-// valid, and the workspace dir itself always keeps its inode. A failed
-// swap is rolled back. Trash and stage are removed after hold.
+// valid, and the workspace dir itself always keeps its inode. Trash and
+// stage are removed after hold.
+//
+// Every step is journaled on disk first (journal.go): a failed swap is
+// rolled back, and so is one a crash stopped, by the next Restore or Open
+// of this Store. A swap that cannot be rolled back keeps its journal,
+// stage and trash, and the error says so.
 func (s *Store) Restore(ctx context.Context, id, workspace string, hold func(swap func() error) error) error {
 	if !ValidID(id) {
 		return ErrBadID
 	}
-	ws, err := openRoot(workspace)
+	abs, err := filepath.Abs(workspace)
+	if err != nil {
+		return err
+	}
+	ws, err := openRoot(abs)
 	if err != nil {
 		return err
 	}
@@ -40,72 +47,68 @@ func (s *Store) Restore(ctx context.Context, id, workspace string, hold func(swa
 	if err != nil {
 		return err
 	}
-	parent, base, err := openParent(workspace, wsSt)
+	parent, base, err := openParent(abs, wsSt)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(parent)
-
-	stageName, stage, want, err := s.stage(ctx, id, parent, wsSt.dev)
+	unlock, err := s.flock(ctx, restoreLockName, unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(stage)
-	trashName := ""
-	err = held(hold, func() error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		trashName = ".ckpt-trash-" + randHex()
-		if err := unix.Mkdirat(parent, trashName, 0o700); err != nil {
-			trashName = ""
-			return fmt.Errorf("trash dir: %w", err)
-		}
-		trash, err := openDirAt(parent, trashName)
-		if err != nil {
-			return fmt.Errorf("trash dir: %w", err)
-		}
-		defer unix.Close(trash)
-		return swap(ws, stage, trash, parent, base, want)
-	})
-	var rb *rollbackError
-	if errors.As(err, &rb) { // the workspace may hold entries of trash and stage: keep both
-		dir := filepath.Dir(filepath.Clean(workspace))
-		return fmt.Errorf("restore %s: %w (kept %s and %s)", id, err, filepath.Join(dir, stageName), filepath.Join(dir, trashName))
+	defer unlock()
+	if err := s.settle(ctx); err != nil {
+		return fmt.Errorf("restore %s: an earlier restore: %w", id, err)
 	}
-	var errs []error
+
+	j := &journal{Phase: phaseStage, Workspace: abs, Dev: wsSt.dev, Ino: wsSt.ino,
+		Stage: stagePrefix + randHex(), Trash: trashPrefix + randHex()}
+	if err := s.writeJournal(j); err != nil {
+		return fmt.Errorf("restore %s: %w", id, err)
+	}
+	hook()
+	stage, want, err := s.stage(ctx, id, parent, j.Stage, wsSt.dev)
+	if err == nil {
+		defer unix.Close(stage)
+		hook()
+		err = held(hold, func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return s.swap(ws, stage, parent, base, want, j)
+		})
+	}
 	if err != nil {
-		errs = append(errs, fmt.Errorf("restore %s: %w", id, err))
+		err = fmt.Errorf("restore %s: %w", id, err)
 	}
-	for _, n := range []string{stageName, trashName} {
-		if n == "" {
-			continue
-		}
-		if err := removeAt(context.WithoutCancel(ctx), parent, n); err != nil {
-			errs = append(errs, fmt.Errorf("restore %s: remove temp dir: %w", id, err))
-		}
+	if j.Phase == phaseSwap { // neither finished nor undone: keep what settling needs
+		return err
 	}
-	return errors.Join(errs...)
+	return errors.Join(err, s.clean(context.WithoutCancel(ctx), parent, j))
 }
 
-// stage copies checkpoint id's tree into a new temp dir in parent (which
-// must be on the workspace's device dev: the swap renames) and returns its
-// name, the open dir and the tree root's attributes. On failure it removes
-// what it made.
-func (s *Store) stage(ctx context.Context, id string, parent int, dev uint64) (string, int, stat, error) {
+// Temp dirs beside the workspace.
+const (
+	stagePrefix = ".ckpt-stage-"
+	trashPrefix = ".ckpt-trash-"
+)
+
+// stage copies checkpoint id's tree into the new dir name in parent (which
+// must be on the workspace's device dev: the swap renames) and returns it
+// open with the tree root's attributes. On failure the caller removes it.
+func (s *Store) stage(ctx context.Context, id string, parent int, name string, dev uint64) (int, stat, error) {
 	unlock, err := s.lock(ctx, unix.LOCK_SH) // no Delete while the tree is read
 	if err != nil {
-		return "", -1, stat{}, err
+		return -1, stat{}, err
 	}
 	defer unlock()
 	tree, want, err := s.openTree(id)
 	if err != nil {
-		return "", -1, stat{}, err
+		return -1, stat{}, err
 	}
 	defer unix.Close(tree)
-	name := ".ckpt-stage-" + randHex()
 	if err := unix.Mkdirat(parent, name, 0o700); err != nil {
-		return "", -1, stat{}, fmt.Errorf("restore: stage dir: %w", err)
+		return -1, stat{}, fmt.Errorf("stage dir: %w", err)
 	}
 	stage, err := openDirAt(parent, name)
 	if err == nil {
@@ -121,10 +124,9 @@ func (s *Store) stage(ctx context.Context, id string, parent int, dev uint64) (s
 		}
 	}
 	if err != nil {
-		_ = removeAt(context.WithoutCancel(ctx), parent, name)
-		return "", -1, stat{}, fmt.Errorf("restore: stage %s: %w", id, err)
+		return -1, stat{}, fmt.Errorf("stage %s: %w", id, err)
 	}
-	return name, stage, want, nil
+	return stage, want, nil
 }
 
 // openTree opens checkpoint id's tree and returns its root's attributes.
@@ -144,260 +146,19 @@ func (s *Store) openTree(id string) (int, stat, error) {
 	return tree, st, nil
 }
 
-// openParent opens dir's parent (the gateway's own path) and checks that
-// its entry base is still the directory st describes.
+// openParent opens the absolute path dir's parent (the gateway's own path)
+// and checks that its entry base is still the directory st describes.
 func openParent(dir string, st stat) (int, string, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return -1, "", err
-	}
-	parent, err := unix.Open(filepath.Dir(abs), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	parent, err := unix.Open(filepath.Dir(dir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, "", fmt.Errorf("open parent of %s: %w", dir, err)
 	}
-	base := filepath.Base(abs)
+	base := filepath.Base(dir)
 	if got, err := lstatAt(parent, base); err != nil || got.dev != st.dev || got.ino != st.ino {
 		unix.Close(parent)
 		return -1, "", fmt.Errorf("%s changed while opening it: %w", dir, ErrNotDir)
 	}
 	return parent, base, nil
-}
-
-// rollbackError: a swap failed and could not be fully undone.
-type rollbackError struct{ err error }
-
-func (e *rollbackError) Error() string { return "rollback incomplete: " + e.err.Error() }
-func (e *rollbackError) Unwrap() error { return e.err }
-
-// swapper moves entries between the workspace, the stage and the trash,
-// journaling an undo for each step. Journal entries name directories by
-// path relative to the three roots and reopen them component by component,
-// so they never depend on a descriptor being kept for every directory.
-type swapper struct {
-	ws, stage, trash int
-	parent           int    // the workspace's parent dir
-	base             string // the workspace's name in parent
-	chown            bool
-	undo             []func() error
-}
-
-// swap merges stage into ws (moving replaced entries to trash), then gives
-// ws want's mode, owner and times (ws is base in parent). On failure it
-// undoes its steps.
-func swap(ws, stage, trash, parent int, base string, want stat) error {
-	w := &swapper{ws: ws, stage: stage, trash: trash, parent: parent, base: base, chown: isRoot()}
-	err := w.merge("", ws, stage, trash)
-	if err == nil {
-		err = w.dirAttrs(ws, parent, base, want)
-	}
-	if err == nil {
-		return nil
-	}
-	var errs []error
-	for i := len(w.undo) - 1; i >= 0; i-- {
-		if uerr := w.undo[i](); uerr != nil {
-			errs = append(errs, uerr)
-		}
-	}
-	if len(errs) > 0 {
-		return &rollbackError{errors.Join(append([]error{err}, errs...)...)}
-	}
-	return fmt.Errorf("swap (rolled back): %w", err)
-}
-
-// merge makes the dir ws (at rel) hold what the dir stage holds.
-func (w *swapper) merge(rel string, ws, stage, trash int) error {
-	if err := w.journalAttrs(rel, ws); err != nil {
-		return err
-	}
-	// Renames in and out need u+wx on both dirs (root needs nothing): the
-	// stage is ours, and the workspace dir's mode is set after the merge
-	// (or put back by the journal).
-	for _, fd := range []int{ws, stage} {
-		if err := ownerWritable(fd); err != nil {
-			return err
-		}
-	}
-	wsNames, err := readNames(ws)
-	if err != nil {
-		return err
-	}
-	stNames, err := readNames(stage)
-	if err != nil {
-		return err
-	}
-	staged := make(map[string]bool, len(stNames))
-	for _, n := range stNames {
-		staged[n] = true
-	}
-	var kept []string
-	for _, n := range wsNames {
-		if staged[n] && bothDirs(ws, stage, n) {
-			kept = append(kept, n)
-			continue
-		}
-		if err := w.move(w.ws, ws, w.trash, trash, rel, n); err != nil {
-			return err
-		}
-	}
-	isKept := make(map[string]bool, len(kept))
-	for _, n := range kept {
-		isKept[n] = true
-		if err := w.mergeDir(rel, n, ws, stage, trash); err != nil {
-			return err
-		}
-	}
-	for _, n := range stNames {
-		if isKept[n] {
-			continue
-		}
-		if err := w.move(w.stage, stage, w.ws, ws, rel, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ownerWritable gives a non-root gateway's dir fd u+wx if it lacks them.
-func ownerWritable(fd int) error {
-	if isRoot() {
-		return nil
-	}
-	st, err := fstat(fd)
-	if err != nil || st.perm()&0o300 == 0o300 {
-		return err
-	}
-	return unix.Fchmod(fd, st.perm()|0o300)
-}
-
-func bothDirs(a, b int, name string) bool {
-	sa, err := lstatAt(a, name)
-	if err != nil || !sa.isDir() {
-		return false
-	}
-	sb, err := lstatAt(b, name)
-	return err == nil && sb.isDir()
-}
-
-// mergeDir merges the dir name, present in ws and stage, keeping ws's and
-// giving it the staged dir's attributes.
-func (w *swapper) mergeDir(rel, name string, ws, stage, trash int) error {
-	sub := path.Join(rel, name)
-	if err := unix.Mkdirat(trash, name, 0o700); err != nil {
-		return fmt.Errorf("%s: trash dir: %w", sub, err)
-	}
-	fds := make([]int, 0, 3)
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
-	for _, dir := range []int{ws, stage, trash} {
-		fd, err := openDirAt(dir, name)
-		if err != nil {
-			return fmt.Errorf("%s: %w", sub, err)
-		}
-		fds = append(fds, fd)
-	}
-	want, err := fstat(fds[1]) // before merge changes its mode and times
-	if err != nil {
-		return err
-	}
-	if err := w.merge(sub, fds[0], fds[1], fds[2]); err != nil {
-		return err
-	}
-	if err := w.dirAttrs(fds[0], ws, name, want); err != nil {
-		return fmt.Errorf("%s: %w", sub, err)
-	}
-	return nil
-}
-
-// move renames name from dir fromDir (rel below root fromRoot) to the same
-// name in toDir (rel below toRoot).
-func (w *swapper) move(fromRoot, fromDir, toRoot, toDir int, rel, name string) error {
-	if err := renameEntry(fromDir, toDir, name); err != nil {
-		return fmt.Errorf("move %s: %w", path.Join(rel, name), err)
-	}
-	w.undo = append(w.undo, func() error {
-		from, err := openRel(fromRoot, rel)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(from)
-		to, err := openRel(toRoot, rel)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(to)
-		return renameEntry(to, from, name)
-	})
-	return nil
-}
-
-// renameEntry moves name from dir from to dir to. Moving a directory to
-// another parent rewrites its "..", which needs write permission on it: a
-// non-root gateway lends a read-only one (0555, as Go's module cache
-// makes) u+w for the move.
-func renameEntry(from, to int, name string) error {
-	if isRoot() {
-		return unix.Renameat(from, name, to, name)
-	}
-	st, err := lstatAt(from, name)
-	if err != nil || !st.isDir() || st.perm()&0o200 != 0 {
-		return unix.Renameat(from, name, to, name)
-	}
-	fd, err := openDirAt(from, name)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	if err := unix.Fchmod(fd, st.perm()|0o200); err != nil {
-		return err
-	}
-	err = unix.Renameat(from, name, to, name)
-	return errors.Join(err, unix.Fchmod(fd, st.perm()))
-}
-
-// journalAttrs records the workspace dir fd's (at rel) owner, mode and
-// times before merge changes them (the renames in it move its times); its
-// undo runs after the undos of those renames.
-func (w *swapper) journalAttrs(rel string, fd int) error {
-	old, err := fstat(fd)
-	if err != nil {
-		return err
-	}
-	w.undo = append(w.undo, func() error {
-		if rel == "" {
-			return w.dirAttrs(w.ws, w.parent, w.base, old)
-		}
-		dir, err := openRel(w.ws, rel)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(dir)
-		up, err := openRel(w.ws, strings.TrimSuffix(path.Dir(rel), "."))
-		if err != nil {
-			return err
-		}
-		defer unix.Close(up)
-		return w.dirAttrs(dir, up, path.Base(rel), old)
-	})
-	return nil
-}
-
-func (w *swapper) dirAttrs(fd, parent int, name string, st stat) error {
-	if w.chown {
-		if err := unix.Fchown(fd, int(st.uid), int(st.gid)); err != nil {
-			return fmt.Errorf("chown: %w", err)
-		}
-	}
-	if err := unix.Fchmod(fd, st.perm()); err != nil {
-		return fmt.Errorf("chmod: %w", err)
-	}
-	if err := setTimes(parent, name, st); err != nil {
-		return fmt.Errorf("set times: %w", err)
-	}
-	return nil
 }
 
 // CopyTree copies the contents of the directory src into dst for a fork:

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/sandgate/sandgate/internal/api"
+
+	"golang.org/x/sys/unix"
 )
 
 // Hold runs fn with the thread's sandbox stopped (pool.Pool.Hold): the
@@ -50,6 +52,48 @@ func NewThreads(dataDir string, cfg Config) (*Threads, error) {
 		return nil, err
 	}
 	return &Threads{dataDir: dataDir, cfg: cfg, limits: l}, nil
+}
+
+// Settle settles the journal of every restore a crash stopped
+// (journal.go), rolling its swap back, so that no thread is served half
+// swapped: the gateway calls it at start, before it serves anything (a
+// thread's own checkpoint requests settle it too, when they open its
+// store). It returns how many it settled; the error names those it could
+// not, whose checkpoint requests then fail until an operator looks.
+func (t *Threads) Settle(ctx context.Context) (int, error) {
+	root := filepath.Join(t.dataDir, "checkpoints")
+	users, err := listNames(root)
+	if err != nil {
+		return 0, fmt.Errorf("settle restores: %w", err)
+	}
+	settled := 0
+	var errs []error
+	for _, user := range users {
+		threads, err := listNames(filepath.Join(root, user))
+		if errors.Is(err, unix.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("settle restores: %w", err))
+			continue
+		}
+		for _, thread := range threads {
+			if err := ctx.Err(); err != nil {
+				return settled, err
+			}
+			dir := filepath.Join(root, user, thread)
+			s := &Store{root: dir, cfg: t.cfg}
+			if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || !s.hasJournal() {
+				continue
+			}
+			if err := s.settleIdle(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("thread %s/%s: %w", user, thread, err))
+			} else if !s.hasJournal() {
+				settled++ // else another process's restore is running
+			}
+		}
+	}
+	return settled, errors.Join(errs...)
 }
 
 // Limits are the per-user budget in force (0 = none): bytes, inodes,

@@ -115,7 +115,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 			return nil, err
 		}
 	}
-	threads, err := threadCheckpoints(cfg, name, log)
+	threads, err := threadCheckpoints(ctx, cfg, name, log)
 	if err != nil {
 		g.close()
 		return nil, err

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path"
@@ -53,7 +54,7 @@ func threadMeter(cfg config.Config, backendName string, log *slog.Logger) router
 // threadCheckpoints keeps workspace checkpoints where the gateway reaches
 // the thread data and can freeze the sandbox around the copy (process,
 // docker); nil elsewhere (the routes answer 501).
-func threadCheckpoints(cfg config.Config, backendName string, log *slog.Logger) (*checkpoint.Threads, error) {
+func threadCheckpoints(ctx context.Context, cfg config.Config, backendName string, log *slog.Logger) (*checkpoint.Threads, error) {
 	switch backendName {
 	case "process", "docker":
 	default:
@@ -62,6 +63,15 @@ func threadCheckpoints(cfg config.Config, backendName string, log *slog.Logger) 
 	t, err := checkpoint.NewThreads(cfg.DataDir, cfg.Checkpoints)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	// Before the pool and the listener exist: no thread is served half
+	// swapped by a restore the previous gateway was killed in.
+	settled, err := t.Settle(ctx)
+	if settled > 0 {
+		log.Warn("rolled back checkpoint restores a crash interrupted", "threads", settled)
+	}
+	if err != nil {
+		log.Error("checkpoint restores a crash interrupted could not be rolled back: those threads' checkpoints refuse until fixed", "err", err)
 	}
 	userBytes, userInodes, userThreads, floor := t.Limits()
 	log.Info("workspace checkpoints", "method", t.Method(), "keep", cfg.Checkpoints.Keep, "max_age", cfg.Checkpoints.MaxAge,

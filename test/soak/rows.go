@@ -215,8 +215,15 @@ var rows = []row{
 	{
 		failure:   "A checkpoint restore meets a running command, a write in flight, or a failure half way",
 		happens:   "409 `sandbox_busy` and nothing changed; with `force` the files are swapped under the frozen command; a failed swap is rolled back; the sandbox never sees a mixed tree",
-		mechanism: "the checkpoint's tree is staged beside the workspace first, then swapped by renames with the sandbox frozen, journalled",
+		mechanism: "the checkpoint's tree is staged beside the workspace first, then swapped by renames with the sandbox frozen, journaled on disk",
 		tests:     []testRef{{e2e, "TestCheckpointRestoreAndFork"}, {ckptPkg, "TestSwapRollback"}, {ckptPkg, "TestStagingFailureLeavesWorkspace"}},
+	},
+	{
+		failure:   "The gateway is killed (SIGKILL) in the middle of a checkpoint restore, at any point: staging, the swap's renames, the cleanup",
+		happens:   "before the next gateway serves anything, the workspace is exactly the old tree (killed before the swap's last step) or exactly the checkpoint's (after it), every entry's bytes, mode, times and owner; no `.ckpt-*` dir or journal left; the thread restores again normally",
+		mechanism: "the journal is on disk in the thread's checkpoint root, written whole and fsynced with its dir before the first rename, naming every step; a journal whose flock is free is settled (an unfinished swap rolled back, each undo detectable, so a kill while settling is settled again) by `Threads.Settle` at the gateway's start and by any open of the thread's store; a corrupt journal is kept and never acted on",
+		tests:     []testRef{{ckptPkg, "TestRestoreCrash"}, {ckptPkg, "TestSettleCrash"}, {ckptPkg, "TestCorruptJournal"}, {ckptPkg, "TestLiveJournalLeftAlone"}},
+		note:      "(a child process killed at each of the 45 points of a restore, then at each of the 33 of settling one)",
 	},
 	{
 		failure:   "A create takes longer than the client waits",
