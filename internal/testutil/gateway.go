@@ -188,7 +188,7 @@ func pruneTestBins(cache, keep string) {
 }
 
 // gatewaySourceHash is a hash of what building the gateway reads: the Go
-// toolchain and target, the build's environment, the files of the
+// toolchain and target, the build's environment, go.mod, the files of the
 // module's own packages it compiles (embedded files too) and the versions
 // of the modules it uses (the module cache never changes a version).
 func gatewaySourceHash() (string, error) {
@@ -204,6 +204,9 @@ func gatewaySourceHash() (string, error) {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%q build %s\n", env, gatewayBuildEnv, gatewayPkg)
+	if err := hashFile(h, ModuleRoot(), "go.mod"); err != nil { // its go line sets language semantics
+		return "", err
+	}
 	for line := range strings.Lines(string(list)) {
 		pkg, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
 		dir, files, _ := strings.Cut(rest, "\t")
