@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -178,13 +179,11 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 		defer cancel()
 		destroyThreads(dctx, base, threads)
 		gs.stop(syscall.SIGTERM, 5*time.Second)
-		// The pool's unclaimed sandboxes outlive the gateway by design.
-		be, err := process.New(process.Config{StateDir: filepath.Join(env.tmp, "gw-prewarm", "sandboxes", "process")}, nil)
-		if err == nil {
-			list, _ := be.List(dctx)
-			for _, info := range list {
-				_ = be.Destroy(dctx, info)
-			}
+		// The pool's unclaimed sandboxes outlive the gateway by design. The
+		// backend that destroys them runs the gateway's binary: with the
+		// bench's own, its isolation probe failed and they were left running.
+		if err := destroyAll(dctx, process.Config{Binary: env.bin, StateDir: filepath.Join(env.tmp, "gw-prewarm", "sandboxes", "process")}); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: lifecycle: pre-started sandboxes left running: %v\n", err)
 		}
 	}()
 	keys := statedb.NewKeys(prefix, 0)
@@ -240,4 +239,21 @@ func prewarmIncarnations(ctx context.Context, rdb *redis.Client, keys statedb.Ke
 		out[inc] = true
 	}
 	return out, nil
+}
+
+// destroyAll destroys every sandbox of the process backend configured so.
+func destroyAll(ctx context.Context, cfg process.Config) error {
+	be, err := process.New(cfg, nil)
+	if err != nil {
+		return err
+	}
+	list, err := be.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, info := range list {
+		errs = append(errs, be.Destroy(ctx, info))
+	}
+	return errors.Join(errs...)
 }

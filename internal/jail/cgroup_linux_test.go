@@ -144,20 +144,16 @@ func TestCgroupsNames(t *testing.T) {
 // TestCgroupsV1 places real processes into a real v1 memory and pids
 // cgroup and checks the limits hold.
 func TestCgroupsV1(t *testing.T) {
-	c := OpenCgroups("/sys/fs/cgroup")
-	testutil.Require(t, os.Geteuid() == 0 && c.Mode() == CgroupV1, "cgroup v1 memory and pids hierarchies writable by root")
+	shared := OpenCgroups("/sys/fs/cgroup")
+	testutil.Require(t, os.Geteuid() == 0 && shared.Mode() == CgroupV1, "cgroup v1 memory and pids hierarchies writable by root")
 	t.Parallel()
+	c := testCgroups(t, shared)
 	name := fmt.Sprintf("test-%d-%x", os.Getpid(), time.Now().UnixNano())
 	memDir, pidsDir := filepath.Join(c.dirs[0].path, name), filepath.Join(c.dirs[1].path, name)
 	t.Cleanup(func() {
 		killCgroup(pidsDir)
 		if err := c.Remove(name); err != nil {
 			t.Errorf("cleanup: %v", err)
-		}
-		// The shared parents too, unless another test's cgroup is in
-		// one (then rmdir fails, harmlessly).
-		for _, d := range c.dirs {
-			_ = os.Remove(d.path)
 		}
 	})
 	l := Limits{Memory: 64 << 20, Processes: 16}.WithDefaults()
@@ -182,9 +178,10 @@ func TestCgroupsV1(t *testing.T) {
 		}
 	}
 	procCgroup := readTrim(t, fmt.Sprintf("/proc/%d/cgroup", sleeper.Process.Pid))
+	inside := "/" + cgroupParent + "/" + filepath.Base(c.dirs[0].path) + "/" + name
 	for _, want := range []string{":memory:", ":pids:"} {
-		if !strings.Contains(procCgroup, want) || !strings.Contains(procCgroup, "/sandgate/"+name) {
-			t.Errorf("/proc/<pid>/cgroup lacks %s…/sandgate/%s:\n%s", want, name, procCgroup)
+		if !strings.Contains(procCgroup, want) || !strings.Contains(procCgroup, inside) {
+			t.Errorf("/proc/<pid>/cgroup lacks %s…%s:\n%s", want, inside, procCgroup)
 		}
 	}
 
@@ -286,4 +283,37 @@ func readTrim(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// testCgroups is c with each of its parents replaced by a child of its own
+// for this test, removed when the test ends. The shared parents are never
+// removed: another process (a sandbox, another package's test) may be
+// placing a cgroup in one at that moment, and would fail with ENOENT.
+func testCgroups(t *testing.T, c *Cgroups) *Cgroups {
+	t.Helper()
+	child := fmt.Sprintf("test-%d-%x", os.Getpid(), time.Now().UnixNano())
+	own := &Cgroups{mode: c.mode}
+	for _, d := range c.dirs {
+		dir := filepath.Join(d.path, child)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Registered before the cleanups of the cgroups placed in it, so it
+		// runs after them.
+		t.Cleanup(func() {
+			if err := removeCgroup(dir); err != nil {
+				t.Errorf("remove the test's cgroup: %v", err)
+			}
+		})
+		if c.mode == CgroupV2 {
+			if err := writeControl(dir, "cgroup.subtree_control", "+memory +pids"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		own.dirs = append(own.dirs, cgroupDir{path: dir, limits: d.limits})
+		if d.path == c.freezer {
+			own.freezer = dir
+		}
+	}
+	return own
 }

@@ -50,3 +50,65 @@ func TestEveryLogsAPanicWithItsStackAndGoesOn(t *testing.T) {
 		t.Fatalf("the loop did not go on after the panic, or a plain failure carries a stack:\n%s", out)
 	}
 }
+
+// Passes that keep failing are logged once, not each interval, with how
+// many failed; the first success says so, and the next failure is logged
+// at once again.
+func TestEveryRateLimitsFailedPasses(t *testing.T) {
+	t.Parallel()
+	var logs testutil.LogBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	var passes atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every(ctx, log, "test", time.Millisecond, func(context.Context) error {
+			switch n := passes.Add(1); {
+			case n <= 50:
+				return errors.New("redis down")
+			case n == 51:
+				return nil
+			case n == 52:
+				return errors.New("redis down again")
+			default:
+				cancel()
+				return nil
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("loop stopped after %d passes", passes.Load())
+	}
+	out := logs.String()
+	if n := strings.Count(out, `"redis down"`); n != 1 {
+		t.Fatalf("50 failed passes in a row logged %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, `"msg":"test passes succeed again","failed_passes":50`) {
+		t.Fatalf("the first success after 50 failures not logged with their count:\n%s", out)
+	}
+	if !strings.Contains(out, `"err":"redis down again","failed_passes":1`) {
+		t.Fatalf("a failure after a success not logged at once:\n%s", out)
+	}
+}
+
+// Within one failing run, a failure is logged again once failureLogEvery
+// has passed, with the count so far.
+func TestFailureLogLogsAgainAfterItsPeriod(t *testing.T) {
+	t.Parallel()
+	var logs testutil.LogBuffer
+	f := failureLog{log: slog.New(slog.NewJSONHandler(&logs, nil)), name: "test"}
+	t0 := time.Unix(1000, 0)
+	for i := range 10 {
+		f.pass(t0.Add(time.Duration(i)*failureLogEvery/4), errors.New("down"))
+	}
+	// Logged at 0, 4 and 8 quarters.
+	if n := strings.Count(logs.String(), `"msg":"test pass failed"`); n != 3 {
+		t.Fatalf("10 failures over 2.25 periods logged %d times, want 3:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), `"failed_passes":9`) {
+		t.Fatalf("the third line lacks the count so far:\n%s", logs.String())
+	}
+}

@@ -99,7 +99,15 @@ func TestBashSessionsAndPolling(t *testing.T) {
 		t.Fatalf("polled stdout %q stderr %q, final %+v", stdout, stderr, rest)
 	}
 
-	okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"session_id": "b", "async_mode": true, "command": "sleep 30"})
+	// The session's shell, between two commands, may let a SIGINT pass (its
+	// EXIT trap catches it), so the signal is sent once the shell waits for
+	// a child that prints its marker and becomes the sleep: whichever of the
+	// two gets the SIGINT dies of it, and the shell follows.
+	okData[bashResult](t, ts, "/v1/bash/exec", map[string]any{"session_id": "b", "async_mode": true,
+		"command": "sh -c 'echo ready; exec sleep 30'"})
+	if ready := okData[output](t, ts, "/v1/bash/output", map[string]any{"session_id": "b", "wait": true, "wait_timeout": 10}); ready.Stdout != "ready\n" {
+		t.Fatalf("no ready marker: %+v", ready)
+	}
 	okData[map[string]any](t, ts, "/v1/bash/kill", map[string]any{"session_id": "b", "signal": "SIGINT"})
 	eventually(t, 5*time.Second, "killed status", func() bool {
 		return okData[output](t, ts, "/v1/bash/output", map[string]any{"session_id": "b"}).Command.Status == "killed"

@@ -161,3 +161,60 @@ func mustPut(t *testing.T, s *Store, sid string, at time.Time) {
 		t.Fatal(err)
 	}
 }
+
+// TestDestroyGateSparesAReclaimedSandbox races a warm reclaim against the
+// reaper and an eviction: the reclaim's Activate, which runs without the
+// sandbox's lock, lands between ClaimExpired taking the sandbox out of the
+// warm index and claiming its record. The record's state check in
+// scriptRecClaim is then all that stops the destroy of a sandbox that was
+// just handed out: the claim must refuse it and put it back in the active
+// index.
+func TestDestroyGateSparesAReclaimedSandbox(t *testing.T) {
+	t.Parallel()
+	t0 := time.UnixMilli(1_000_000)
+	cutoffs := map[string]time.Time{
+		"reaper":   t0,                        // released at t0, expired at a cutoff of t0
+		"eviction": time.UnixMilli(1<<62 - 1), // eviction takes any warm sandbox
+	}
+	for name, cutoff := range cutoffs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			servers(t, func(t *testing.T, s *Store) {
+				ctx := context.Background()
+				mustPut(t, s, "a", t0)
+				if ok, err := s.Release(ctx, "a", "u", "t-a", t0); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+				reclaimed := false
+				s.crash = func(op string, step int) error {
+					if op != "claim_expired" || step != 1 {
+						return nil
+					}
+					ok, err := s.Activate(ctx, "a", "i1", t0.Add(time.Second))
+					if err != nil {
+						return err
+					}
+					reclaimed = ok
+					return nil
+				}
+				_, claimed, err := s.ClaimExpired(ctx, "a", state.IndexWarm, cutoff, t0.Add(time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reclaimed {
+					t.Fatal("the reclaim did not activate the warm sandbox")
+				}
+				if claimed {
+					t.Fatal("the destroy gate claimed a sandbox a reclaim had just handed out")
+				}
+				got, ok, err := s.Get(ctx, "a")
+				if err != nil || !ok || got.State != state.StateActive {
+					t.Fatalf("after the race: record %+v (found %v, %v), want active", got, ok, err)
+				}
+				if cnt, err := s.Count(ctx); err != nil || cnt.Active != 1 || cnt.Warm != 0 {
+					t.Fatalf("after the race: counts %+v (%v), want the sandbox in the active index", cnt, err)
+				}
+			})
+		})
+	}
+}

@@ -170,9 +170,17 @@ func TestBusySandboxIsNotFrozen(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, freezeArgs...)
 	g := f.start()
+	// The command runs until the test ends it: a command with an end of its
+	// own would race the polling below, which a loaded machine slows down.
 	code, body, _ := call(t, "POST", g.URL+"/threads/cmd/v1/shell/exec",
-		map[string]any{"command": "sleep 8; echo done", "async_mode": true})
-	if code != 200 || !strings.Contains(string(body), `"running"`) {
+		map[string]any{"command": "sleep 600", "async_mode": true})
+	var exec struct {
+		Data struct {
+			SessionID string `json:"session_id"`
+			Status    string `json:"status"`
+		} `json:"data"`
+	}
+	if code != 200 || json.Unmarshal(body, &exec) != nil || exec.Data.Status != "running" {
 		t.Fatalf("async exec: %d %s", code, body)
 	}
 
@@ -193,7 +201,10 @@ func TestBusySandboxIsNotFrozen(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// The command ends at 8 s; 2 s idle later the sandbox freezes.
+	// The command ended, the sandbox freezes once idle for 2 s.
+	if code, body, _ := call(t, "POST", g.URL+"/threads/cmd/v1/shell/kill", map[string]any{"id": exec.Data.SessionID}); code != 200 {
+		t.Fatalf("kill the command: %d %s", code, body)
+	}
 	waitFrozen(t, g.URL, "cmd", 20*time.Second)
 	if frozenOf(t, g.URL, "term") {
 		t.Fatal("sandbox frozen while a WebSocket terminal is open to it")

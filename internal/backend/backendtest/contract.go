@@ -270,6 +270,23 @@ func (c *contract) concurrentCreates(t *testing.T) {
 	if l := listed(t, insts[0], s.SandboxID); len(l) != 1 || l[0].Incarnation != infos[0].Incarnation {
 		t.Fatalf("List after concurrent creates = %+v, want one sandbox %s", l, infos[0].Incarnation)
 	}
+	// The sandbox they agree on kept its workspace: what it writes there is
+	// the thread's, and the next incarnation finds it.
+	if c.NoPersistentFiles {
+		return
+	}
+	const file, content = backend.VirtualWorkspace + "/concurrent", "written after the race\n"
+	if err := WriteFile(t, infos[0], file, content); err != nil {
+		t.Fatal(err)
+	}
+	if err := insts[0].Destroy(Ctx(t), infos[0]); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	next := MustCreate(t, insts[1], s)
+	if got, err := ReadFile(t, next, file); err != nil || got != content {
+		t.Fatalf("the workspace of the sandbox the concurrent creates agreed on was lost: read back %s = %q, %v; want %q",
+			file, got, err, content)
+	}
 }
 
 // listed returns the sandboxes List reports under sid.

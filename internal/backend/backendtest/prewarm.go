@@ -9,6 +9,7 @@ import (
 	"maps"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/sandgate/sandgate/internal/backend"
 )
@@ -34,7 +35,17 @@ func Prewarmed(b backend.Backend) backend.Backend {
 	return &prewarmed{Backend: b, binder: c}
 }
 
+// createLocks are the per-sandbox locks of every prewarmed instance in the
+// process, as the pool's provisioning lock spans its replicas: without
+// one, a second create sees the first's adopted, still empty thread dir
+// as unused, removes it and moves its own pre-started dir in, and the
+// sandbox they agree on writes to a directory no longer the thread's.
+var createLocks sync.Map // sandbox id -> *sync.Mutex
+
 func (p *prewarmed) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
+	mu, _ := createLocks.LoadOrStore(spec.SandboxID, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	if info, ok, err := p.Discover(ctx, spec.SandboxID); err != nil || ok {
 		return info, err
 	}
