@@ -214,12 +214,15 @@ func (c *RedisCluster) create(replicas int) error {
 // served.
 func (c *RedisCluster) waitOK(ctx context.Context) error {
 	pending := c.liveAddrs()
+	var last error
 	for {
 		var still []string
-		var last error
 		for _, addr := range pending {
 			if err := nodeOK(ctx, addr, len(c.nodes)); err != nil {
-				still, last = append(still, addr), err
+				still = append(still, addr)
+				if last == nil || ctx.Err() == nil { // what the node said, not that time ran out
+					last = fmt.Errorf("%s: %w", addr, err)
+				}
 			}
 		}
 		if len(still) == 0 {

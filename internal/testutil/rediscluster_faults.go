@@ -124,7 +124,10 @@ func (c *RedisCluster) Resume(addr string) {
 // replica was promoted): the cluster healed from a fault on them.
 func (c *RedisCluster) WaitHealthy(ctx context.Context, gone ...string) error {
 	for {
-		err := c.waitOK(ctx)
+		// One look at a time, so that the error says what was seen last.
+		look, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.waitOK(look)
+		cancel()
 		if err == nil {
 			var masters []string
 			if masters, err = c.Masters(ctx); err == nil {
@@ -136,10 +139,19 @@ func (c *RedisCluster) WaitHealthy(ctx context.Context, gone ...string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cluster not healed: %w", err)
+			return fmt.Errorf("cluster not healed: %w\n%s", err, c.nodeLogs())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// nodeLogs is the last lines of every node's log.
+func (c *RedisCluster) nodeLogs() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		fmt.Fprintf(&b, "redis-server %s:\n%s\n", n.addr(), tailString(n.logs.String(), 8))
+	}
+	return b.String()
 }
 
 func stillMaster(masters, gone []string) error {
