@@ -198,7 +198,7 @@ func writeReport(path string, o *outcome) error {
 	}
 
 	w("\n## Redis's own guarantees, and the window Sandgate covers\n\n")
-	w("%s\n", redisGuarantees)
+	w("%s", redisGuarantees)
 	w("\n## Every failure, its mechanism and its test\n\n")
 	if o.tests != nil {
 		w("The result column is each test's outcome when this file was generated, followed by what the fault\n")
