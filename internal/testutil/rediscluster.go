@@ -282,7 +282,8 @@ func (c *RedisCluster) Addrs() []string {
 	return out
 }
 
-// KeysPerNode is DBSIZE of every node: the keys each master holds.
+// KeysPerNode is DBSIZE of every node: the keys each master holds (a
+// replica holds its master's).
 func (c *RedisCluster) KeysPerNode(ctx context.Context) (map[string]int64, error) {
 	out := make(map[string]int64, len(c.nodes))
 	var errs []error
