@@ -16,8 +16,9 @@ import (
 )
 
 // RedisCluster is a real Redis Cluster of redis-server child processes on
-// loopback ports, every node a master (no replicas), the 16384 slots split
-// between them by redis-cli --cluster create.
+// loopback ports, the 16384 slots split between its masters by redis-cli
+// --cluster create, each master with as many replicas as asked (none by
+// default).
 type RedisCluster struct {
 	t     testing.TB
 	dir   string
@@ -29,6 +30,7 @@ type clusterNode struct {
 	cmd           *exec.Cmd
 	done          chan struct{}
 	logs          *LogBuffer
+	paused        bool // SIGSTOPped by Pause: up, but answers nobody
 }
 
 func (n *clusterNode) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
@@ -49,12 +51,27 @@ const nodeStartAttempts = 3
 // broken environment or a broken helper, never a reason to skip.
 func StartRedisCluster(t testing.TB, nodes int) *RedisCluster {
 	t.Helper()
+	return startRedisCluster(t, nodes, 0)
+}
+
+// StartRedisClusterWithReplicas is StartRedisCluster of masters masters,
+// each with replicas replicas (redis-cli --cluster-replicas), the cluster
+// node timeout 2000 ms: a failed master's replica is promoted a few seconds
+// after the master stops answering.
+func StartRedisClusterWithReplicas(t testing.TB, masters, replicas int) *RedisCluster {
+	t.Helper()
+	return startRedisCluster(t, masters, replicas)
+}
+
+func startRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
+	t.Helper()
+	nodes := masters * (1 + replicas)
 	_, errServer := exec.LookPath("redis-server")
 	Require(t, errServer == nil, "redis-server")
 	_, errCLI := exec.LookPath("redis-cli")
 	Require(t, errCLI == nil, "redis-cli")
-	if nodes < 3 {
-		t.Fatalf("StartRedisCluster: %d nodes; a cluster of masters needs at least 3", nodes)
+	if masters < 3 {
+		t.Fatalf("StartRedisCluster: %d masters; a cluster needs at least 3", masters)
 	}
 	began := time.Now()
 	c := &RedisCluster{t: t, dir: t.TempDir()}
@@ -89,7 +106,7 @@ func StartRedisCluster(t testing.TB, nodes int) *RedisCluster {
 		t.Fatalf("redis cluster: %v", err)
 	}
 	up := time.Now()
-	if err := c.create(); err != nil {
+	if err := c.create(replicas); err != nil {
 		t.Fatalf("redis cluster: %v", err)
 	}
 	created := time.Now()
@@ -97,6 +114,9 @@ func StartRedisCluster(t testing.TB, nodes int) *RedisCluster {
 	defer cancel()
 	if err := c.waitOK(ctx); err != nil {
 		t.Fatalf("redis cluster of %d nodes not ready in %s: %v", nodes, clusterReadyTimeout, err)
+	}
+	if err := c.waitReplicasLinked(ctx); err != nil {
+		t.Fatalf("redis cluster replicas not in sync in %s: %v", clusterReadyTimeout, err)
 	}
 	t.Logf("redis cluster %s up in %s (servers %s, redis-cli create %s, cluster_state:ok %s)", strings.Join(c.Addrs(), " "),
 		time.Since(began).Round(time.Millisecond), up.Sub(began).Round(time.Millisecond),
@@ -172,10 +192,11 @@ func (n *clusterNode) waitUp() error {
 	}
 }
 
-// create joins the nodes into one cluster and assigns the slots.
-func (c *RedisCluster) create() error {
+// create joins the nodes into one cluster, assigns the slots and makes
+// replicas replicas of each master.
+func (c *RedisCluster) create(replicas int) error {
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterReadyTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
@@ -188,16 +209,20 @@ func (c *RedisCluster) create() error {
 	return nil
 }
 
-// waitOK polls CLUSTER INFO on every node until each says cluster_state:ok
-// and knows every node.
+// waitOK polls CLUSTER INFO on every live node (not killed, not paused)
+// until each says cluster_state:ok, knows every node and sees every slot
+// served.
 func (c *RedisCluster) waitOK(ctx context.Context) error {
-	pending := c.Addrs()
+	pending := c.liveAddrs()
+	var last error
 	for {
 		var still []string
-		var last error
 		for _, addr := range pending {
 			if err := nodeOK(ctx, addr, len(c.nodes)); err != nil {
-				still, last = append(still, addr), err
+				still = append(still, addr)
+				if last == nil || ctx.Err() == nil { // what the node said, not that time ran out
+					last = fmt.Errorf("%s: %w", addr, err)
+				}
 			}
 		}
 		if len(still) == 0 {
@@ -257,7 +282,8 @@ func (c *RedisCluster) Addrs() []string {
 	return out
 }
 
-// KeysPerNode is DBSIZE of every node: the keys each master holds.
+// KeysPerNode is DBSIZE of every node: the keys each master holds (a
+// replica holds its master's).
 func (c *RedisCluster) KeysPerNode(ctx context.Context) (map[string]int64, error) {
 	out := make(map[string]int64, len(c.nodes))
 	var errs []error

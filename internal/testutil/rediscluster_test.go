@@ -62,3 +62,96 @@ func TestRedisClusterServesTheGatewaysURL(t *testing.T) {
 	}
 	t.Logf("keys per node: %s", strings.Join(counts, " "))
 }
+
+// With replicas, a master SIGKILLed is replaced by its replica (WaitHealthy
+// returns once it is promoted and every slot is served), a paused master
+// likewise, and MigrateSlots moves a slot range with its keys: every key
+// written before stays readable through the gateway's client.
+func TestRedisClusterWithReplicasHealsFromFaults(t *testing.T) {
+	c := testutil.StartRedisClusterWithReplicas(t, 3, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	masters, err := c.Masters(ctx)
+	if err != nil || len(masters) != 3 {
+		t.Fatalf("masters %v, %v; want 3", masters, err)
+	}
+	rdb, err := statedb.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	const keys = 300
+	for i := range keys {
+		if err := rdb.Set(ctx, fmt.Sprintf("k:%d", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Replication is asynchronous: WAIT for the replicas before the kill,
+	// or the test would measure Redis's loss window, not the helper.
+	for _, m := range masters {
+		one := redis.NewClient(&redis.Options{Addr: m})
+		acked, err := one.Do(ctx, "WAIT", 1, 2000).Int()
+		one.Close()
+		if err != nil || acked != 1 {
+			t.Fatalf("WAIT on %s: %d replicas, %v", m, acked, err)
+		}
+	}
+	// The client may fail a read or two before its slot map follows.
+	readAll := func(when string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for i := range keys {
+			for {
+				v, err := rdb.Get(ctx, fmt.Sprintf("k:%d", i)).Int()
+				if err == nil && v == i {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: k:%d = %d, %v", when, i, v, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+
+	began := time.Now()
+	c.Kill(masters[0])
+	if err := c.WaitHealthy(ctx, masters[0]); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("master killed: replica promoted, cluster_state:ok in %s", time.Since(began).Round(time.Millisecond))
+	readAll("after the kill")
+
+	began = time.Now()
+	c.Pause(masters[1])
+	if err := c.WaitHealthy(ctx, masters[1]); err != nil {
+		t.Fatal(err)
+	}
+	c.Resume(masters[1])
+	t.Logf("master paused: replica promoted in %s", time.Since(began).Round(time.Millisecond))
+	readAll("after the pause")
+
+	first, _, err := c.SlotsOf(ctx, masters[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := now[0]
+	if dst == masters[2] {
+		dst = now[1]
+	}
+	moved, err := c.MigrateSlots(ctx, masters[2], dst, first, first+199)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved == 0 {
+		t.Fatalf("200 slots of %d keys moved no key", keys)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readAll("after the migration")
+}

@@ -197,6 +197,8 @@ func writeReport(path string, o *outcome) error {
 		w("| %s | %s | %s %s |\n", p.name, code(p.want), code(p.got), mark)
 	}
 
+	w("\n## Redis's own guarantees, and the window Sandgate covers\n\n")
+	w("%s", redisGuarantees)
 	w("\n## Every failure, its mechanism and its test\n\n")
 	if o.tests != nil {
 		w("The result column is each test's outcome when this file was generated, followed by what the fault\n")
@@ -244,3 +246,33 @@ func code(s string) string {
 	}
 	return "`" + s + "`"
 }
+
+// redisGuarantees is the section on what Redis (Cluster) promises and what
+// Sandgate does about the rest: prose, not measured, so a constant here.
+const redisGuarantees = `Redis replicates asynchronously: a master acknowledges a write before its replicas have it, so a
+master that dies (or is cut off and replaced) in the window between the two loses writes it already
+acknowledged; with a Cluster, a minority partition's master also keeps accepting writes for up to the node
+timeout before it stops, and those are discarded when it rejoins as a replica. Sandgate does not use
+` + "`WAIT`" + ` (it would narrow the window, not close it: a replica that acknowledged can still lose the failover
+election to one that did not) and runs with whatever persistence the operator configures.
+
+What can be lost is state, never a sandbox or a file: the files are on the gateway's data dir and the
+sandboxes in the backend, and Redis only records them. What Sandgate does about the window:
+
+- **A lost record** (the create's record, an index entry): the next request for the thread takes the lock and
+  runs the backend's ` + "`Discover`" + ` before any ` + "`Create`" + `, so it adopts the running sandbox instead of
+  making a second one; with no traffic the reconciler adopts a sandbox without a record into the warm pool
+  once it is older than ` + "`reconcile_grace`" + `.
+- **A lost step of a multi-key change** (bucket registration, index, counts): the bucket's reconciler finds the
+  inconsistency and repairs it under the sandbox's lock (` + "`Store.Inconsistent`" + `, ` + "`Store.Repair`" + `,
+  ` + "`SyncCounts`" + `).
+- **A lost lock** (taken on a master that died before replicating it): a second replica may take it while the
+  first still creates. The process backend's ` + "`Create`" + ` takes a per-id file lock on the shared data dir and
+  adopts a running sandbox of that id, so the second finds the first one's sandbox; other backends rely on the
+  window being short (the lock is taken just before the create).
+- **A stale slot map**: the gateway's Cluster client reloads it at the first failure a stale map can explain,
+  so requests for the failed master's slots answer 503 ` + "`state_unavailable`" + ` only until the replica is
+  promoted, then succeed; they do not wait for go-redis's periodic reload.
+
+The measured outcome per fault is the row “A Redis Cluster master is killed…” below (` + "`TestClusterFaults`" + `).
+`

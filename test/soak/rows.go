@@ -162,6 +162,13 @@ var rows = []row{
 			{e2e, "TestClusterReplicaKilledMidCreateLeavesNoDuplicateOrOrphan"}, {e2e, "TestClusterReapsEachIdleSandboxExactlyOnce"}, {statedbPkg, "TestKeysSpreadOverSlots"}},
 	},
 	{
+		failure:   "A Redis Cluster master is killed, paused past the node timeout or partitioned away, or a slot range migrates, under traffic",
+		happens:   "reads and creates go on or answer 503 `state_unavailable`, and every read is served again within a second of the replica's promotion (was: 503 for over a minute after a failover); every acknowledged file stays readable, no thread has two sandboxes, no orphan after the reconciler's pass",
+		mechanism: "the Cluster client reloads its slot map at the first failed dial or timeout, CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY or LOADING, and at least every 5 s (go-redis alone: only on MOVED/ASK, else every 60 s); MOVED/ASK followed by go-redis; a create cut short between sandbox and record is adopted by the reconciler after `reconcile_grace`",
+		tests:     []testRef{{e2e, "TestClusterFaults"}, {statedbPkg, "TestClusterClientFollowsFailover"}},
+		note:      "(3 masters + 3 replicas, node timeout 2 s, 2 gateways, 30 threads; see “Redis's own guarantees” above)",
+	},
+	{
 		failure:   "A replica dies between the steps of a change that spans Redis slots",
 		happens:   "the reconciler of the bucket repairs it: no sandbox reaped early, none counted twice or lost by the cap or its user",
 		mechanism: "a fixed order (the bucket registers before the record is written and forgets after it is deleted; the record decides, the indexes follow; the limits last, idempotent); `Store.Inconsistent` then `Store.Repair` under the sandbox's lock, and `SyncCounts`",

@@ -1,0 +1,90 @@
+package statedb
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// failoverBound is how soon after the replica's promotion the Cluster
+// client of Connect must reach every key again. go-redis alone kept the
+// dead master in its slot map until its 60 s reload (issue 36: reads
+// answered 503 state_unavailable for over a minute).
+const failoverBound = 3 * time.Second
+
+// A Cluster client of Connect follows a failover: once the killed master's
+// replica is promoted, every key is read again within failoverBound.
+func TestClusterClientFollowsFailover(t *testing.T) {
+	t.Parallel()
+	c := testutil.StartRedisClusterWithReplicas(t, 3, 1)
+	rdb, err := Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const keys = 200
+	for i := range keys {
+		if err := rdb.Set(ctx, fmt.Sprintf("k:%d", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Asynchronous replication: without WAIT the kill could lose the
+	// writes, which is Redis's window, not the client's.
+	for _, m := range masters {
+		one := redis.NewClient(&redis.Options{Addr: m})
+		acked, err := one.Do(ctx, "WAIT", 1, 2000).Int()
+		one.Close()
+		if err != nil || acked != 1 {
+			t.Fatalf("WAIT on %s: %d replicas, %v", m, acked, err)
+		}
+	}
+	c.Kill(masters[0])
+	if err := c.WaitHealthy(ctx, masters[0]); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	deadline := promoted.Add(failoverBound)
+	for i := range keys {
+		for {
+			v, err := rdb.Get(ctx, fmt.Sprintf("k:%d", i)).Int()
+			if err == nil && v == i {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("k:%d %s after the promotion: %d, %v", i, failoverBound, v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("every key read again %s after the promotion", time.Since(promoted).Round(time.Millisecond))
+}
+
+func TestStaleMapErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err   error
+		stale bool
+	}{
+		{nil, false},
+		{redis.Nil, false},
+		{context.Canceled, false},
+		{fmt.Errorf("read record: %w", context.Canceled), false},
+		{fmt.Errorf("dial tcp 127.0.0.1:1: connect: connection refused"), true},
+		{context.DeadlineExceeded, true},
+	} {
+		if got := staleMap(tc.err); got != tc.stale {
+			t.Errorf("staleMap(%v) = %v, want %v", tc.err, got, tc.stale)
+		}
+	}
+}
