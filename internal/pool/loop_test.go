@@ -15,31 +15,15 @@ import (
 // A pass that panics is logged once with its stack and the loop goes on.
 func TestEveryLogsAPanicWithItsStackAndGoesOn(t *testing.T) {
 	t.Parallel()
-	var logs testutil.LogBuffer
-	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	ctx, cancel := context.WithCancel(t.Context())
-	var passes atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		every(ctx, log, "test", time.Millisecond, func(context.Context) error {
-			switch passes.Add(1) {
-			case 1:
-				panic("deliberate test panic")
-			case 2:
-				return errors.New("plain failure")
-			case 3:
-				cancel()
-			}
-			return nil
-		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("loop stopped after %d passes", passes.Load())
-	}
-	out := logs.String()
+	out := runEvery(t, func(n int32) error {
+		switch n {
+		case 1:
+			panic("deliberate test panic")
+		case 2:
+			return errors.New("plain failure")
+		}
+		return nil
+	}, 3)
 	if n := strings.Count(out, "deliberate test panic"); n != 1 {
 		t.Fatalf("panic logged %d times, want once:\n%s", n, out)
 	}
@@ -56,33 +40,15 @@ func TestEveryLogsAPanicWithItsStackAndGoesOn(t *testing.T) {
 // at once again.
 func TestEveryRateLimitsFailedPasses(t *testing.T) {
 	t.Parallel()
-	var logs testutil.LogBuffer
-	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	ctx, cancel := context.WithCancel(t.Context())
-	var passes atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		every(ctx, log, "test", time.Millisecond, func(context.Context) error {
-			switch n := passes.Add(1); {
-			case n <= 50:
-				return errors.New("redis down")
-			case n == 51:
-				return nil
-			case n == 52:
-				return errors.New("redis down again")
-			default:
-				cancel()
-				return nil
-			}
-		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("loop stopped after %d passes", passes.Load())
-	}
-	out := logs.String()
+	out := runEvery(t, func(n int32) error {
+		switch {
+		case n <= 50:
+			return errors.New("redis down")
+		case n == 52:
+			return errors.New("redis down again")
+		}
+		return nil
+	}, 53)
 	if n := strings.Count(out, `"redis down"`); n != 1 {
 		t.Fatalf("50 failed passes in a row logged %d times, want once:\n%s", n, out)
 	}
@@ -111,4 +77,33 @@ func TestFailureLogLogsAgainAfterItsPeriod(t *testing.T) {
 	if !strings.Contains(logs.String(), `"failed_passes":9`) {
 		t.Fatalf("the third line lacks the count so far:\n%s", logs.String())
 	}
+}
+
+// runEvery runs every with pass (given the pass's number, from 1) until the
+// pass numbered last, and returns what the loop logged.
+func runEvery(t *testing.T, pass func(n int32) error, last int32) string {
+	t.Helper()
+	var logs testutil.LogBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var passes atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every(ctx, log, "test", time.Millisecond, func(context.Context) error {
+			n := passes.Add(1)
+			if n == last {
+				cancel()
+				return nil
+			}
+			return pass(n)
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("loop stopped after %d passes", passes.Load())
+	}
+	return logs.String()
 }

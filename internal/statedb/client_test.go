@@ -39,15 +39,8 @@ func TestClusterClientFollowsFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Asynchronous replication: without WAIT the kill could lose the
-	// writes, which is Redis's window, not the client's.
-	for _, m := range masters {
-		one := redis.NewClient(&redis.Options{Addr: m})
-		acked, err := one.Do(ctx, "WAIT", 1, 2000).Int()
-		one.Close()
-		if err != nil || acked != 1 {
-			t.Fatalf("WAIT on %s: %d replicas, %v", m, acked, err)
-		}
+	if err := c.WaitReplicated(ctx, masters); err != nil {
+		t.Fatal(err)
 	}
 	c.Kill(masters[0])
 	if err := c.WaitHealthy(ctx, masters[0]); err != nil {

@@ -92,6 +92,21 @@ func (c *RedisCluster) Masters(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// WaitReplicated returns once every master's writes so far have reached
+// one replica (WAIT 1): replication is asynchronous, so a test that kills
+// a master right after writing would measure Redis's own loss window.
+func (c *RedisCluster) WaitReplicated(ctx context.Context, masters []string) error {
+	for _, m := range masters {
+		one := redis.NewClient(&redis.Options{Addr: m})
+		acked, err := one.Do(ctx, "WAIT", 1, 2000).Int()
+		one.Close()
+		if err != nil || acked != 1 {
+			return fmt.Errorf("WAIT on %s: %d replicas, %v", m, acked, err)
+		}
+	}
+	return nil
+}
+
 // Kill SIGKILLs the node at addr (a crash: nothing is flushed).
 func (c *RedisCluster) Kill(addr string) {
 	c.t.Helper()

@@ -86,15 +86,8 @@ func TestRedisClusterWithReplicasHealsFromFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Replication is asynchronous: WAIT for the replicas before the kill,
-	// or the test would measure Redis's loss window, not the helper.
-	for _, m := range masters {
-		one := redis.NewClient(&redis.Options{Addr: m})
-		acked, err := one.Do(ctx, "WAIT", 1, 2000).Int()
-		one.Close()
-		if err != nil || acked != 1 {
-			t.Fatalf("WAIT on %s: %d replicas, %v", m, acked, err)
-		}
+	if err := c.WaitReplicated(ctx, masters); err != nil {
+		t.Fatal(err)
 	}
 	// The client may fail a read or two before its slot map follows.
 	readAll := func(when string) {
