@@ -301,11 +301,10 @@ func (g *Gateway) connectRedis(ctx context.Context) error {
 	return nil
 }
 
-// close closes the backend's clients (nothing uses them once the loops and
-// the pool's work have stopped), flushes the spans still buffered and
-// closes Redis.
+// close flushes the spans still buffered, stops the egress proxy, closes
+// the backend's clients (nothing uses them once the loops, the pool's work
+// and the egress proxy's credential checks have stopped) and Redis.
 func (g *Gateway) close() {
-	g.closeBackend()
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := g.tracing.Shutdown(fctx); err != nil {
@@ -315,6 +314,7 @@ func (g *Gateway) close() {
 		// Sockets stay: the sandboxes keep their paths for the next gateway.
 		_ = g.egress.Shutdown(fctx)
 	}
+	g.closeBackend()
 	if g.rdb != nil {
 		_ = g.rdb.Close()
 	}
