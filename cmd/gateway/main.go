@@ -33,3 +33,23 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// secondSignal is done once SIGINT or SIGTERM has come twice: the first
+// ends main's ctx and starts the drain, the second cuts its delay short.
+func secondSignal() (context.Context, context.CancelFunc) {
+	hurry, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sigs)
+		for range 2 {
+			select {
+			case <-sigs:
+			case <-hurry.Done():
+				return
+			}
+		}
+		cancel()
+	}()
+	return hurry, cancel
+}

@@ -66,7 +66,9 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return g.Run(ctx)
+	hurry, stopHurry := secondSignal()
+	defer stopHurry()
+	return g.Run(ctx, hurry.Done())
 }
 
 // isTerminal: a TTY (not /dev/null, which is a character device too).

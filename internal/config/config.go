@@ -58,7 +58,10 @@ type Config struct {
 	Backend      string
 	// PublicURL is how clients reach this gateway (for sandbox_url in the
 	// provisioner API); empty = taken from each request's Host.
-	PublicURL       string
+	PublicURL string
+	// DrainDelay is how long a stopping gateway keeps serving with readiness
+	// failing; 0 = unset (EffectiveDrainDelay), -1 = none.
+	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 	LogFormat       string // json | text | auto
 	LogLevel        string
@@ -371,6 +374,27 @@ func (c Config) Validate() error {
 		}
 	}
 	return c.Pool.Validate()
+}
+
+// DefaultDrainDelay is the drain delay of a non-loopback listener: long
+// enough for a balancer polling /readyz every few seconds to see it fail,
+// short enough not to slow a rolling restart; a balancer that polls less
+// often needs a longer drain_delay.
+const DefaultDrainDelay = 5 * time.Second
+
+// EffectiveDrainDelay is drain_delay, or when unset 5 s on a non-loopback
+// listener and none on loopback: no balancer stands in front of a loopback
+// address, and tests stop many gateways that way.
+func (c Config) EffectiveDrainDelay() time.Duration {
+	switch {
+	case c.DrainDelay < 0:
+		return 0
+	case c.DrainDelay > 0:
+		return c.DrainDelay
+	case c.Loopback():
+		return 0
+	}
+	return DefaultDrainDelay
 }
 
 // Loopback reports whether the listen address only accepts local clients.

@@ -89,3 +89,32 @@ func TestLifetimeSettings(t *testing.T) {
 		}
 	}
 }
+
+// An unset drain_delay is 5 s behind a balancer (a non-loopback listener)
+// and none on loopback; 0 given anywhere is none.
+func TestDrainDelay(t *testing.T) {
+	t.Parallel()
+	public := []string{"--listen", "0.0.0.0:8080", "--insecure"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{name: "loopback: none"},
+		{name: "non-loopback: default", args: public, want: DefaultDrainDelay},
+		{name: "non-loopback: 0 by env is none", args: public, env: map[string]string{"SANDGATE_DRAIN_DELAY": "0"}},
+		{name: "loopback: set", args: []string{"--drain-delay", "2s"}, want: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, _, err := loadWith(t, tc.args, tc.env, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.EffectiveDrainDelay(); got != tc.want {
+				t.Fatalf("drain delay %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -59,6 +59,7 @@ var computedDefaults = map[string]string{
 	"checkpoint-user-bytes":  "a quarter of data-dir's filesystem",
 	"checkpoint-user-inodes": "a quarter of data-dir's inodes",
 	"checkpoint-free-floor":  "1g, or a tenth of a smaller filesystem",
+	"drain-delay":            "5s on a non-loopback listen address, none on loopback",
 }
 
 func (s setting) envName() string {
@@ -91,6 +92,7 @@ func (c *Config) sections() []section {
 			{"public-url", "URL clients use to reach this gateway (for the sandbox URLs it returns)", "taken from each request's Host", (*stringValue)(&c.PublicURL)},
 			{"host-suffix", "host routing: {sandbox_id}.{suffix} reaches a sandbox on any path", "off", (*stringValue)(&c.HostSuffix)},
 			{"allowed-hosts", "without auth, host names served besides localhost, 127.0.0.1, [::1], public-url's and host-suffix's, comma separated (* = any: no DNS-rebinding check)", "only those", (*listValue)(&c.AllowedHosts)},
+			{"drain-delay", "how long a stopping gateway keeps serving with readiness failing before it stops accepting, so load balancers polling /readyz move traffic away first; a second SIGTERM cuts it short", "none: stop accepting at once", (*offDuration)(&c.DrainDelay)},
 			{"shutdown-timeout", "how long a draining gateway waits for requests", "no wait for in-flight requests", (*durationValue)(&c.ShutdownTimeout)},
 			{"read-header-timeout", "how long a client may take to send its request headers", "refused: must be positive", (*durationValue)(&c.ReadHeaderTimeout)},
 			{"max-header-bytes", "largest request header block (431 past it), 4k to 16m", "refused: at least 4k", (*intValue)(&c.MaxHeaderBytes)},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,8 +56,19 @@ type Gateway struct {
 // ErrInsecure refuses a non-loopback listener without authentication.
 var ErrInsecure = errors.New("listen: refusing a non-loopback address without authentication; configure auth or pass --insecure")
 
+// backendMaker builds the backend and returns it with its name (newBackend;
+// a test gives its own).
+type backendMaker func(ctx context.Context, cfg config.Config, log *slog.Logger, gate backend.EgressGate) (backend.Backend, string, error)
+
+// backendCloseTimeout bounds closing the backend's clients at stop.
+const backendCloseTimeout = 5 * time.Second
+
 // New builds a replica; nothing is served until Run.
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, error) {
+	return newGateway(ctx, cfg, log, newBackend)
+}
+
+func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBackend backendMaker) (*Gateway, error) {
 	if !cfg.Loopback() && !cfg.Insecure && !cfg.Auth.Enabled() {
 		return nil, ErrInsecure
 	}
@@ -86,7 +98,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 		g.close()
 		return nil, err
 	}
-	be, name, err := newBackend(ctx, cfg, log, g.egress)
+	be, name, err := makeBackend(ctx, cfg, log, g.egress)
 	if err != nil {
 		g.close()
 		return nil, err
@@ -173,10 +185,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Gateway, er
 // Addr is the address the gateway listens on.
 func (g *Gateway) Addr() net.Addr { return g.listener.Addr() }
 
-// Run serves until ctx ends, then drains: readiness fails, in-flight
-// requests finish (up to shutdown_timeout), upgraded connections close.
-// Sandboxes keep running: the pool belongs to the fleet, not to a replica.
-func (g *Gateway) Run(ctx context.Context) error {
+// Run serves until ctx ends, then drains: readiness fails while the
+// gateway still serves for drain_delay (cut short when hurry is closed;
+// nil: never), then in-flight requests finish (up to shutdown_timeout),
+// upgraded connections close, the loops stop and the backend's clients
+// close. Sandboxes keep running: the pool belongs to the fleet, not to a
+// replica.
+func (g *Gateway) Run(ctx context.Context, hurry <-chan struct{}) error {
 	defer g.close()
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -216,6 +231,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	g.router.Drain()
+	if serveErr == nil {
+		g.waitDrainDelay(hurry)
+	}
 	g.log.Info("draining", "timeout", g.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
@@ -237,6 +255,24 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return nil
 	}
 	return serveErr
+}
+
+// waitDrainDelay keeps serving with readiness failing, so that load
+// balancers polling /readyz stop sending new requests before the listener
+// closes and new connections are refused.
+func (g *Gateway) waitDrainDelay(hurry <-chan struct{}) {
+	d := g.cfg.EffectiveDrainDelay()
+	if d <= 0 {
+		return
+	}
+	g.log.Info("readiness failing; serving until load balancers move away", "drain_delay", d.String())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-hurry:
+		g.log.Info("drain delay cut short by a second signal")
+	}
 }
 
 func (g *Gateway) connectRedis(ctx context.Context) error {
@@ -265,7 +301,9 @@ func (g *Gateway) connectRedis(ctx context.Context) error {
 	return nil
 }
 
-// close flushes the spans still buffered and closes Redis.
+// close flushes the spans still buffered, stops the egress proxy, closes
+// the backend's clients (nothing uses them once the loops, the pool's work
+// and the egress proxy's credential checks have stopped) and Redis.
 func (g *Gateway) close() {
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -276,11 +314,34 @@ func (g *Gateway) close() {
 		// Sockets stay: the sandboxes keep their paths for the next gateway.
 		_ = g.egress.Shutdown(fctx)
 	}
+	g.closeBackend()
 	if g.rdb != nil {
 		_ = g.rdb.Close()
 	}
 	if g.embedded != nil {
 		g.embedded.Close()
+	}
+}
+
+// closeBackend closes a backend that holds clients (docker's API client,
+// the kubernetes informer, remote's idle connections), bounded so that a
+// stuck one cannot hold the stop past backendCloseTimeout.
+func (g *Gateway) closeBackend() {
+	c, ok := g.backend.(io.Closer)
+	if !ok {
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	t := time.NewTimer(backendCloseTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			g.log.Warn("close backend", "err", err)
+		}
+	case <-t.C:
+		g.log.Warn("close backend: gave up waiting", "timeout", backendCloseTimeout.String())
 	}
 }
 

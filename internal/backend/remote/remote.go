@@ -111,6 +111,12 @@ type Remote struct {
 
 var _ backend.Backend = (*Remote)(nil)
 
+// Close drops the idle connections to the provisioner.
+func (r *Remote) Close() error {
+	r.client.CloseIdleConnections()
+	return nil
+}
+
 // New checks cfg. It makes no request: the provisioner may start later.
 func New(cfg Config, log *slog.Logger) (*Remote, error) {
 	if err := cfg.Validate(); err != nil {
