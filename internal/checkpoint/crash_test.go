@@ -23,19 +23,27 @@ const crashEnv = "CHECKPOINT_TEST_CRASH"
 // The thread the crash tests restore, laid out as the gateway does.
 const crashUser, crashThread = "u", "t"
 
-// TestHelperRestoreCrash is the child of the crash tests, not a test of
-// its own: it restores the thread, or settles it as a gateway's start
-// does, and kills itself with SIGKILL at hook point <point> (0: never; it
-// then prints how many points it passed).
-func TestHelperRestoreCrash(t *testing.T) {
-	spec := os.Getenv(crashEnv)
-	if spec == "" {
-		t.Skip("the child process of the crash tests")
+// TestMain runs the test binary as the crash tests' child when crashEnv
+// names a job, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(crashEnv); spec != "" {
+		if err := crashChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// crashChild is the child of the crash tests: it restores the thread, or
+// settles it as a gateway's start does, and kills itself with SIGKILL at
+// hook point <point> (0: never; it then prints how many points it passed).
+func crashChild(spec string) error {
 	var mode, dataDir, id string
 	var at int
 	if _, err := fmt.Sscan(spec, &mode, &at, &dataDir, &id); err != nil {
-		t.Fatalf("%s=%q: %v", crashEnv, spec, err)
+		return fmt.Errorf("%s=%q: %w", crashEnv, spec, err)
 	}
 	points := 0
 	stepHook = func() {
@@ -45,14 +53,19 @@ func TestHelperRestoreCrash(t *testing.T) {
 		}
 	}
 	threads, err := NewThreads(dataDir, Config{})
-	must(t, err)
+	if err != nil {
+		return err
+	}
 	if mode == "settle" {
 		_, err = threads.Settle(context.Background())
 	} else {
 		err = threads.Restore(context.Background(), crashUser, crashThread, id, nil)
 	}
-	must(t, err)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("points=%d\n", points)
+	return nil
 }
 
 // crashFixture is a data dir whose thread has a checkpoint of one tree
@@ -77,11 +90,11 @@ func newCrashFixture(t *testing.T) crashFixture {
 	return crashFixture{dataDir: dataDir, ws: ws, id: info.ID, old: manifest(t, ws), restored: restored}
 }
 
-// inChild runs TestHelperRestoreCrash (mode restore or settle) with point
+// inChild runs crashChild (mode restore or settle) with point
 // at and returns its output; killed tells whether it died of SIGKILL.
 func (f crashFixture) inChild(t *testing.T, mode string, at int) (out string, killed bool) {
 	t.Helper()
-	cmd := exec.CommandContext(ctxT(t), os.Args[0], "-test.run=^TestHelperRestoreCrash$", "-test.count=1")
+	cmd := exec.CommandContext(ctxT(t), os.Args[0])
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s %s", crashEnv, mode, at, f.dataDir, f.id))
 	b, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
