@@ -90,6 +90,7 @@ func TestCorruptJournal(t *testing.T) {
 		{"unknown step", false, edited(func(j *journal) { j.Steps[0].Op = "unlink" })},
 		{"step path out of the trees", false, edited(func(j *journal) { j.Steps[0].Path = "../../outside" })},
 		{"absolute step path", false, edited(func(j *journal) { j.Steps[0].Path = "/etc/passwd" })},
+		{"NUL leading a step path", false, edited(func(j *journal) { j.Steps[0].Path = "\x00" + j.Steps[0].Path })},
 		{"move into the stage", false, edited(func(j *journal) { j.Steps[0].To = inStage })},
 		{"stage not beside the workspace", false, edited(func(j *journal) { j.Stage = "../" + j.Stage })},
 		{"trash not a temp name", false, edited(func(j *journal) { j.Trash = "user-data" })},
