@@ -149,3 +149,18 @@ func TestLiveJournalLeftAlone(t *testing.T) {
 		t.Fatalf("a dead restore's stage (%v) or journal (%v) was kept", err, f.exists(journalName))
 	}
 }
+
+// A journal of a restore that had not begun its swap, whose thread was
+// removed since, names nothing left to settle: it is dropped and the store
+// opens.
+func TestJournalOfARemovedThreadDropped(t *testing.T) {
+	t.Parallel()
+	f := newJournalFixture(t)
+	f.j.Phase, f.j.Steps = phaseStage, nil
+	s := openStore(t, f.root, Config{})
+	must(t, s.writeJournal(&f.j))
+	must(t, os.RemoveAll(filepath.Dir(f.ws)))
+	if _, err := Open(f.root, Config{}); err != nil || f.exists(journalName) {
+		t.Fatalf("Open: %v; journal kept %v", err, f.exists(journalName))
+	}
+}
