@@ -90,6 +90,7 @@ func TestCorruptJournal(t *testing.T) {
 		{"unknown step", false, edited(func(j *journal) { j.Steps[0].Op = "unlink" })},
 		{"step path out of the trees", false, edited(func(j *journal) { j.Steps[0].Path = "../../outside" })},
 		{"absolute step path", false, edited(func(j *journal) { j.Steps[0].Path = "/etc/passwd" })},
+		{"NUL leading a step path", false, edited(func(j *journal) { j.Steps[0].Path = "\x00" + j.Steps[0].Path })},
 		{"move into the stage", false, edited(func(j *journal) { j.Steps[0].To = inStage })},
 		{"stage not beside the workspace", false, edited(func(j *journal) { j.Stage = "../" + j.Stage })},
 		{"trash not a temp name", false, edited(func(j *journal) { j.Trash = "user-data" })},
@@ -146,5 +147,20 @@ func TestLiveJournalLeftAlone(t *testing.T) {
 	openStore(t, f.root, Config{})
 	if _, err := os.Lstat(f.stage); !errors.Is(err, os.ErrNotExist) || f.exists(journalName) {
 		t.Fatalf("a dead restore's stage (%v) or journal (%v) was kept", err, f.exists(journalName))
+	}
+}
+
+// A journal of a restore that had not begun its swap, whose thread was
+// removed since, names nothing left to settle: it is dropped and the store
+// opens.
+func TestJournalOfARemovedThreadDropped(t *testing.T) {
+	t.Parallel()
+	f := newJournalFixture(t)
+	f.j.Phase, f.j.Steps = phaseStage, nil
+	s := openStore(t, f.root, Config{})
+	must(t, s.writeJournal(&f.j))
+	must(t, os.RemoveAll(filepath.Dir(f.ws)))
+	if _, err := Open(f.root, Config{}); err != nil || f.exists(journalName) {
+		t.Fatalf("Open: %v; journal kept %v", err, f.exists(journalName))
 	}
 }

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,9 @@ import (
 
 func TestParseTarget(t *testing.T) {
 	t.Parallel()
+	// DNS's limits: 63 bytes a label, 253 a name.
+	label63 := strings.Repeat("a", 63)
+	name253 := label63 + "." + label63 + "." + label63 + "." + strings.Repeat("b", 61)
 	for _, c := range []struct {
 		authority   string
 		defaultPort uint16
@@ -41,6 +45,12 @@ func TestParseTarget(t *testing.T) {
 		{"2130706433", 80, "2130706433", 80, ReasonIPLiteral},
 		{"0x7f.1", 80, "0x7f.1", 80, ReasonIPLiteral},
 		{"1.2.3.example", 80, "1.2.3.example", 80, ""},
+		{"z9.example", 80, "z9.example", 80, ""},
+		{":80", 80, "", 80, ReasonBadRequest},
+		{label63 + ".example", 80, label63 + ".example", 80, ""},
+		{label63 + "a.example", 80, label63 + "a.example", 80, ReasonBadRequest},
+		{name253, 80, name253, 80, ""},
+		{name253 + "b", 80, name253 + "b", 80, ReasonBadRequest},
 	} {
 		tg, reason := parseTarget(c.authority, c.defaultPort)
 		if reason != c.reason || tg.host != c.host || reason == "" && tg.port != c.port {
