@@ -30,10 +30,8 @@ func TestClusterClientFollowsFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const keys = 200
-	for i := range keys {
-		if err := rdb.Set(ctx, fmt.Sprintf("k:%d", i), i, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
+	if err := testutil.WriteKeys(ctx, rdb, keys); err != nil {
+		t.Fatal(err)
 	}
 	masters, err := c.Masters(ctx)
 	if err != nil {
@@ -48,17 +46,8 @@ func TestClusterClientFollowsFailover(t *testing.T) {
 	}
 	promoted := time.Now()
 	deadline := promoted.Add(failoverBound)
-	for i := range keys {
-		for {
-			v, err := rdb.Get(ctx, fmt.Sprintf("k:%d", i)).Int()
-			if err == nil && v == i {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("k:%d %s after the promotion: %d, %v", i, failoverBound, v, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	if err := testutil.ReadKeys(ctx, rdb, keys, deadline); err != nil {
+		t.Fatalf("%s after the promotion: %v", failoverBound, err)
 	}
 	t.Logf("every key read again %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 }

@@ -319,3 +319,32 @@ func (c *RedisCluster) liveAddrs() []string {
 	}
 	return out
 }
+
+// WriteKeys sets k:0 … k:{n-1} to their numbers, for a fault test to read
+// back with ReadKeys.
+func WriteKeys(ctx context.Context, rdb redis.UniversalClient, n int) error {
+	for i := range n {
+		if err := rdb.Set(ctx, fmt.Sprintf("k:%d", i), i, 0).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadKeys reads k:0 … k:{n-1} back, retrying each until deadline: a
+// client may fail a read or two before its slot map follows a fault.
+func ReadKeys(ctx context.Context, rdb redis.UniversalClient, n int, deadline time.Time) error {
+	for i := range n {
+		for {
+			v, err := rdb.Get(ctx, fmt.Sprintf("k:%d", i)).Int()
+			if err == nil && v == i {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("k:%d = %d, %v", i, v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}

@@ -81,10 +81,8 @@ func TestRedisClusterWithReplicasHealsFromFaults(t *testing.T) {
 	}
 	defer rdb.Close()
 	const keys = 300
-	for i := range keys {
-		if err := rdb.Set(ctx, fmt.Sprintf("k:%d", i), i, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
+	if err := testutil.WriteKeys(ctx, rdb, keys); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.WaitReplicated(ctx, masters); err != nil {
 		t.Fatal(err)
@@ -92,18 +90,8 @@ func TestRedisClusterWithReplicasHealsFromFaults(t *testing.T) {
 	// The client may fail a read or two before its slot map follows.
 	readAll := func(when string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for i := range keys {
-			for {
-				v, err := rdb.Get(ctx, fmt.Sprintf("k:%d", i)).Int()
-				if err == nil && v == i {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: k:%d = %d, %v", when, i, v, err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+		if err := testutil.ReadKeys(ctx, rdb, keys, time.Now().Add(10*time.Second)); err != nil {
+			t.Fatalf("%s: %v", when, err)
 		}
 	}
 
