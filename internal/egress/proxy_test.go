@@ -449,6 +449,39 @@ func TestTunnelCloseAndHalfClose(t *testing.T) {
 	}
 }
 
+// What a client sends in the same write as its ClientHello reaches the
+// upstream too, however much of it the proxy read while it checked the
+// name: some in the TLS reader's buffer, some in the hijacked connection's,
+// the rest still in the socket.
+func TestTunnelKeepsBytesAfterTheHello(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	up := startCountingUpstream(t) // echoes what it got once the client half-closed
+	f := newFixture(t, w, backend.Egress{Allow: []string{"allowed.test"}})
+	for _, size := range []int{10, 3000, 100 << 10} {
+		c, err := net.Dial("unix", f.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, connect(fmt.Sprintf("allowed.test:%d", up.port())))
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		want := append(clientHello(t, "allowed.test"), bytes.Repeat([]byte("e"), size)...)
+		go func() {
+			c.Write(want)
+			c.(*net.UnixConn).CloseWrite()
+		}()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(br)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes after the hello: the upstream got %d of %d (%v)", size, len(got), len(want), err)
+		}
+	}
+}
+
 // Bodies stream both ways: the upstream reads the start of an upload while
 // the client still holds the rest, and the client reads the start of a
 // response while the upstream still holds the rest.
