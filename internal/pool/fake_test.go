@@ -160,7 +160,7 @@ func (f *fakeBackend) isPaused(sid string) bool {
 
 var (
 	_ backend.Backend = (*fakeBackend)(nil)
-	_ backend.Freezer  = (*fakeBackend)(nil)
+	_ backend.Freezer = (*fakeBackend)(nil)
 )
 
 // fakeClock is moved by tests; the pool reads time only through it.

@@ -43,7 +43,7 @@ type Prewarmer struct{ p prewarmerParams }
 type prewarmerParams struct {
 	size                   int    // Config.Prewarm
 	fp                     string // prewarmFingerprint
-	canBind               bool   // the backend can hand a pre-started sandbox out (backend.Binder)
+	canBind                bool   // the backend can hand a pre-started sandbox out (backend.Binder)
 	tmpl                   template
 	maxSandboxes           int
 	createTimeout, lockTTL time.Duration

@@ -21,10 +21,10 @@ import (
 // lock, renamed to the thread's (backend.Binder) and recorded active.
 type claims struct {
 	binder backend.Binder // nil: the backend cannot hand one out
-	be      backend.Backend
-	size    int    // Config.Prewarm
-	fp      string // prewarmFingerprint
-	tmpl    template
+	be     backend.Backend
+	size   int    // Config.Prewarm
+	fp     string // prewarmFingerprint
+	tmpl   template
 	// holdFor is how long a taken sandbox's reservation lasts (a create's).
 	holdFor time.Duration
 	lockTTL time.Duration

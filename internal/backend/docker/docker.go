@@ -270,7 +270,7 @@ type Docker struct {
 
 var (
 	_ backend.Backend = (*Docker)(nil)
-	_ backend.Freezer  = (*Docker)(nil)
+	_ backend.Freezer = (*Docker)(nil)
 )
 
 // New checks cfg and connects to the engine (lazily: nothing is sent until
