@@ -279,12 +279,12 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	taken, takenLock, err := p.capacity.reserve(ctx, user, thread, sid, p.claims.claimable(user, thread))
+	taken, takenLock, err := p.capacity.reserve(ctx, user, thread, sid, p.takes.takeable(user, thread))
 	if err != nil {
 		return nil, "", err
 	}
 	if takenLock != nil {
-		if r, err := p.claims.claim(ctx, taken, takenLock, user, thread, sid); err == nil {
+		if r, err := p.takes.take(ctx, taken, takenLock, user, thread, sid); err == nil {
 			p.notes.ready(ctx, r)
 			return r, OutcomePrewarm, nil
 		}

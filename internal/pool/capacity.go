@@ -43,7 +43,7 @@ func quotaExempt(ctx context.Context) bool {
 type capacity struct {
 	cfg       Config
 	store     reserveStore
-	claims    *claims
+	takes     *takes
 	locks     locks
 	destroyer *destroyer
 	notes     *notifier
@@ -96,7 +96,7 @@ func (p *capacity) reserve(ctx context.Context, user, thread, sid string, claim 
 		case "ok":
 			return state.Record{}, nil, nil
 		case "prewarm":
-			rec, held, ok, err := p.claims.takePrewarm(ctx, res.Victim, sid, user)
+			rec, held, ok, err := p.takes.takePrewarm(ctx, res.Victim, sid, user)
 			if err != nil || ok {
 				return rec, held, err
 			}

@@ -99,7 +99,7 @@ type Pool struct {
 	destroyer *destroyer
 	probe     *prober
 	stopper   *stopper
-	claims    *claims
+	takes     *takes
 	capacity  *capacity
 	held      *heldBuckets
 
@@ -172,10 +172,10 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	p.probe = &prober{busyIdleAfter: cfg.BusyIdleAfter, newRT: d.NewTransport, store: d.Store, clock: d.Clock}
 	p.stopper = &stopper{pz: pz, backend: d.BackendName, store: d.Store, cache: p.cache, probe: p.probe, obs: obs,
 		clock: d.Clock, log: log}
-	p.claims = &claims{binder: binder, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
+	p.takes = &takes{binder: binder, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
 		tmpl: p.tmpl, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
 		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
-	p.capacity = &capacity{cfg: cfg, store: d.Store, claims: p.claims, locks: p.locks, destroyer: p.destroyer,
+	p.capacity = &capacity{cfg: cfg, store: d.Store, takes: p.takes, locks: p.locks, destroyer: p.destroyer,
 		notes: p.notes, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log}
 	return p, nil
 }

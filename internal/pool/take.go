@@ -16,10 +16,10 @@ import (
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
-// claims hands a new thread a pre-started sandbox (see prewarm.go for the
+// takes hands a new thread a pre-started sandbox (see prewarm.go for the
 // pool's refill): offered by the capacity reservation, taken under its
 // lock, renamed to the thread's (backend.Binder) and recorded active.
-type claims struct {
+type takes struct {
 	binder backend.Binder // nil: the backend cannot hand one out
 	be     backend.Backend
 	size   int    // Config.Prewarm
@@ -46,10 +46,10 @@ type prewarmTaker interface {
 	TakePrewarmRecord(ctx context.Context, pw, sid, user string, deadline time.Time) (state.Record, func(context.Context) error, bool, error)
 }
 
-// claimable reports whether a new thread may take a pre-started sandbox:
+// takeable reports whether a new thread may take a pre-started sandbox:
 // the pool is on and the thread has no data of its own on the host. (One
 // with an egress policy of its own is turned down by the reservation.)
-func (c *claims) claimable(user, thread string) bool {
+func (c *takes) takeable(user, thread string) bool {
 	if c.size <= 0 || c.binder == nil {
 		return false
 	}
@@ -60,7 +60,7 @@ func (c *claims) claimable(user, thread string) bool {
 // takePrewarm takes pre-started sandbox pw for sid (see statedb.TakePrewarm)
 // under pw's lock, which it returns held: the reconciler must not adopt pw
 // back while it is being claimed. ok is false when another replica got it.
-func (c *claims) takePrewarm(ctx context.Context, pw, sid, user string) (state.Record, *statedb.Held, bool, error) {
+func (c *takes) takePrewarm(ctx context.Context, pw, sid, user string) (state.Record, *statedb.Held, bool, error) {
 	held, err := c.locks.lock(ctx, pw, 0)
 	if errors.Is(err, state.ErrLocked) {
 		return state.Record{}, nil, false, nil
@@ -82,10 +82,10 @@ func (c *claims) takePrewarm(ctx context.Context, pw, sid, user string) (state.R
 	return rec, held, true, nil
 }
 
-// claim binds the taken pre-started sandbox rec to (user, thread, sid) and
+// take binds the taken pre-started sandbox rec to (user, thread, sid) and
 // records it active. On an error rec's sandbox is destroyed and the caller
 // creates one cold: sid's capacity reservation is already held.
-func (c *claims) claim(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string) (*Route, error) {
+func (c *takes) take(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string) (*Route, error) {
 	defer c.bg.unlockLater(c.locks, held)
 	defer func() {
 		select {
@@ -110,7 +110,7 @@ func (c *claims) claim(ctx context.Context, rec state.Record, held *statedb.Held
 	return r, err
 }
 
-func (c *claims) bind(ctx context.Context, rec state.Record, user, thread, sid string) (*Route, error) {
+func (c *takes) bind(ctx context.Context, rec state.Record, user, thread, sid string) (*Route, error) {
 	if rec.Prewarm != c.fp {
 		return nil, errors.New("made from another configuration")
 	}
