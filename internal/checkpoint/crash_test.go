@@ -230,3 +230,50 @@ func TestSettleCrash(t *testing.T) {
 		})
 	}
 }
+
+// Between a crash and the next gateway's start the sandbox still runs, and
+// its tenant owns the workspace: it replaces every directory there with a
+// symlink to a host directory that holds entries of the same names, so a
+// rollback that followed a link would rename or remove host files.
+// Settling must change nothing of the host, whatever it decides for the
+// thread.
+func TestSettleFollowsNoTenantSymlink(t *testing.T) {
+	t.Parallel()
+	probe := newCrashFixture(t)
+	mid := 4 + (probe.countPoints(t, "restore")-7)/2 // a kill half way through the swap
+
+	f := newCrashFixture(t)
+	if out, killed := f.inChild(t, "restore", mid); !killed {
+		t.Fatalf("the child was not killed at point %d:\n%s", mid, out)
+	}
+	entries, err := os.ReadDir(f.ws)
+	must(t, err)
+	hosts := map[string]map[string]node{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		p, host := filepath.Join(f.ws, e.Name()), tempDir(t)
+		names, err := os.ReadDir(p)
+		must(t, err)
+		for _, n := range names {
+			if n.IsDir() {
+				must(t, os.Mkdir(filepath.Join(host, n.Name()), 0o700))
+			} else {
+				must(t, os.WriteFile(filepath.Join(host, n.Name()), []byte("host file"), 0o600))
+			}
+		}
+		hosts[host] = manifest(t, host)
+		must(t, os.Rename(p, p+".tenant"))
+		must(t, os.Symlink(host, p))
+	}
+	if len(hosts) == 0 {
+		t.Fatal("the workspace has no directory to replace")
+	}
+	threads, err := NewThreads(f.dataDir, Config{})
+	must(t, err)
+	_, _ = threads.Settle(ctxT(t)) // refusing the thread is as good as settling it
+	for host, before := range hosts {
+		sameManifest(t, "a host directory a tenant's symlink points at", before, manifest(t, host))
+	}
+}
