@@ -101,32 +101,50 @@ func cachedBinary(name, pkg string) (string, *os.File, error) {
 	cache := TestBinCache()
 	entry := filepath.Join(cache, key)
 	for {
-		if err := os.MkdirAll(entry, 0o755); err != nil {
-			return "", nil, fmt.Errorf("test binary cache: %w", err)
-		}
-		lock, err := lockEntry(entry, syscall.LOCK_EX)
+		lock, err := holdEntry(entry, filepath.Join(entry, name), pkg)
 		if errors.Is(err, errPruned) {
 			continue
 		}
 		if err != nil {
 			return "", nil, err
 		}
-		bin := filepath.Join(entry, name)
-		if _, err := os.Stat(bin); errors.Is(err, fs.ErrNotExist) {
-			err = buildInto(bin, pkg)
-		}
-		if err == nil {
-			err = syscall.Flock(int(lock.Fd()), syscall.LOCK_SH)
-		}
-		if err != nil {
-			lock.Close()
-			return "", nil, err
-		}
 		now := time.Now()
 		_ = os.Chtimes(entry, now, now) // the most recently used
 		pruneTestBins(cache, key)
-		return bin, lock, nil
+		return filepath.Join(entry, name), lock, nil
 	}
+}
+
+// holdEntry returns entry's lock held shared with bin in it, built first if
+// missing. Users of an entry hold its shared lock for their life, so the
+// exclusive lock is taken only to build: asking for it when the binary is
+// there would wait for every other test process using it to exit.
+func holdEntry(entry, bin, pkg string) (*os.File, error) {
+	if err := os.MkdirAll(entry, 0o755); err != nil {
+		return nil, fmt.Errorf("test binary cache: %w", err)
+	}
+	lock, err := lockEntry(entry, syscall.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return lock, nil
+	}
+	lock.Close()
+	if lock, err = lockEntry(entry, syscall.LOCK_EX); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(bin); errors.Is(err, fs.ErrNotExist) {
+		err = buildInto(bin, pkg)
+	}
+	if err == nil {
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_SH)
+	}
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return lock, nil
 }
 
 // errPruned: the entry was removed while its lock was awaited.

@@ -61,3 +61,41 @@ func TestSourceHashIsStable(t *testing.T) {
 		t.Fatalf("the sandbox server's hash %q (%v) is the gateway's", c, err)
 	}
 }
+
+// A process that holds an entry it uses (a shared lock for its life) does
+// not keep another process from using the same entry: only a build takes
+// the exclusive lock. Before, every user asked for it first and waited for
+// the holder to exit (a -count=200 loop of e2e tests held off every other
+// package that needed the gateway for 11 minutes).
+func TestHeldEntryDoesNotBlockAnotherUser(t *testing.T) {
+	t.Parallel()
+	entry := filepath.Join(t.TempDir(), "key")
+	bin := filepath.Join(entry, "gateway")
+	if err := os.MkdirAll(entry, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("built"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	held, err := lockEntry(entry, syscall.LOCK_SH) // another test process's hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	got := make(chan error, 1)
+	go func() {
+		lock, err := holdEntry(entry, bin, "./cmd/none") // a build of it would fail
+		if err == nil {
+			lock.Close()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second user of a held entry waited for the holder to let go")
+	}
+}
