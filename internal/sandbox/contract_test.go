@@ -76,7 +76,9 @@ func TestAIOContract(t *testing.T) {
 		c.do(t, call.method, call.path, call.body)
 	}
 	// resuming a stream (sse.go): from a command's start, a malformed id, an unknown command
-	var ran struct{ CommandID string `json:"command_id"` }
+	var ran struct {
+		CommandID string `json:"command_id"`
+	}
 	_ = json.Unmarshal(c.do(t, http.MethodPost, "/v1/shell/exec", map[string]any{"command": "echo again"}).Data, &ran)
 	for _, id := range []string{ran.CommandID + ":0", "not-an-id", "0123abcd:0"} {
 		c.send(t, http.MethodPost, "/v1/shell/exec", http.Header{"Content-Type": {"application/json"}, "Last-Event-ID": {id}},
