@@ -90,14 +90,16 @@ func TestGoalVerdicts(t *testing.T) {
 		{"checkpoint met", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointReflinkP50: 44, figCheckpointCopyP50: 350}}}, 16, "met"},
 		{"checkpoint missed", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointReflinkP50: 250}}}, 16, "missed by 50.00 ms"},
 		{"checkpoint without copy-on-write", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointCopyP50: 350}}}, 16, "not measured"},
+		{"resume met", []Result{{Name: "resume", Figures: map[string]float64{figResumeKilledP50: 4, figResumeKilledP99: 9}}}, 17, "met"},
+		{"resume missed", []Result{{Name: "resume", Figures: map[string]float64{figResumeKilledP50: 40, figResumeKilledP99: 120}}}, 17, "missed by 20.00 ms"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 17 {
-			t.Fatalf("%d goal rows, want 17", len(rows))
+		if len(rows) != 18 {
+			t.Fatalf("%d goal rows, want 18", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])

@@ -74,7 +74,7 @@ func register(name string, s Suite) { suites[name] = s }
 // chart need first, so a run cut short by -timeout on a busy machine
 // loses the least of them.
 var suiteOrder = []string{"proxy-throughput", "lifecycle", "process-cold-create", "docker-cold-create", "go-bench",
-	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint"}
+	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume"}
 
 // suiteNames are the registered suites in run order; one missing from
 // suiteOrder runs last.
@@ -112,17 +112,18 @@ type settings struct {
 	GoBenchTime                 string
 	FreezeRuns                  int // freezes and thaws per backend
 	CheckpointRuns              int // checkpoints, restores and forks per method
+	ResumeRuns                  int // exec streams cut and resumed, per row
 }
 
 var (
 	fullSettings = settings{ProxyWarmup: time.Second, ProxyMeasure: 4 * time.Second, ProxyRounds: 4,
 		LifecycleRuns: 200, LifecycleColdRuns: 30, ColdCreateRuns: 50, DockerColdRuns: 20, DockerWarmRuns: 30,
 		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s",
-		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10}
+		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10, ResumeRuns: 30}
 	quickSettings = settings{Quick: true, ProxyWarmup: time.Second, ProxyMeasure: 2 * time.Second, ProxyRounds: 2,
 		LifecycleRuns: 50, LifecycleColdRuns: 10, ColdCreateRuns: 15, DockerColdRuns: 5, DockerWarmRuns: 10,
 		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms",
-		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3}
+		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3, ResumeRuns: 10}
 	// opts is the run's settings; the suites read it, run sets it.
 	opts = fullSettings
 )

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"mime/multipart"
 	"net/http"
@@ -73,6 +74,15 @@ func TestAIOContract(t *testing.T) {
 	c.do(t, http.MethodGet, "/v1/sandbox", nil)
 	for _, call := range contractCalls(ws) {
 		c.do(t, call.method, call.path, call.body)
+	}
+	// resuming a stream (sse.go): from a command's start, a malformed id, an unknown command
+	var ran struct {
+		CommandID string `json:"command_id"`
+	}
+	_ = json.Unmarshal(c.do(t, http.MethodPost, "/v1/shell/exec", map[string]any{"command": "echo again"}).Data, &ran)
+	for _, id := range []string{ran.CommandID + ":0", "not-an-id", "0123abcd:0"} {
+		c.send(t, http.MethodPost, "/v1/shell/exec", http.Header{"Content-Type": {"application/json"}, "Last-Event-ID": {id}},
+			strings.NewReader(`{"command":"echo again"}`))
 	}
 	// upload: success and a refused destination
 	for _, dest := range []string{ws + "/up.txt", "/etc/up.txt"} {

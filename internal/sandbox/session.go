@@ -123,6 +123,22 @@ func (st *sessionStore) all() []*session {
 	return out
 }
 
+// command finds a command by id among every session's latest and running
+// ones (what a session keeps), with its session; nil if none has it.
+func (st *sessionStore) command(id string) (*session, *command) {
+	for _, s := range st.all() {
+		if c := s.lastCommand(); c != nil && c.id == id {
+			return s, c
+		}
+		for _, c := range s.runningCommands() {
+			if c.id == id {
+				return s, c
+			}
+		}
+	}
+	return nil, nil
+}
+
 // evictLocked drops idle sessions, oldest first, to make room for one more.
 func (st *sessionStore) evictLocked() {
 	if len(st.m) < maxSessions {

@@ -29,7 +29,8 @@ import (
 //   - `no_change_timeout`: return with status no_change_timeout after that
 //     many seconds without new output; the command keeps running and
 //     shell/view or shell/kill can follow it.
-//   - A client that disconnects does not kill its command.
+//   - A client that disconnects does not kill its command; an SSE client
+//     resumes its stream with Last-Event-ID (sse.go).
 //   - `exit_code` is null while the command runs, an int once it ended
 //     (128+signal when killed).
 
@@ -315,11 +316,22 @@ func (s *Server) handleShellExec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sess, c, err := s.startExec(execReq{sessionID: req.ID, command: cmd, execDir: req.ExecDir, env: req.Env, hard: hard,
-		stdin: req.AsyncMode}, "id")
-	if err != nil {
-		return err
+	var sess *session
+	var out *cursor
+	if lastID := r.Header.Get("Last-Event-ID"); lastID != "" {
+		// a client resuming its stream re-sends the exec: attach, never rerun
+		if sess, out, err = s.resumeCursor(lastID, req.ID); err != nil {
+			return err
+		}
+	} else {
+		var c *command
+		if sess, c, err = s.startExec(execReq{sessionID: req.ID, command: cmd, execDir: req.ExecDir, env: req.Env, hard: hard,
+			stdin: req.AsyncMode}, "id"); err != nil {
+			return err
+		}
+		out = newCursor(c)
 	}
+	c := out.c
 	if req.NoChangeTimeout == nil {
 		sess.mu.Lock()
 		noChange = sess.noChange
@@ -327,7 +339,7 @@ func (s *Server) handleShellExec(w http.ResponseWriter, r *http.Request) error {
 	}
 	o := awaitOpts{async: req.AsyncMode, wait: wait, noChange: noChange}
 	if wantsSSE(r) {
-		streamCommand(w, r, sess.id, c, o)
+		streamCommand(w, r, sess.id, out, o)
 		return nil
 	}
 	st := await(r.Context(), c, o, nil)
@@ -369,7 +381,13 @@ func (s *Server) handleShellView(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if wantsSSE(r) {
-		streamCommand(w, r, sess.id, c, awaitOpts{})
+		out := newCursor(c)
+		if lastID := r.Header.Get("Last-Event-ID"); lastID != "" {
+			if _, out, err = s.resumeCursor(lastID, sess.id); err != nil {
+				return err
+			}
+		}
+		streamCommand(w, r, sess.id, out, awaitOpts{})
 		return nil
 	}
 	st, _ := c.state()
