@@ -33,7 +33,7 @@ func TestShortSoakLosesAndDuplicatesNothing(t *testing.T) {
 	if !o.passed() {
 		t.Fatalf("soak failed: %s", o.verdict())
 	}
-	for _, kind := range faultCycle {
+	for _, kind := range o.cycle {
 		n := 0
 		for _, f := range o.faults {
 			if f.kind == kind && f.err == nil {

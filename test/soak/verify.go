@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/statedb"
 )
@@ -82,7 +80,7 @@ func verify(ctx context.Context, c *cluster, o *outcome, logf func(string, ...an
 			k.untracked = append(k.untracked, fmt.Sprintf("thread %s pid %d", p.thread, p.pid))
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr})
+	rdb := c.redis.client()
 	defer rdb.Close()
 	keys := statedb.NewKeys("", 0)
 	for _, in := range infos {
