@@ -323,5 +323,6 @@ sandboxes in the backend, and Redis only records them. What Sandgate does about 
   so requests for the failed master's slots answer 503 ` + "`state_unavailable`" + ` only until the replica is
   promoted, then succeed; they do not wait for go-redis's periodic reload.
 
-The measured outcome per fault is the row “A Redis Cluster master is killed…” below (` + "`TestClusterFaults`" + `).
+The measured outcome per fault is the row “A Redis Cluster master is killed…” below (` + "`TestClusterFaults`" + `),
+and under the soak's full load the section “Measured under load and faults: a Redis Cluster” above.
 `
