@@ -28,6 +28,42 @@ type Cgroups struct {
 	// parent (cgroup.freeze) or, with v1, the parent in the freezer
 	// hierarchy (freezer.state); "" = none.
 	freezer string
+	// scope sets apart the cgroups of one Cgroups user (a process
+	// backend's state dir) from another's on the same host: sandbox ids
+	// are derived from user and thread, so two fleets serving the same
+	// thread would otherwise share one cgroup, its limits and its freezer,
+	// and neither could remove it while the other's process is in it.
+	scope string
+}
+
+// WithScope returns c whose sandboxes' cgroups are named name-scope;
+// a sandbox placed without a scope (before an upgrade) keeps its
+// unscoped cgroup, which Remove, Freeze and Frozen still find.
+func (c *Cgroups) WithScope(scope string) *Cgroups {
+	if c == nil {
+		return nil
+	}
+	s := *c
+	s.scope = scope
+	return &s
+}
+
+// placeDir is name's cgroup under parent, as Place makes it.
+func (c *Cgroups) placeDir(parent, name string) string {
+	if c.scope == "" {
+		return filepath.Join(parent, name)
+	}
+	return filepath.Join(parent, name+"-"+c.scope)
+}
+
+// dir is name's cgroup under parent: the scoped one, or the unscoped one a
+// sandbox placed before scopes has.
+func (c *Cgroups) dir(parent, name string) string {
+	scoped := c.placeDir(parent, name)
+	if legacy := filepath.Join(parent, name); scoped != legacy && !isDir(scoped) && isDir(legacy) {
+		return legacy
+	}
+	return scoped
 }
 
 // cgroupDir is a parent under which each sandbox gets a directory, and the
@@ -220,7 +256,7 @@ func (c *Cgroups) Place(name string, pid int, l Limits) error {
 
 func (c *Cgroups) place(name string, pid int, l Limits) error {
 	for _, d := range c.dirs {
-		dir := filepath.Join(d.path, name)
+		dir := c.placeDir(d.path, name)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("cgroup: %w", err)
 		}
@@ -252,7 +288,7 @@ func (c *Cgroups) Remove(name string) error {
 	}
 	var errs []error
 	for _, d := range c.dirs {
-		errs = append(errs, removeCgroup(filepath.Join(d.path, name)))
+		errs = append(errs, removeCgroup(c.dir(d.path, name)))
 	}
 	return errors.Join(errs...)
 }
@@ -306,7 +342,7 @@ func (c *Cgroups) freezeDir(name string) (string, error) {
 	if !validName(name) {
 		return "", fmt.Errorf("cgroup: invalid sandbox name %q", name)
 	}
-	dir := filepath.Join(c.freezer, name)
+	dir := c.dir(c.freezer, name)
 	if !isDir(dir) {
 		return "", ErrNoFreezer
 	}

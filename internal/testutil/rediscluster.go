@@ -134,25 +134,35 @@ func (c *RedisCluster) startNode(ports [][2]int) (*clusterNode, error) {
 	for _, p := range ports {
 		// The cluster bus port is set explicitly: the default, port+10000,
 		// is past 65535 for half the ephemeral range.
-		n := &clusterNode{port: p[0], busPort: p[1], done: make(chan struct{}), logs: &LogBuffer{}}
-		n.cmd = exec.Command("redis-server",
-			"--port", strconv.Itoa(n.port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes",
-			"--cluster-port", strconv.Itoa(n.busPort),
-			"--cluster-config-file", filepath.Join(c.dir, fmt.Sprintf("nodes-%d.conf", n.port)),
-			"--cluster-node-timeout", "2000",
-			"--save", "", "--appendonly", "no", "--dir", c.dir)
-		n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
-		if err := n.cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start redis-server: %w", err)
+		n := &clusterNode{port: p[0], busPort: p[1], logs: &LogBuffer{}}
+		if err := c.launch(n); err != nil {
+			return nil, err
 		}
-		go func() { _ = n.cmd.Wait(); close(n.done) }()
 		if last = n.waitUp(); last == nil {
 			return n, nil
 		}
 		n.kill()
 	}
 	return nil, last
+}
+
+// launch starts n's redis-server on its ports with its nodes file: a node
+// started again after a kill rejoins the cluster as the node it was.
+func (c *RedisCluster) launch(n *clusterNode) error {
+	n.done = make(chan struct{})
+	n.cmd = exec.Command("redis-server",
+		"--port", strconv.Itoa(n.port), "--bind", "127.0.0.1",
+		"--cluster-enabled", "yes",
+		"--cluster-port", strconv.Itoa(n.busPort),
+		"--cluster-config-file", filepath.Join(c.dir, fmt.Sprintf("nodes-%d.conf", n.port)),
+		"--cluster-node-timeout", "2000",
+		"--save", "", "--appendonly", "no", "--dir", c.dir)
+	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
+	if err := n.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	return nil
 }
 
 // waitUp waits until the node answers as itself. It dials plainly until

@@ -113,6 +113,29 @@ func (c *RedisCluster) Kill(addr string) {
 	c.node(addr).kill()
 }
 
+// Restart starts the node at addr, killed by Kill, again on its ports with
+// its nodes file, as a crashed node's supervisor would: it rejoins as the
+// node it was, empty (no persistence), and a replica resyncs from its master
+// (a killed master whose replica was promoted comes back as a replica).
+// It returns once the node answers; WaitHealthy waits for the resync.
+func (c *RedisCluster) Restart(addr string) error {
+	c.t.Helper()
+	n := c.node(addr)
+	select {
+	case <-n.done:
+	default:
+		return fmt.Errorf("restart %s: still running", addr)
+	}
+	if err := c.launch(n); err != nil {
+		return err
+	}
+	if err := n.waitUp(); err != nil {
+		n.kill()
+		return err
+	}
+	return nil
+}
+
 // Pause SIGSTOPs the node at addr: its sockets stay open and nothing
 // answers, as a node cut off by a partition looks to the others.
 func (c *RedisCluster) Pause(addr string) {
@@ -252,6 +275,11 @@ func (c *RedisCluster) SlotsOf(ctx context.Context, addr string) (first, last in
 	}
 	return 0, 0, fmt.Errorf("%s serves no slot", addr)
 }
+
+// WaitSynced waits until every replica finished its sync with its master:
+// a replica restarted empty, or a master that came back as one, can take
+// over again only then.
+func (c *RedisCluster) WaitSynced(ctx context.Context) error { return c.waitReplicasLinked(ctx) }
 
 // waitReplicasLinked waits until every replica finished its first sync
 // with its master (master_link_status:up): before that a killed master's

@@ -24,8 +24,13 @@ type outcome struct {
 	sampler    *sampler
 	checks     checks
 	tests      map[string]testResult
+	cycle      []string // the fault kinds in injection order
+	redis      string   // the state store, for the report
+	// load is /proc/loadavg's 1-minute figure at the start, highest of the
+	// progress lines, and at the end of the load: the machine is shared.
+	load [3]float64
 
-	kinds []*kindStat // baseline first, then faultCycle order
+	kinds []*kindStat // baseline first, then cycle order
 	total windowCounts
 }
 
@@ -92,7 +97,7 @@ func (o *outcome) analyze() {
 	}
 	byKind := map[string]*kindStat{"baseline": {kind: "baseline (no fault yet)"}}
 	o.kinds = []*kindStat{byKind["baseline"]}
-	for _, k := range faultCycle {
+	for _, k := range o.cycle {
 		byKind[k] = &kindStat{kind: k}
 		o.kinds = append(o.kinds, byKind[k])
 	}

@@ -26,7 +26,7 @@ type cluster struct {
 	dir      string // work dir: binary, data dir, logs
 	bin      string
 	dataDir  string
-	redis    *redisProc
+	redis    stateRedis
 	replicas []*replica
 	http     *http.Client
 }
@@ -49,7 +49,7 @@ func newCluster(ctx context.Context, cfg config, logf func(string, ...any)) (_ *
 	if c.bin, err = buildGateway(ctx, dir); err != nil {
 		return nil, err
 	}
-	if c.redis, err = startRedis(ctx, dir); err != nil {
+	if c.redis, err = startStateRedis(ctx, cfg, dir, logf); err != nil {
 		return nil, err
 	}
 	for i := range cfg.Replicas {
@@ -202,55 +202,6 @@ func (r *replica) kill() {
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-done
-}
-
-// redisProc is a redis-server without persistence: a restart starts empty.
-type redisProc struct {
-	dir  string
-	addr string
-	cmd  *exec.Cmd
-}
-
-func startRedis(ctx context.Context, dir string) (*redisProc, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	r := &redisProc{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	return r, r.start(ctx)
-}
-
-func (r *redisProc) url() string { return "redis://" + r.addr + "/0" }
-
-func (r *redisProc) start(ctx context.Context) error {
-	_, port, _ := net.SplitHostPort(r.addr)
-	r.cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir, "--maxclients", "2000")
-	if err := r.cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", r.addr, 100*time.Millisecond)
-		if err == nil {
-			conn.Close()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("redis-server did not start on %s", r.addr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// stop is a crash (SIGKILL): with no persistence every key is gone.
-func (r *redisProc) stop() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	r.cmd = nil
 }
 
 func freePort() (int, error) {

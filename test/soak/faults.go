@@ -6,19 +6,18 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// Fault kinds, injected in this order, round and round.
+// Fault kinds of the fleet; the Redis adds its own (stateRedis.faults).
 const (
 	faultReplica = "replica kill -9 + restart"
 	faultSandbox = "sandbox process kill -9"
-	faultRedis   = "Redis crash + empty restart"
-	faultFlush   = "Redis FLUSHALL"
 )
 
-var faultCycle = []string{faultReplica, faultSandbox, faultRedis, faultFlush}
+// faultCycle is the fault kinds, injected in this order, round and round.
+func (c *cluster) faultCycle() []string {
+	return append([]string{faultReplica, faultSandbox}, c.redis.faults()...)
+}
 
 // fault is one injection.
 type fault struct {
@@ -43,11 +42,12 @@ type injector struct {
 // repaired before the next, and before run returns, whatever ctx says.
 func (in *injector) run(ctx context.Context) {
 	in.rng = rand.New(rand.NewPCG(7, 11))
+	cycle := in.c.faultCycle()
 	for i := 0; ; i++ {
 		if !sleep(ctx, in.cfg.FaultEvery) {
 			return
 		}
-		f := in.inject(faultCycle[i%len(faultCycle)])
+		f := in.inject(cycle[i%len(cycle)])
 		in.faults = append(in.faults, f)
 		if f.err != nil {
 			in.logf("fault %s (%s): %v", f.kind, f.target, f.err)
@@ -58,8 +58,9 @@ func (in *injector) run(ctx context.Context) {
 }
 
 func (in *injector) inject(kind string) fault {
-	// Repairs must finish even when the run's deadline passes mid-fault.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Repairs must finish even when the run's deadline passes mid-fault;
+	// a Cluster heal is bounded by its own clusterHealBound.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	f := fault{kind: kind, at: time.Now()}
 	switch kind {
@@ -81,37 +82,37 @@ func (in *injector) inject(kind string) fault {
 		// The whole group, as a crash or the OOM killer would leave it.
 		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	case faultRedis:
-		f.target = in.c.redis.addr
-		in.c.redis.stop()
-		time.Sleep(in.cfg.RedisDown)
-		f.err = in.c.redis.start(ctx)
-	case faultFlush:
-		f.target = in.c.redis.addr
-		rdb := redis.NewClient(&redis.Options{Addr: in.c.redis.addr})
-		f.err = rdb.FlushAll(ctx).Err()
-		rdb.Close()
+	default:
+		var instant bool
+		f.target, instant, f.err = in.c.redis.inject(ctx, kind, in.rng)
+		if instant {
+			f.repaired = f.at
+			return f
+		}
 	}
 	f.repaired = time.Now()
-	if kind == faultSandbox || kind == faultFlush {
+	if kind == faultSandbox {
 		f.repaired = f.at
 	}
 	return f
 }
 
-// progress prints a line every 10 s until ctx ends.
-func progress(ctx context.Context, cs *clientSet, smp *sampler, logf func(string, ...any)) {
+// progress prints a line every 10 s until ctx ends and returns the highest
+// load average it printed.
+func progress(ctx context.Context, cs *clientSet, smp *sampler, logf func(string, ...any)) (maxLoad float64) {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	began := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return maxLoad
 		case <-t.C:
 		}
 		samples, live, dups := smp.snapshot()
-		logf("%4.0fs  requests %d (failed %d)  live sandboxes %d  samples %d  duplicates %d",
-			time.Since(began).Seconds(), cs.done.Load(), cs.fail.Load(), live, samples, dups)
+		load := loadAverage()
+		maxLoad = max(maxLoad, load)
+		logf("%4.0fs  requests %d (failed %d)  live sandboxes %d  samples %d  duplicates %d  load %.1f",
+			time.Since(began).Seconds(), cs.done.Load(), cs.fail.Load(), live, samples, dups, load)
 	}
 }

@@ -1,12 +1,15 @@
 // Command soak holds many concurrent clients against three gateway replicas
 // (process backend, one shared data dir, one real redis-server) while a fault
 // injector kills replicas, kills sandboxes, restarts Redis empty and flushes
-// it; then it checks that no sandbox was lost or duplicated. Loopback only,
-// bounded in time; it exits 1 on a lost or duplicated sandbox.
+// it (or, with -redis cluster, fails over, pauses and reshards a Redis
+// Cluster and kills its replicas); then it checks that no sandbox was lost
+// or duplicated. Loopback only, bounded in time; it exits 1 on a lost or
+// duplicated sandbox.
 //
 //	go run ./test/soak                                # 5 minutes, 200 clients
 //	go run ./test/soak -short                         # ~30 s, 40 clients (CI)
 //	go run ./test/soak -report docs/RELIABILITY.md    # full soak, then write the report
+//	go run ./test/soak -redis cluster -report docs/RELIABILITY.md  # the same on a Redis Cluster, with its faults
 package main
 
 import (
@@ -39,6 +42,7 @@ type config struct {
 	Report                            string        // write the reliability report here
 	Tests                             bool          // with Report: run the mapped tests for their results
 	Keep                              bool          // keep the work dir (logs, data) for a post-mortem; a failed run always does
+	Redis                             string        // redisSingle or redisCluster
 	Short                             bool
 }
 
@@ -48,7 +52,7 @@ func defaultConfig(short bool) config {
 		ThinkMin: 500 * time.Millisecond, ThinkMax: 1500 * time.Millisecond,
 		FaultEvery: 15 * time.Second, ReplicaDown: time.Second, RedisDown: 3 * time.Second,
 		ReconcileInterval: 2 * time.Second, ReconcileGrace: 5 * time.Second,
-		SampleEvery: 200 * time.Millisecond, Tests: true,
+		SampleEvery: 200 * time.Millisecond, Tests: true, Redis: redisSingle,
 	}
 	if short {
 		c.Short = true
@@ -70,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	report := fs.String("report", "", "write the reliability report (markdown) to this file")
 	tests := fs.Bool("tests", d.Tests, "with -report: run the tests named in the report and record their results")
 	keep := fs.Bool("keep", false, "keep the work dir (gateway logs, data dir)")
+	rds := fs.String("redis", redisSingle, "the state store: single (one redis-server) or cluster (3 masters + 3 replicas, with Cluster faults)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -90,7 +95,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			*o.dst = *o.v
 		}
 	}
-	c.Report, c.Tests, c.Keep = *report, *tests, *keep
+	c.Report, c.Tests, c.Keep, c.Redis = *report, *tests, *keep, *rds
+	if c.Redis != redisSingle && c.Redis != redisCluster {
+		return config{}, fmt.Errorf("-redis %q: single or cluster", c.Redis)
+	}
 	if c.Duration > 30*time.Minute {
 		return config{}, errors.New("-duration is bounded to 30m")
 	}
@@ -132,9 +140,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (*outcome, error) {
 		return nil, err
 	}
 	defer c.close()
-	logf("fleet up in %s: %d replicas, redis %s, data dir %s", time.Since(began).Round(time.Millisecond), len(c.replicas), c.redis.addr, c.dataDir)
+	logf("fleet up in %s: %d replicas, redis %s, data dir %s", time.Since(began).Round(time.Millisecond), len(c.replicas), c.redis.addr(), c.dataDir)
 
-	o := &outcome{cfg: cfg, started: time.Now()}
+	o := &outcome{cfg: cfg, started: time.Now(), cycle: c.faultCycle(), redis: c.redis.describe()}
 	o.probes = runProbes(ctx, c, logf)
 
 	smp := newSampler(c.bin, c.dataDir)
@@ -150,12 +158,15 @@ func run(ctx context.Context, cfg config, out io.Writer) (*outcome, error) {
 	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.Duration)
 	defer stopFaults()
 	progressDone := make(chan struct{})
-	go func() { progress(faultCtx, clients, smp, logf); close(progressDone) }()
+	o.load[0] = loadAverage()
+	go func() { o.load[1] = progress(faultCtx, clients, smp, logf); close(progressDone) }()
 	inj.run(faultCtx) // returns at the deadline with every fault repaired
 	<-progressDone
 	stopLoad()
 	results := clients.wait()
 	o.loadEnded = time.Now()
+	o.load[2] = loadAverage()
+	o.load[1] = max(o.load[0], o.load[1], o.load[2])
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
@@ -188,6 +199,17 @@ func run(ctx context.Context, cfg config, out io.Writer) (*outcome, error) {
 		logf("wrote %s", cfg.Report)
 	}
 	return o, nil
+}
+
+// loadAverage is the 1-minute load average (0 where /proc has none).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	_, _ = fmt.Sscan(string(b), &l)
+	return l
 }
 
 type lockedWriter struct {

@@ -35,3 +35,29 @@ func TestReportCountsSubtests(t *testing.T) {
 		t.Errorf("measured lines: %q", m)
 	}
 }
+
+// A run rewrites its own Redis mode's measured section and keeps the
+// other's from the file as it was, or says it was never measured.
+func TestReportKeepsTheOtherModesSection(t *testing.T) {
+	t.Parallel()
+	begin, end := sectionMarkers(redisCluster)
+	old := "# Reliability\n\n" + begin + "## Measured: cluster\n\nrun of 05:00\n" + end + "\n## Bad input\n"
+	for _, tc := range []struct {
+		name, old string
+		want      []string
+	}{
+		{"kept", old, []string{begin, "run of 05:00", end}},
+		{"never measured", "# Reliability\n", []string{begin, "Not measured yet: `go run ./test/soak -redis cluster", end}},
+		{"end marker missing", "# Reliability\n" + begin + "cut short", []string{"Not measured yet"}},
+	} {
+		got := keptSection([]byte(tc.old), redisCluster)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tc.name, got, w)
+			}
+		}
+		if strings.Contains(got, "Bad input") {
+			t.Errorf("%s: kept past its end marker: %q", tc.name, got)
+		}
+	}
+}

@@ -166,7 +166,7 @@ var rows = []row{
 		happens:   "reads and creates go on or answer 503 `state_unavailable`, and every read is served again within a second of the replica's promotion (was: 503 for over a minute after a failover); every acknowledged file stays readable, no thread has two sandboxes, no orphan after the reconciler's pass",
 		mechanism: "the Cluster client reloads its slot map at the first failed dial or timeout, CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY or LOADING, and at least every 5 s (go-redis alone: only on MOVED/ASK, else every 60 s); MOVED/ASK followed by go-redis; a create cut short between sandbox and record is adopted by the reconciler after `reconcile_grace`",
 		tests:     []testRef{{e2e, "TestClusterFaults"}, {statedbPkg, "TestClusterClientFollowsFailover"}},
-		note:      "(3 masters + 3 replicas, node timeout 2 s, 2 gateways, 30 threads; see “Redis's own guarantees” above)",
+		note:      "(3 masters + 3 replicas, node timeout 2 s, 2 gateways, 30 threads; see “Redis's own guarantees” above); soak `-redis cluster`: every Cluster fault in the rotation, under the full load",
 	},
 	{
 		failure:   "A replica dies between the steps of a change that spans Redis slots",

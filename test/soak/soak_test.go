@@ -33,7 +33,7 @@ func TestShortSoakLosesAndDuplicatesNothing(t *testing.T) {
 	if !o.passed() {
 		t.Fatalf("soak failed: %s", o.verdict())
 	}
-	for _, kind := range faultCycle {
+	for _, kind := range o.cycle {
 		n := 0
 		for _, f := range o.faults {
 			if f.kind == kind && f.err == nil {
@@ -56,21 +56,24 @@ func TestParseFlags(t *testing.T) {
 		clients  int
 		duration time.Duration
 		report   string
+		redis    string
 		wantErr  bool
 	}{
-		{nil, 200, 5 * time.Minute, "", false},
-		{[]string{"-short"}, 40, 30 * time.Second, "", false},
-		{[]string{"-short", "-clients", "7", "-duration", "10s"}, 7, 10 * time.Second, "", false},
-		{[]string{"-report", "out.md"}, 200, 5 * time.Minute, "out.md", false},
-		{[]string{"-duration", "2h"}, 0, 0, "", true},
-		{[]string{"stray"}, 0, 0, "", true},
+		{nil, 200, 5 * time.Minute, "", redisSingle, false},
+		{[]string{"-short"}, 40, 30 * time.Second, "", redisSingle, false},
+		{[]string{"-short", "-clients", "7", "-duration", "10s"}, 7, 10 * time.Second, "", redisSingle, false},
+		{[]string{"-report", "out.md"}, 200, 5 * time.Minute, "out.md", redisSingle, false},
+		{[]string{"-redis", "cluster"}, 200, 5 * time.Minute, "", redisCluster, false},
+		{[]string{"-redis", "sentinel"}, 0, 0, "", "", true},
+		{[]string{"-duration", "2h"}, 0, 0, "", "", true},
+		{[]string{"stray"}, 0, 0, "", "", true},
 	} {
 		c, err := parseFlags(tc.args, &strings.Builder{})
 		if (err != nil) != tc.wantErr {
 			t.Errorf("%v: err %v", tc.args, err)
 			continue
 		}
-		if err == nil && (c.Clients != tc.clients || c.Duration != tc.duration || c.Report != tc.report) {
+		if err == nil && (c.Clients != tc.clients || c.Duration != tc.duration || c.Report != tc.report || c.Redis != tc.redis) {
 			t.Errorf("%v: %+v", tc.args, c)
 		}
 	}

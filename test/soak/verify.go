@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/statedb"
 )
@@ -82,7 +80,7 @@ func verify(ctx context.Context, c *cluster, o *outcome, logf func(string, ...an
 			k.untracked = append(k.untracked, fmt.Sprintf("thread %s pid %d", p.thread, p.pid))
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr})
+	rdb := c.redis.client()
 	defer rdb.Close()
 	keys := statedb.NewKeys("", 0)
 	for _, in := range infos {
@@ -198,13 +196,29 @@ func acceptable(f *fileState, got string, exists bool) bool {
 	return got == f.acked || slices.Contains(f.uncertain, got)
 }
 
+// The final round's bounds: a gateway that answered no request would
+// otherwise hold it for hours (5 tries of requestTimeout per thread); a
+// thread it has no time left for counts as not answering.
+const (
+	finalTryTimeout = 15 * time.Second
+	finalBudget     = 3 * time.Minute
+)
+
 // finalRound runs one exec in every thread through the replicas in turn;
 // a 503 (provisioning, a lock of a killed replica still held) is retried.
 func finalRound(ctx context.Context, c *cluster, cfg config, k *checks) {
+	ctx, cancel := context.WithTimeout(ctx, finalBudget)
+	defer cancel()
 	for th := range cfg.Threads {
+		if ctx.Err() != nil {
+			k.finalFailures = append(k.finalFailures, fmt.Sprintf("%s: not tried, the final round's %s ran out", threadName(th), finalBudget))
+			continue
+		}
 		var last string
 		for try := range 5 {
-			code, body, err := c.do(ctx, th%len(c.replicas), "POST", "/threads/"+threadName(th)+"/v1/shell/exec", map[string]any{"command": "echo final"})
+			tctx, cancelTry := context.WithTimeout(ctx, finalTryTimeout)
+			code, body, err := c.do(tctx, th%len(c.replicas), "POST", "/threads/"+threadName(th)+"/v1/shell/exec", map[string]any{"command": "echo final"})
+			cancelTry()
 			out, _ := dataField(body, "output")
 			if err == nil && code == 200 && strings.TrimSpace(out) == "final" {
 				k.finalOK++

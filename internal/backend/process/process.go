@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -143,7 +144,7 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 		p.log.Warn("process_isolation: none: sandboxes run as the gateway's user, see its files, processes and network " +
 			"(no egress policy applies); for one trusted user only")
 	} else {
-		p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup"))
+		p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup")).WithScope(cgroupScope(cfg.StateDir))
 		if err := p.probe(); err != nil {
 			return nil, fmt.Errorf("process backend: process_isolation: namespaces does not work on this machine: %w; "+
 				"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
@@ -495,4 +496,21 @@ func (p *Process) liveState(ctx context.Context, sid string) (*state, error) {
 		return p.liveState(ctx, sid)
 	}
 	return nil, err
+}
+
+// cgroupScope sets this fleet's sandbox cgroups apart from another's on the
+// same host (jail.Cgroups.WithScope): the state dir is what makes replicas
+// one fleet. Two soaks, or a soak and go test, serving the same thread
+// otherwise shared its cgroup: one froze the other's sandbox, and each
+// destroy waited out the removal of a cgroup the other still used.
+func cgroupScope(stateDir string) string {
+	dir, err := filepath.Abs(stateDir)
+	if err == nil {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(dir))
+	return fmt.Sprintf("%016x", h.Sum64())
 }
