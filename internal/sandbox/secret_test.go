@@ -111,3 +111,58 @@ func TestSecretFlagsExclusive(t *testing.T) {
 		t.Fatal("both --secret-fd and --secret-file were accepted")
 	}
 }
+
+// TestReadSecretBounds: a secret is kept whole up to maxSecretLen (read one
+// byte past it, so a longer one is refused, never cut to the limit), and one
+// shorter than minSecretLen is refused; surrounding whitespace (a trailing
+// newline from a file) is not part of it.
+func TestReadSecretBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, in, want, err string
+	}{
+		{"shortest", strings.Repeat("s", minSecretLen), strings.Repeat("s", minSecretLen), ""},
+		{"too short", strings.Repeat("s", minSecretLen-1), "", "too short"},
+		{"newline trimmed", strings.Repeat("s", minSecretLen) + "\n", strings.Repeat("s", minSecretLen), ""},
+		{"longest", strings.Repeat("l", maxSecretLen), strings.Repeat("l", maxSecretLen), ""},
+		{"one too long", strings.Repeat("l", maxSecretLen+1), "", "too long"},
+		{"far too long", strings.Repeat("l", 3*maxSecretLen), "", "too long"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := readSecret(strings.NewReader(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("readSecret: %d bytes, err %v, want an error saying %q", len(got), err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("readSecret: %d bytes, err %v, want the %d bytes whole", len(got), err, len(tc.want))
+			}
+		})
+	}
+}
+
+// TestReadSecretFD reads the launcher's pipe, and refuses what readSecret
+// refuses, naming the descriptor.
+func TestReadSecretFD(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, err string }{{testSecret + "\n", ""}, {"short", "too short"}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteString(tc.in); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		got, err := readSecretFD(int(r.Fd()))
+		switch {
+		case tc.err == "" && (err != nil || got != testSecret):
+			t.Fatalf("secret-fd: %q, %v; want the secret", got, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), "secret-fd") || !strings.Contains(err.Error(), tc.err)):
+			t.Fatalf("secret-fd with %q: err %v, want one naming secret-fd and %q", tc.in, err, tc.err)
+		}
+	}
+}
