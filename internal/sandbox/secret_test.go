@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/sandboxspec"
@@ -157,7 +158,12 @@ func TestReadSecretFD(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.Close()
-		got, err := readSecretFD(int(r.Fd()))
+		fd, err := syscall.Dup(int(r.Fd())) // readSecretFD closes what it reads, as the server does
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readSecretFD(fd)
 		switch {
 		case tc.err == "" && (err != nil || got != testSecret):
 			t.Fatalf("secret-fd: %q, %v; want the secret", got, err)
