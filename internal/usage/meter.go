@@ -66,6 +66,12 @@ func (m *Meter) Measure(ctx context.Context, user, thread string) (Usage, error)
 		return u, nil
 	}
 	ch := m.walks.DoChan(user+"/"+thread, func() (any, error) {
+		// A walk that ended between the lookup above and here has left a
+		// fresh entry: the singleflight key is gone once a walk returns,
+		// so without this check a late caller walks again.
+		if u, ok := m.lookup(k); ok && time.Since(u.MeasuredAt) < m.cfg.TTL {
+			return u, nil
+		}
 		return m.walk(context.WithoutCancel(ctx), k)
 	})
 	select {
