@@ -41,7 +41,7 @@ var landlockConfig = landlock.Config{
 // With signals scoped, a thread may signal only processes of its own domain
 // (or nested in it), that is those forked by the same thread; the sandbox
 // server forks and signals its commands from one thread for that reason
-// (sandbox's procThread).
+// (sandbox's procthread.go).
 func restrictFilesystem(writable []string) error {
 	err := landlockConfig.Restrict(
 		landlock.RODirs("/"),

@@ -12,7 +12,7 @@ import (
 func init() { testScenarios["signal-domains"] = runSignalDomains }
 
 // The sandbox server forks and signals its commands from one OS thread
-// (package sandbox, procThread) because of what this pins down: after
+// (package sandbox, procthread.go) because of what this pins down: after
 // restrictFilesystem each thread is in a Landlock domain of its own, and
 // with signals scoped a child forked by one thread can be signalled by that
 // thread but not by another (EPERM). Should Landlock ever restrict all

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/internal/jail"
+	"github.com/sandgate/sandgate/internal/osthread"
 )
 
 // commandNPROC is the RLIMIT_NPROC a command gets in the process backend's
@@ -47,7 +48,7 @@ func limitedScript(script string) string {
 func startLimited(cmd *exec.Cmd) error {
 	n := commandNPROC()
 	if n == 0 {
-		return startCmd(cmd)
+		return osthread.Start(cmd)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -55,7 +56,7 @@ func startLimited(cmd *exec.Cmd) error {
 	}
 	defer w.Close()
 	cmd.ExtraFiles = []*os.File{r} // fd 3
-	err = startCmd(cmd)
+	err = osthread.Start(cmd)
 	_ = r.Close()
 	if err != nil {
 		return err

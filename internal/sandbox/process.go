@@ -300,7 +300,7 @@ func (c *command) kill(reason string) (bool, error) {
 	return c.signal(syscall.SIGKILL, reason)
 }
 
-// signal sends sig to the command's process group (from procThread, see
+// signal sends sig to the command's process group (from osthread's thread, see
 // signalGroup). A reason marks a signal that ends commands: once sent, the
 // command's status is the reason and its state is not committed. It reports
 // whether the command was running; a signal that could not be sent leaves

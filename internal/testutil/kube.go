@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/osthread"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -133,7 +134,7 @@ func (k *KubeAPI) start(bin string) error {
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "default="+peerURL, "--unsafe-no-fsync")
-	if err := k.etcd.Start(); err != nil {
+	if err := osthread.Start(k.etcd); err != nil {
 		return fmt.Errorf("start etcd: %w", err)
 	}
 	if err := waitHTTP(etcdURL+"/health", nil, "", 30*time.Second); err != nil {
@@ -157,7 +158,7 @@ func (k *KubeAPI) start(bin string) error {
 		// A loopback advertise address needs this: the endpoint reconciler
 		// refuses to publish 127.0.0.1 for the kubernetes Service.
 		"--endpoint-reconciler-type=none")
-	if err := k.server.Start(); err != nil {
+	if err := osthread.Start(k.server); err != nil {
 		return fmt.Errorf("start kube-apiserver: %w", err)
 	}
 	if err := waitHTTP(k.URL+"/readyz", k.CAData, k.adminToken, 90*time.Second); err != nil {
@@ -168,7 +169,10 @@ func (k *KubeAPI) start(bin string) error {
 }
 
 // command runs a server in its own process group, logging to dir/logName;
-// the kernel kills it if the test binary dies without StopKubeAPIServer.
+// the kernel kills it if the test binary dies without StopKubeAPIServer
+// (started with osthread.Start: the signal is tied to the forking thread,
+// and a test's goroutine that exited locked to its thread once took the
+// shared kube-apiserver with it).
 func (k *KubeAPI) command(path, logName string, args ...string) *exec.Cmd {
 	cmd := exec.Command(path, args...)
 	if f, err := os.Create(filepath.Join(k.dir, logName)); err == nil {

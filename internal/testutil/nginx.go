@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/osthread"
 )
 
 // Nginx returns the nginx binary (Debian installs it in /usr/sbin, often
@@ -63,7 +65,8 @@ http {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	// osthread: the parent-death signal is tied to the forking thread
+	if err := osthread.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
