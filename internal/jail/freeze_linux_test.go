@@ -40,96 +40,104 @@ func realFreezers(t *testing.T) map[string]*Cgroups {
 	return found
 }
 
-// TestCgroupsFreeze freezes real processes (a shell and its child, both
-// burning CPU) in each real freezer: frozen, they use no CPU; thawed, they
-// run again; killed while frozen and thawed, they die at once.
-func TestCgroupsFreeze(t *testing.T) {
-	t.Parallel()
+// eachFreezer runs f as a parallel subtest in each real freezer (v2, v1),
+// with a cgroup name no other test or run uses.
+func eachFreezer(t *testing.T, f func(t *testing.T, c *Cgroups, name string)) {
+	t.Helper()
 	freezers := realFreezers(t)
 	testutil.Require(t, len(freezers) > 0, "a cgroup freezer (v2, or v1's freezer hierarchy) writable by root")
 	for mode, c := range freezers {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			name := fmt.Sprintf("test-%d-%x", os.Getpid(), time.Now().UnixNano())
-			dir := filepath.Join(c.freezer, name)
-			ctx := t.Context()
-			cmd := exec.Command("/bin/sh", "-c", "read go; (while :; do :; done) & while :; do :; done")
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				killCgroup(dir)
-				_ = c.Freeze(ctx, name, false)
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				if err := c.Remove(name); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-			})
-			if err := c.Place(name, cmd.Process.Pid, Limits{}.WithDefaults()); err != nil {
-				t.Fatalf("Place: %v", err)
-			}
-			_, _ = stdin.Write([]byte("go\n"))
-			waitFor(t, "both processes in the cgroup", func() bool { return len(cgroupPIDs(t, dir)) == 2 })
-			pids := cgroupPIDs(t, dir)
-			waitFor(t, "the processes burn CPU", func() bool { return cpuTicks(pids) > 20 })
-
-			for range 2 { // idempotent
-				if err := c.Freeze(ctx, name, true); err != nil {
-					t.Fatalf("Freeze: %v", err)
-				}
-			}
-			if frozen, err := c.Frozen(name); !frozen || err != nil {
-				t.Fatalf("Frozen = %v, %v after Freeze", frozen, err)
-			}
-			before := cpuTicks(pids)
-			time.Sleep(time.Second)
-			if after := cpuTicks(pids); after != before {
-				t.Errorf("frozen processes used CPU: %d ticks, then %d", before, after)
-			}
-
-			for range 2 {
-				if err := c.Freeze(ctx, name, false); err != nil {
-					t.Fatalf("thaw: %v", err)
-				}
-			}
-			if frozen, err := c.Frozen(name); frozen || err != nil {
-				t.Fatalf("Frozen = %v, %v after the thaw", frozen, err)
-			}
-			thawed := cpuTicks(pids)
-			waitFor(t, "thawed processes burn CPU again", func() bool { return cpuTicks(pids) > thawed+20 })
-
-			// Killed while frozen, they die once thawed at the latest (a v1
-			// freezer holds them until then; v2 lets them die frozen).
-			if err := c.Freeze(ctx, name, true); err != nil {
-				t.Fatal(err)
-			}
-			began := time.Now()
-			killCgroup(dir)
-			if err := c.Freeze(ctx, name, false); err != nil {
-				t.Fatal(err)
-			}
-			err = cmd.Wait()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Errorf("frozen shell killed and thawed: %v, want killed", err)
-			}
-			waitFor(t, "the cgroup is empty", func() bool { return len(cgroupPIDs(t, dir)) == 0 })
-			if took := time.Since(began); took > time.Second {
-				t.Errorf("killed and thawed, the processes took %v to go", took)
-			}
-			if err := c.Remove(name); err != nil {
-				t.Fatalf("Remove: %v", err)
-			}
-			if err := c.Freeze(ctx, name, true); !errors.Is(err, ErrNoFreezer) {
-				t.Errorf("Freeze of a removed cgroup: %v, want ErrNoFreezer", err)
-			}
+			f(t, c, fmt.Sprintf("test-%d-%x", os.Getpid(), time.Now().UnixNano()))
 		})
 	}
+}
+
+// TestCgroupsFreeze freezes real processes (a shell and its child, both
+// burning CPU) in each real freezer: frozen, they use no CPU; thawed, they
+// run again; killed while frozen and thawed, they die at once.
+func TestCgroupsFreeze(t *testing.T) {
+	t.Parallel()
+	eachFreezer(t, func(t *testing.T, c *Cgroups, name string) {
+		dir := filepath.Join(c.freezer, name)
+		ctx := t.Context()
+		cmd := exec.Command("/bin/sh", "-c", "read go; (while :; do :; done) & while :; do :; done")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			killCgroup(dir)
+			_ = c.Freeze(ctx, name, false)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if err := c.Remove(name); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		})
+		if err := c.Place(name, cmd.Process.Pid, Limits{}.WithDefaults()); err != nil {
+			t.Fatalf("Place: %v", err)
+		}
+		_, _ = stdin.Write([]byte("go\n"))
+		waitFor(t, "both processes in the cgroup", func() bool { return len(cgroupPIDs(t, dir)) == 2 })
+		pids := cgroupPIDs(t, dir)
+		waitFor(t, "the processes burn CPU", func() bool { return cpuTicks(pids) > 20 })
+
+		for range 2 { // idempotent
+			if err := c.Freeze(ctx, name, true); err != nil {
+				t.Fatalf("Freeze: %v", err)
+			}
+		}
+		if frozen, err := c.Frozen(name); !frozen || err != nil {
+			t.Fatalf("Frozen = %v, %v after Freeze", frozen, err)
+		}
+		before := cpuTicks(pids)
+		time.Sleep(time.Second)
+		if after := cpuTicks(pids); after != before {
+			t.Errorf("frozen processes used CPU: %d ticks, then %d", before, after)
+		}
+
+		for range 2 {
+			if err := c.Freeze(ctx, name, false); err != nil {
+				t.Fatalf("thaw: %v", err)
+			}
+		}
+		if frozen, err := c.Frozen(name); frozen || err != nil {
+			t.Fatalf("Frozen = %v, %v after the thaw", frozen, err)
+		}
+		thawed := cpuTicks(pids)
+		waitFor(t, "thawed processes burn CPU again", func() bool { return cpuTicks(pids) > thawed+20 })
+
+		// Killed while frozen, they die once thawed at the latest (a v1
+		// freezer holds them until then; v2 lets them die frozen).
+		if err := c.Freeze(ctx, name, true); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		killCgroup(dir)
+		if err := c.Freeze(ctx, name, false); err != nil {
+			t.Fatal(err)
+		}
+		err = cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("frozen shell killed and thawed: %v, want killed", err)
+		}
+		waitFor(t, "the cgroup is empty", func() bool { return len(cgroupPIDs(t, dir)) == 0 })
+		if took := time.Since(began); took > time.Second {
+			t.Errorf("killed and thawed, the processes took %v to go", took)
+		}
+		if err := c.Remove(name); err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		if err := c.Freeze(ctx, name, true); !errors.Is(err, ErrNoFreezer) {
+			t.Errorf("Freeze of a removed cgroup: %v, want ErrNoFreezer", err)
+		}
+	})
 }
 
 func cgroupPIDs(t *testing.T, dir string) []int {
