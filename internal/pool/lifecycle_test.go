@@ -217,6 +217,31 @@ func TestThreeReapersDestroyEachExactlyOnce(t *testing.T) {
 	}
 }
 
+// One pass reaps every expired sandbox of an index, however many pages of
+// reapBatch it takes (the passes above overlap, so a pass that stopped
+// after its first page would still have its work done by another). One
+// bucket, so that the index holds more than a page.
+func TestOneReapPassPagesThroughTheIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: time.Minute, MaxSandboxes: -1})
+	oneBucket := func(d *Deps) { d.Store = statedb.NewStoreBuckets(e.rdb(), "", 1) }
+	p := e.replicaWith(oneBucket)
+	n := 2*reapBatch + 50
+	for i := range n {
+		if _, _, err := p.Acquire(ctx, "u", fmt.Sprintf("p%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Wait()
+	e.clock.Advance(2 * time.Minute)
+	if k, err := NewReaper(e.replicaWith(oneBucket)).Pass(ctx); err != nil || k != n {
+		t.Fatalf("one pass reaped %d (%v), want all %d", k, err, n)
+	}
+	if c, _ := p.store.Count(ctx); c != (state.Counts{}) {
+		t.Fatalf("indexes not empty after one pass: %+v", c)
+	}
+}
+
 func TestRedisFlushLosesNoSandbox(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{MaxSandboxes: -1})
