@@ -3,6 +3,7 @@ package docker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -215,15 +216,33 @@ func (d *Docker) Thaw(ctx context.Context, info backend.Info) error {
 	return nil
 }
 
+// unpauseTries bounds unpause's attempts: the engine can answer a pause
+// before the pause has taken effect (containerd's pause returns once
+// asked), so an unpause right behind it can land first and leave the
+// container paused; each try after the first waits a little longer.
+const unpauseTries = 5
+
 func (d *Docker) unpause(ctx context.Context, id string) error {
-	err := d.api.ContainerUnpause(ctx, id)
-	if err != nil && !client.IsErrConnectionFailed(err) && d.running(ctx, id) {
-		return nil // was not paused (engines differ in the status they answer)
+	for try := range unpauseTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return engineErr("unpause container", ctx.Err())
+			case <-time.After(time.Duration(try) * 50 * time.Millisecond):
+			}
+		}
+		err := d.api.ContainerUnpause(ctx, id)
+		// Done once it runs unpaused, whatever the answer (engines differ
+		// in the status they give for a container that was not paused).
+		if d.running(ctx, id) {
+			return nil
+		}
+		if err != nil && !d.paused(ctx, id) {
+			return engineErr("unpause container", err) // stopped, gone, or no engine
+		}
+		// still paused: the pause this overtook took effect after it
 	}
-	if err != nil {
-		return engineErr("unpause container", err)
-	}
-	return nil
+	return engineErr("unpause container", errors.New("still paused after "+strconv.Itoa(unpauseTries)+" unpauses"))
 }
 
 func (d *Docker) paused(ctx context.Context, id string) bool {
