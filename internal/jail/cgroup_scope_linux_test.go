@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"context"
 	"os/exec"
 	"testing"
 	"time"
@@ -19,20 +20,7 @@ func TestCgroupScopesKeepFleetsApart(t *testing.T) {
 		fleets := []*Cgroups{c.WithScope("fleet-a"), c.WithScope("fleet-b")}
 		var procs []*exec.Cmd
 		for _, f := range fleets {
-			cmd := exec.Command("sleep", "60")
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			procs = append(procs, cmd)
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				_ = f.Freeze(t.Context(), name, false)
-				_ = f.Remove(name)
-			})
-			if err := f.Place(name, cmd.Process.Pid, Limits{}.WithDefaults()); err != nil {
-				t.Fatal(err)
-			}
+			procs = append(procs, placeSleep(t, f, name))
 		}
 		if err := fleets[0].Freeze(t.Context(), name, true); err != nil {
 			t.Fatal(err)
@@ -59,19 +47,7 @@ func TestCgroupScopesKeepFleetsApart(t *testing.T) {
 func TestCgroupScopeFindsUnscopedSandbox(t *testing.T) {
 	t.Parallel()
 	eachFreezer(t, func(t *testing.T, c *Cgroups, name string) {
-		cmd := exec.Command("sleep", "60")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			_ = c.Freeze(t.Context(), name, false)
-			_ = c.Remove(name)
-		})
-		if err := c.Place(name, cmd.Process.Pid, Limits{}.WithDefaults()); err != nil {
-			t.Fatal(err)
-		}
+		cmd := placeSleep(t, c, name)
 		scoped := c.WithScope("upgraded")
 		if err := scoped.Freeze(t.Context(), name, true); err != nil {
 			t.Fatal(err)
@@ -91,4 +67,24 @@ func TestCgroupScopeFindsUnscopedSandbox(t *testing.T) {
 			t.Error("the unscoped cgroup is left")
 		}
 	})
+}
+
+// placeSleep places a sleeping process in c's cgroup name, removed (thawed
+// first) at cleanup.
+func placeSleep(t *testing.T, c *Cgroups, name string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = c.Freeze(context.Background(), name, false)
+		_ = c.Remove(name)
+	})
+	if err := c.Place(name, cmd.Process.Pid, Limits{}.WithDefaults()); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
 }
