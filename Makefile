@@ -19,7 +19,7 @@ build:
 
 deps:
 	./scripts/install-deps.sh
-	./scripts/kube-test-bins.sh >/dev/null  # kube-apiserver, etcd and kubectl, cached by version in ~/.cache/sandgate (~6.5 min cold)
+	./scripts/kube-test-bins.sh >/dev/null  # etcd, kube-apiserver, kubectl and the node's kubelet, scheduler, controller-manager, cached by version in ~/.cache/sandgate (~8 min cold)
 
 # Every fuzz target for a few seconds on top of its committed corpus
 # (testdata/fuzz, which the plain run below also replays), then the whole

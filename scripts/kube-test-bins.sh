@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the binaries the Kubernetes integration tests run against — kube-apiserver v1.37.2, etcd v3.7.3
-# and kubectl v1.37.2 (test/deploy renders and dry-runs the manifests with it) — from the Go module proxy
+# Builds the binaries the Kubernetes integration tests run against — kube-apiserver v1.37.2, etcd v3.7.3,
+# kubectl v1.37.2 (test/deploy renders and dry-runs the manifests with it), and the node that
+# scripts/kube-node.sh runs: kubelet, kube-scheduler and kube-controller-manager v1.37.2 and a pause
+# binary for the Pod sandbox image — from the Go module proxy
 # into a cache outside the clone, keyed by the versions: $SANDGATE_CACHE (default ~/.cache/sandgate)
 # /kube-<kube>-etcd-<etcd>/bin. Each is built once per machine, so a fresh clone (CI's) finds them; a
 # rebuild happens only when a binary is missing or the versions change. An flock keeps two test packages from building at once,
@@ -66,20 +68,55 @@ kube_module() {
 	go mod edit "${args[@]}"
 }
 
-# build_kube CMD builds k8s.io/kubernetes/cmd/CMD with the release's version stamped in.
+# build_kube CMD... builds k8s.io/kubernetes/cmd/CMD for each CMD with the release's version stamped
+# in; one go build for all, so they share its compile work.
 build_kube() {
-	local cmd=$1
 	kube_module
-	nice -n 19 go get -tool "k8s.io/kubernetes/cmd/$cmd@$KUBE_VERSION"
+	local cmd pkgs=()
+	for cmd in "$@"; do
+		nice -n 19 go get -tool "k8s.io/kubernetes/cmd/$cmd@$KUBE_VERSION"
+		pkgs+=("k8s.io/kubernetes/cmd/$cmd")
+	done
+	rm -rf "$bin/.tmp" && mkdir -p "$bin/.tmp"
 	nice -n 19 go build -trimpath -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
 		-X k8s.io/component-base/version.gitMajor=1 \
 		-X k8s.io/component-base/version.gitMinor=37" \
-		-o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
-	mv "$bin/$cmd.tmp" "$bin/$cmd"
+		-o "$bin/.tmp/" "${pkgs[@]}"
+	for cmd in "$@"; do mv "$bin/.tmp/$cmd" "$bin/$cmd"; done
+}
+
+# build_pause builds the Pod sandbox's process: it holds the Pod's namespaces and exits on SIGTERM or
+# SIGINT. kube-node.sh wraps it in an image, as no registry.k8s.io/pause can be pulled here.
+build_pause() {
+	local dir=$src/pause
+	mkdir -p "$dir"
+	cd "$dir"
+	[ -f go.mod ] || go mod init sandgate.local/pause >/dev/null 2>&1
+	cat >main.go <<'EOF'
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	<-c
+}
+EOF
+	go build -trimpath -ldflags "-s -w" -o "$bin/pause.tmp" .
+	mv "$bin/pause.tmp" "$bin/pause"
 }
 
 [ -x "$bin/etcd" ] || (build_etcd) >&2
 [ -x "$bin/kube-apiserver" ] || (build_kube kube-apiserver) >&2
 [ -x "$bin/kubectl" ] || (build_kube kubectl) >&2
+node=()
+for cmd in kubelet kube-scheduler kube-controller-manager; do [ -x "$bin/$cmd" ] || node+=("$cmd"); done
+[ ${#node[@]} -eq 0 ] || (build_kube "${node[@]}") >&2
+[ -x "$bin/pause" ] || (build_pause) >&2
 echo "$bin"

@@ -44,9 +44,9 @@ import (
 )
 
 // KubeAPI is a real kube-apiserver with its etcd, on loopback ports, shared
-// by the tests of one package (isolate tests by namespace). Only the API
-// server runs: no scheduler, kubelet or garbage collector (StartKubelet is
-// a stand-in kubelet).
+// by the tests of one package (isolate tests by namespace). Alone it has no
+// scheduler, kubelet or garbage collector: StartKubeNode adds a real node,
+// StartKubelet a stand-in kubelet.
 type KubeAPI struct {
 	URL    string
 	CAData []byte
@@ -55,7 +55,9 @@ type KubeAPI struct {
 
 	dir          string
 	adminToken   string
+	tokens       map[string]string // a node component's token by its user name
 	etcd, server *exec.Cmd
+	node         *KubeNode
 }
 
 var (
@@ -111,7 +113,7 @@ func startKube() (*KubeAPI, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &KubeAPI{dir: dir, BinDir: bin, adminToken: randomHex(16)}
+	k := &KubeAPI{dir: dir, BinDir: bin, adminToken: randomHex(16), tokens: map[string]string{}}
 	if err := k.start(bin); err != nil {
 		k.stop()
 		return nil, err
@@ -151,7 +153,12 @@ func (k *KubeAPI) start(bin string) error {
 		"--service-account-key-file="+filepath.Join(k.dir, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(k.dir, "sa.key"),
 		"--service-cluster-ip-range=10.0.0.0/24",
-		"--authorization-mode=RBAC",
+		"--authorization-mode=Node,RBAC",
+		// A real node (StartKubeNode) serves Pod logs to the API server,
+		// which shows it this certificate (the kubelet trusts the CA).
+		"--kubelet-client-certificate="+filepath.Join(k.dir, "kubelet-client.crt"),
+		"--kubelet-client-key="+filepath.Join(k.dir, "kubelet-client.key"),
+		"--kubelet-preferred-address-types=InternalIP",
 		"--token-auth-file="+filepath.Join(k.dir, "tokens.csv"),
 		"--allow-privileged=true",
 		"--disable-admission-plugins=ServiceAccount",
@@ -188,6 +195,9 @@ func (k *KubeAPI) log(name string) string {
 }
 
 func (k *KubeAPI) stop() {
+	if k.node != nil {
+		k.node.stop()
+	}
 	for _, c := range []*exec.Cmd{k.server, k.etcd} {
 		if c != nil && c.Process != nil {
 			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
@@ -198,7 +208,9 @@ func (k *KubeAPI) stop() {
 }
 
 // writeCredentials makes a CA and serving certificate for 127.0.0.1, the
-// service-account signing key pair and the static token file (admin).
+// service-account signing key pair, the static token file (admin and the
+// node's components) and the client certificate the API server presents
+// to the kubelet.
 func (k *KubeAPI) writeCredentials() error {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -249,8 +261,14 @@ func (k *KubeAPI) writeCredentials() error {
 		"serving.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: srvKeyDER}),
 		"sa.key":      pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}),
 		"sa.pub":      pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPub}),
-		"tokens.csv":  []byte(k.adminToken + ",admin,admin-uid,system:masters\n"),
+		"tokens.csv":  []byte(k.adminToken + ",admin,admin-uid,system:masters\n" + k.componentTokens()),
+		"ca.crt":      k.CAData,
 	}
+	kcCert, kcKey, err := clientCert(ca, caKey, "kube-apiserver-kubelet-client", now)
+	if err != nil {
+		return err
+	}
+	files["kubelet-client.crt"], files["kubelet-client.key"] = kcCert, kcKey
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(k.dir, name), data, 0o600); err != nil {
 			return err
@@ -274,16 +292,20 @@ func (k *KubeAPI) config(token string) *rest.Config {
 // context's namespace, and returns its path.
 func (k *KubeAPI) Kubeconfig(t testing.TB, token, namespace string) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := k.writeKubeconfig(path, token, namespace); err != nil {
+		t.Fatalf("write kubeconfig: %v", err)
+	}
+	return path
+}
+
+func (k *KubeAPI) writeKubeconfig(path, token, namespace string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: k.URL, CertificateAuthorityData: k.CAData}
 	cfg.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test", Namespace: namespace}
 	cfg.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatalf("write kubeconfig: %v", err)
-	}
-	return path
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)

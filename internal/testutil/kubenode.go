@@ -1,0 +1,243 @@
+package testutil
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/osthread"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The node's components and the identities the API server knows them by
+// (its static token file): the kubelet is a node to the Node authorizer,
+// the scheduler has the bootstrap role of its name; the controller manager
+// is a master, as its own role presumes a credential per controller
+// (--use-service-account-credentials), which a test cluster can spare.
+var nodeComponents = map[string]string{
+	"kubelet":            "system:node:" + nodeName + ",node-uid,system:nodes",
+	"scheduler":          "system:kube-scheduler,scheduler-uid",
+	"controller-manager": "system:kube-controller-manager,controller-manager-uid,system:masters",
+}
+
+// nodeName is what scripts/kube-node.sh registers its kubelet as.
+const nodeName = "sandgate-node"
+
+// componentTokens mints the node components' tokens and returns their
+// lines of the token file.
+func (k *KubeAPI) componentTokens() string {
+	var b strings.Builder
+	for name, ident := range nodeComponents {
+		k.tokens[name] = randomHex(16)
+		b.WriteString(k.tokens[name] + "," + ident + "\n")
+	}
+	return b.String()
+}
+
+// clientCert is a client certificate for cn signed by the CA, as PEM.
+func clientCert(ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, now time.Time) (crt, key []byte, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca, &k.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// KubeNode is a real node of the package's API server (scripts/kube-node.sh:
+// containerd, runc, the CNI bridge, kubelet, kube-scheduler and
+// kube-controller-manager), shared by the package's tests like the API
+// server. Pods get addresses in PodCIDR on a bridge of this host, which the
+// tests reach directly (url_mode pod_ip); there is no kube-proxy, so
+// Service addresses lead nowhere. SandboxImage is the small sandbox image,
+// imported into the node's containerd.
+type KubeNode struct {
+	Name, IP, PodCIDR string
+	SandboxImage      string
+
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+var (
+	nodeOnce sync.Once
+	nodeErr  error
+)
+
+// StartKubeNode returns the package's real node, starting it (and the API
+// server) on first use; StopKubeAPIServer stops both. It needs root, the
+// Docker engine (the sandbox image is built there and exported) and what
+// scripts/install-deps.sh installs.
+func StartKubeNode(t testing.TB) *KubeNode {
+	t.Helper()
+	api := StartKubeAPIServer(t)
+	image := SandboxImage(t)
+	nodeOnce.Do(func() { api.node, nodeErr = startNode(api, image) })
+	if nodeErr != nil {
+		t.Fatalf("start kube node: %v", nodeErr)
+	}
+	return api.node
+}
+
+func startNode(api *KubeAPI, image string) (*KubeNode, error) {
+	dir := filepath.Join(api.dir, "node")
+	if err := os.MkdirAll(filepath.Join(dir, "images"), 0o700); err != nil {
+		return nil, err
+	}
+	for name := range nodeComponents {
+		if err := api.writeKubeconfig(filepath.Join(dir, name+".kubeconfig"), api.tokens[name], ""); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), api.CAData, 0o600); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := saveImage(ctx, image, filepath.Join(dir, "images", "sandbox.tar")); err != nil {
+		return nil, err
+	}
+	n := &KubeNode{SandboxImage: image, dir: dir, done: make(chan struct{})}
+	n.cmd = exec.Command("bash", filepath.Join(ModuleRoot(), "scripts", "kube-node.sh"), "run", dir)
+	logf, err := os.Create(filepath.Join(dir, "kube-node.log"))
+	if err != nil {
+		return nil, err
+	}
+	n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	// SIGTERM, not SIGKILL, should the test binary die: the script's trap
+	// then kills the Pods and removes the node's mounts, cgroups and bridge.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := osthread.Start(n.cmd); err != nil {
+		return nil, fmt.Errorf("start scripts/kube-node.sh: %w", err)
+	}
+	go func() { _ = n.cmd.Wait(); _ = logf.Close(); close(n.done) }()
+	if err := n.waitReady(ctx, api); err != nil {
+		n.stop()
+		return nil, err
+	}
+	return n, nil
+}
+
+// waitReady waits for the script's ready file and the Node's Ready
+// condition, and reads the node's addresses.
+func (n *KubeNode) waitReady(ctx context.Context, api *KubeAPI) error {
+	for {
+		_, err := os.Stat(filepath.Join(n.dir, "ready"))
+		if err == nil {
+			node, err := api.Admin.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err == nil && nodeReady(node) {
+				return n.readEnv()
+			}
+		}
+		select {
+		case <-n.done:
+			return fmt.Errorf("scripts/kube-node.sh exited:\n%s", n.log("kube-node.log"))
+		case <-ctx.Done():
+			return fmt.Errorf("node not ready: %w\n%s\n%s", ctx.Err(), n.log("kube-node.log"), n.log("kubelet.log"))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (n *KubeNode) readEnv() error {
+	f, err := os.Open(filepath.Join(n.dir, "node.env"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, val, _ := strings.Cut(sc.Text(), "=")
+		switch key {
+		case "NODE_NAME":
+			n.Name = val
+		case "NODE_IP":
+			n.IP = val
+		case "POD_CIDR":
+			n.PodCIDR = val
+		}
+	}
+	return sc.Err()
+}
+
+func (n *KubeNode) log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, name))
+	return tailString(string(b), 30)
+}
+
+// Log is the tail of one of the node's logs (kubelet.log, containerd.log,
+// scheduler.log, controller-manager.log, kube-node.log), for failures.
+func (n *KubeNode) Log(name string) string { return n.log(name) }
+
+// stop asks the script to tear the node down and waits for it.
+func (n *KubeNode) stop() {
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(2 * time.Minute):
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-n.done
+	}
+}
+
+// saveImage exports a Docker image as a docker-archive tarball.
+func saveImage(ctx context.Context, image, path string) error {
+	c, err := newDockerClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rc, err := c.ImageSave(ctx, []string{image})
+	if err != nil {
+		return fmt.Errorf("export %s: %w", image, err)
+	}
+	defer rc.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("export %s: %w", image, err)
+	}
+	return f.Close()
+}
