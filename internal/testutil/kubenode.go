@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,7 +24,9 @@ import (
 
 	"github.com/sandgate/sandgate/internal/osthread"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The node's components and the identities the API server knows them by
@@ -240,4 +243,106 @@ func saveImage(ctx context.Context, image, path string) error {
 		return fmt.Errorf("export %s: %w", image, err)
 	}
 	return f.Close()
+}
+
+// Crash kills the processes of the Pod of that UID from the host (SIGKILL),
+// but its Pod sandbox (pause): the container dies as in an OOM kill or a
+// crash, and the kubelet reports it.
+func (n *KubeNode) Crash(t testing.TB, uid string) {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), "/pod"+uid+"/") {
+			continue
+		}
+		dir := filepath.Dir(f)
+		if comm, _ := os.ReadFile(filepath.Join(dir, "comm")); strings.TrimSpace(string(comm)) == "pause" {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("crash pod %s: no process of it found", uid)
+	}
+}
+
+// EnforcePodSecurity makes the namespace enforce a Pod Security Standard
+// level (restricted, baseline, privileged) through the API server's
+// admission.
+func (k *KubeAPI) EnforcePodSecurity(t testing.TB, namespace, level string) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":%q}}}`, level)
+	if _, err := k.Admin.CoreV1().Namespaces().Patch(t.Context(), namespace, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("label namespace %s: %v", namespace, err)
+	}
+}
+
+// HostPathPVC makes the claim in namespace, bound to a PersistentVolume of
+// its own on the node directory dir (made world-writable and sticky, like
+// /tmp: the kubelet makes a subPath's directories with the volume root's
+// mode, owned by root, and sandboxes run as another uid), and waits until
+// it is Bound. A hostPath PV is a test's stand-in for a network volume; the
+// Pods see a PVC, which the restricted Pod Security Standard allows.
+func (k *KubeAPI) HostPathPVC(t testing.TB, namespace, claim, dir string, readOnly bool) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	mode := corev1.ReadWriteMany
+	if readOnly {
+		mode = corev1.ReadOnlyMany
+	}
+	size := resource.MustParse("1Gi")
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: namespace + "-" + claim},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{mode},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+			ClaimRef:               &corev1.ObjectReference{Namespace: namespace, Name: claim},
+			StorageClassName:       "",
+		},
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: claim},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{mode},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			VolumeName:       pv.Name,
+			StorageClassName: new(""),
+		},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := k.Admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pv: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = k.Admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	if _, err := k.Admin.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pvc: %v", err)
+	}
+	for {
+		got, err := k.Admin.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+		if err == nil && got.Status.Phase == corev1.ClaimBound {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pvc %s not bound: %v", claim, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 )
@@ -25,6 +26,7 @@ var APIVerbs = map[string][]string{
 	"pods":            {"create", "delete", "get", "list", "watch"},
 	"services":        {"create", "delete", "get", "list"},
 	"networkpolicies": {"create", "delete", "get"},
+	"secrets":         {"create", "delete", "get", "list", "patch"},
 }
 
 // APIGroups is the API group of each resource in APIVerbs ("" = core).
@@ -32,6 +34,7 @@ var APIGroups = map[string]string{
 	"pods":            corev1.GroupName,
 	"services":        corev1.GroupName,
 	"networkpolicies": networkingv1.GroupName,
+	"secrets":         corev1.GroupName,
 }
 
 // apiScheme knows core/v1 and networking.k8s.io/v1 only. client-go's typed
@@ -83,7 +86,7 @@ func newAPIClient(cfg *rest.Config, namespace string) (*apiClient, error) {
 
 var verbMethods = map[string]string{
 	"create": http.MethodPost, "delete": http.MethodDelete,
-	"get": http.MethodGet, "list": http.MethodGet, "watch": http.MethodGet,
+	"get": http.MethodGet, "list": http.MethodGet, "watch": http.MethodGet, "patch": http.MethodPatch,
 }
 
 // req starts a namespaced request for verb on resource, refusing verbs the
@@ -117,6 +120,14 @@ func (c *apiClient) delete(ctx context.Context, resource, name string, opts meta
 		return err
 	}
 	return r.Name(name).Body(&opts).Do(ctx).Error()
+}
+
+func (c *apiClient) patch(ctx context.Context, resource, name string, pt types.PatchType, body []byte) error {
+	r, err := c.req("patch", resource)
+	if err != nil {
+		return err
+	}
+	return r.Name(name).SetHeader("Content-Type", string(pt)).Body(body).Do(ctx).Error()
 }
 
 func (c *apiClient) list(ctx context.Context, resource string, opts metav1.ListOptions, into runtime.Object) error {

@@ -90,6 +90,20 @@ type Config struct {
 	ActiveDeadline time.Duration
 	// RunAsNonRoot makes the kubelet refuse images that run as root.
 	RunAsNonRoot bool
+	// RunAsUser and RunAsGroup are the uid and gid the sandbox's processes
+	// run as (0 = the image's USER); FSGroup owns the Pod's volumes and is
+	// every process's supplementary group (0 = none). Under the restricted
+	// Pod Security Standard set RunAsUser and RunAsNonRoot.
+	RunAsUser, RunAsGroup, FSGroup int
+	// ReadOnlyRootFS mounts the image read-only; /tmp is an emptyDir then.
+	ReadOnlyRootFS bool
+	// Server is the path of Sandgate's sandbox server in Image (the images
+	// of deployments/sandbox-image have it at /sandgate-sandbox). Set, each
+	// Pod runs it with a secret of its own (secret.go) and the backend offers
+	// what that server does for it: freeze and stats. "" = another image (the
+	// all-in-one sandbox): its entrypoint runs, the shared sandbox_api_key
+	// applies, and those features answer 501.
+	Server string
 
 	// User data (/mnt/user-data/{workspace,uploads,outputs}) lives on the PVC
 	// UserDataPVC, or under the node directory UserDataHostPath, at
@@ -252,6 +266,14 @@ func (c Config) Validate() error {
 	for _, t := range c.Tolerations {
 		if err := t.validate(); err != nil {
 			bad("kubernetes_tolerations: %v", err)
+		}
+	}
+	if c.Server != "" && (!path.IsAbs(c.Server) || path.Clean(c.Server) != c.Server) {
+		bad("kubernetes_server: %q is not a clean absolute path", c.Server)
+	}
+	for setting, id := range map[string]int{"kubernetes_run_as_user": c.RunAsUser, "kubernetes_run_as_group": c.RunAsGroup, "kubernetes_fs_group": c.FSGroup} {
+		if id < 0 || id > 1<<31-1 {
+			bad("%s: %d is not a uid or gid", setting, id)
 		}
 	}
 	if c.ActiveDeadline < 0 {

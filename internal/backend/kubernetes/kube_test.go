@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -31,32 +32,41 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// kubeEnv is one test's namespace on the shared API server, with the
-// stand-in kubelet and a kubeconfig restricted to the Role in rbac.yaml.
+// kubeEnv is one test's namespace on the package's real node
+// (testutil.StartKubeNode: kubelet, containerd, runc, the CNI bridge),
+// enforcing the restricted Pod Security Standard, with a kubeconfig
+// restricted to the Role in rbac.yaml, and the user data and skills on
+// PVCs bound to node directories under pvcRoot.
 type kubeEnv struct {
 	api        *testutil.KubeAPI
+	node       *testutil.KubeNode
 	ns         string
 	kubeconfig string
 	pvcRoot    string
-	kubelet    *testutil.Kubelet
 }
 
 func newKubeEnv(t *testing.T) *kubeEnv {
 	t.Helper()
+	node := testutil.StartKubeNode(t)
 	api := testutil.StartKubeAPIServer(t)
 	ns := api.Namespace(t)
+	api.EnforcePodSecurity(t, ns, "restricted")
 	token := api.ApplyRBAC(t, ns, rbacManifest)
-	e := &kubeEnv{api: api, ns: ns, kubeconfig: api.Kubeconfig(t, token, ns), pvcRoot: t.TempDir()}
-	e.kubelet = testutil.StartKubelet(t, api, ns, e.pvcRoot)
+	e := &kubeEnv{api: api, node: node, ns: ns, kubeconfig: api.Kubeconfig(t, token, ns), pvcRoot: t.TempDir()}
+	api.HostPathPVC(t, ns, "sandgate-data", filepath.Join(e.pvcRoot, "sandgate-data"), false)
+	api.HostPathPVC(t, ns, "skills", filepath.Join(e.pvcRoot, "skills"), true)
 	return e
 }
 
-// config is nodeport mode against the stand-in kubelet, user data and
-// skills on PVCs; the namespace comes from the kubeconfig's context.
+// config runs Sandgate's server image on the real node as the restricted
+// profile wants it (a uid of its own, read-only image), reached by Pod IP
+// (the node's bridge is on this host), user data and skills on PVCs; the
+// namespace comes from the kubeconfig's context.
 func (e *kubeEnv) config() Config {
 	return Config{
-		Kubeconfig: e.kubeconfig, Image: "sandgate/sandbox:test", URLMode: URLNodePort, NodeHost: "127.0.0.1",
-		UserDataPVC: "sandgate-data", SkillsPVC: "skills", Instance: "test",
+		Kubeconfig: e.kubeconfig, Image: e.node.SandboxImage, ImagePullPolicy: "Never", URLMode: URLPodIP,
+		Server: sandboxspec.ServerImagePath, RunAsNonRoot: true, RunAsUser: 1000, RunAsGroup: 1000, FSGroup: 1000,
+		ReadOnlyRootFS: true, UserDataPVC: "sandgate-data", SkillsPVC: "skills", Instance: "test",
 	}
 }
 
@@ -76,7 +86,7 @@ func testLog(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(t.
 
 func spec(user, thread string) backend.Spec {
 	s := backend.Spec{SandboxID: identity.SandboxID(user, thread), User: user, Thread: thread, Env: map[string]string{"GREETING": "hello"},
-		Secret: "secret-of-" + user}
+		Secret: "secret-of-" + user + "-0123456789abcdef0123456789abcdef"}
 	s.Labels = backend.IdentityLabels(s, "test", map[string]string{"team": "x"})
 	return s
 }
@@ -117,10 +127,10 @@ func (e *kubeEnv) policy(t *testing.T, name string) (*networkingv1.NetworkPolicy
 	return np, true
 }
 
-// TestContract runs the shared contract in nodeport mode: the stand-in
-// kubelet runs each Pod as a real sandbox server with the PVC's thread
-// subPath as its user data, so all of it holds, files across a recreate
-// included. The Pod gets no secret channel: the shared key applies.
+// TestContract runs the shared contract on the real node: each Pod runs
+// Sandgate's server under the restricted profile with a secret of its own
+// and the PVC's thread subPath as its user data, so all of it holds, files
+// across a recreate included.
 func TestContract(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t)
@@ -128,11 +138,10 @@ func TestContract(t *testing.T) {
 		Name:     Name,
 		Instance: "test",
 		New:      func(t *testing.T) backend.Backend { return e.backend(t, e.config()) },
-		NoSecret: true,
 	})
 }
 
-func TestCreateExecDestroyThroughNodePort(t *testing.T) {
+func TestCreateExecDestroy(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t)
 	k := e.backend(t, e.config())
@@ -152,8 +161,8 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 		info.User != "alice" || info.Thread != "chat:42" || info.CreatedAt.IsZero() || info.Labels["team"] != "x" {
 		t.Errorf("info = %+v", info)
 	}
-	if svc.Spec.Type != corev1.ServiceTypeNodePort || info.URL != "http://127.0.0.1:"+strconv.Itoa(int(svc.Spec.Ports[0].NodePort)) {
-		t.Errorf("URL %s for service %+v", info.URL, svc.Spec)
+	if pod.Status.PodIP == "" || info.URL != "http://"+pod.Status.PodIP+":8080" {
+		t.Errorf("URL %s for pod IP %q", info.URL, pod.Status.PodIP)
 	}
 	// The objects as the API server stored them.
 	if o := svc.OwnerReferences; len(o) != 1 || o[0].UID != pod.UID || o[0].Kind != "Pod" || !*o[0].Controller {
@@ -165,8 +174,10 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 	}
 	c := pod.Spec.Containers[0]
 	if *c.SecurityContext.AllowPrivilegeEscalation || c.SecurityContext.Capabilities.Drop[0] != "ALL" ||
+		!*c.SecurityContext.ReadOnlyRootFilesystem || !*pod.Spec.SecurityContext.RunAsNonRoot ||
+		*pod.Spec.SecurityContext.RunAsUser != 1000 ||
 		pod.Spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
-		*pod.Spec.AutomountServiceAccountToken || c.ReadinessProbe.HTTPGet.Path != "/v1/sandbox" {
+		*pod.Spec.AutomountServiceAccountToken || c.ReadinessProbe.TCPSocket == nil || len(pod.Spec.InitContainers) != 1 {
 		t.Errorf("stored pod spec lost its restrictions: %+v", pod.Spec)
 	}
 
@@ -196,13 +207,14 @@ func TestCreateExecDestroyThroughNodePort(t *testing.T) {
 	if err := k.Destroy(backendtest.Ctx(t), info); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
-	if _, ok := e.pod(t, name); ok {
-		t.Error("pod still there after Destroy")
+	if pod, ok := e.pod(t, name); ok && pod.DeletionTimestamp == nil {
+		t.Error("pod still there after Destroy, not deleting")
 	}
 	if _, ok := e.service(t, name); ok {
 		t.Error("service still there after Destroy")
 	}
-	backendtest.Eventually(t, "the sandbox server is stopped", func() bool { return !e.kubelet.Running(name) })
+	// Gone from the API only once the kubelet has stopped its containers.
+	backendtest.Eventually(t, "the kubelet stops the pod", func() bool { _, ok := e.pod(t, name); return !ok })
 	backendtest.Eventually(t, "Alive is false", func() bool {
 		ok, err := k.Alive(backendtest.Ctx(t), info)
 		return err == nil && !ok
@@ -217,7 +229,7 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 	name := podName(s.SandboxID)
 	first := backendtest.MustCreate(t, k, s)
 
-	e.kubelet.Crash(name)
+	e.node.Crash(t, first.Incarnation)
 	backendtest.Eventually(t, "Alive notices the crash", func() bool {
 		ok, err := k.Alive(backendtest.Ctx(t), first)
 		return err == nil && !ok
@@ -255,7 +267,7 @@ func TestCrashedSandboxIsReplacedAndCleanedUp(t *testing.T) {
 	}
 
 	// List skips finished pods and removes them.
-	e.kubelet.Crash(name)
+	e.node.Crash(t, second.Incarnation)
 	backendtest.Eventually(t, "the pod is Failed", func() bool {
 		pod, _ := e.pod(t, name)
 		return pod != nil && pod.Status.Phase == corev1.PodFailed
@@ -279,23 +291,24 @@ func TestCreateFailsFastWhenThePodFails(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t)
 	cfg := e.config()
-	cfg.Image = testutil.FailImage
+	cfg.Image = "sandgate.invalid/missing:never" // not on the node, and never pulled
 	k := e.backend(t, cfg)
 	s := spec("dave", "t")
 	began := time.Now()
 	_, err := k.Create(backendtest.Ctx(t), s)
-	if err == nil || !strings.Contains(err.Error(), "ErrImagePull") {
+	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") {
 		t.Fatalf("Create = %v, want the pod's failure reason", err)
 	}
 	if d := time.Since(began); d > 10*time.Second {
 		t.Errorf("Create took %v to notice a Failed pod", d)
 	}
-	if _, ok := e.pod(t, podName(s.SandboxID)); ok {
+	if pod, ok := e.pod(t, podName(s.SandboxID)); ok && pod.DeletionTimestamp == nil {
 		t.Error("failed pod left behind")
 	}
 	if _, ok := e.service(t, podName(s.SandboxID)); ok {
 		t.Error("failed pod's service left behind")
 	}
+	backendtest.Eventually(t, "the failed pod is gone", func() bool { _, ok := e.pod(t, podName(s.SandboxID)); return !ok })
 }
 
 // countingTransport counts requests to the API server.

@@ -172,7 +172,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Inf
 	}
 	log := k.log.With("sandbox_id", spec.SandboxID, "thread", spec.Thread, "pod", want.Name)
 	began := time.Now()
-	pod, fresh, err := k.claimPod(ctx, want, log)
+	pod, fresh, err := k.claimPod(ctx, want, spec.Secret, log)
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
@@ -198,18 +198,11 @@ func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Inf
 
 // claimPod returns a live Pod of that name: the one there, or a new one
 // (fresh). Finished Pods are removed, and deleting ones waited out.
-func (k *Kubernetes) claimPod(ctx context.Context, want *corev1.Pod, log *slog.Logger) (*corev1.Pod, bool, error) {
+func (k *Kubernetes) claimPod(ctx context.Context, want *corev1.Pod, secret string, log *slog.Logger) (*corev1.Pod, bool, error) {
 	for {
 		pod, err := k.api.getPod(ctx, want.Name)
 		if apierrors.IsNotFound(err) {
-			pod, err = k.api.createPod(ctx, want)
-			if apierrors.IsAlreadyExists(err) {
-				continue // another replica was quicker: take its Pod
-			}
-			if err != nil {
-				return nil, false, apiErr("create pod", err)
-			}
-			return pod, true, nil
+			return k.createPod(ctx, want, secret)
 		}
 		if err != nil {
 			return nil, false, apiErr("get pod", err)
@@ -232,6 +225,36 @@ func (k *Kubernetes) claimPod(ctx context.Context, want *corev1.Pod, log *slog.L
 			return pod, false, nil
 		}
 	}
+}
+
+// createPod makes the Pod (with its Secret first, for Sandgate's server);
+// a Pod another replica made first is taken (not fresh).
+func (k *Kubernetes) createPod(ctx context.Context, want *corev1.Pod, secret string) (*corev1.Pod, bool, error) {
+	if runsServer(want) {
+		if secret == "" {
+			return nil, false, errors.New("kubernetes_server is set but the sandbox has no secret to give it")
+		}
+		if _, err := k.ensureSecret(ctx, want.Name, want.Labels, secret); err != nil {
+			return nil, false, err
+		}
+	}
+	pod, err := k.api.createPod(ctx, want)
+	if apierrors.IsAlreadyExists(err) {
+		pod, err = k.api.getPod(ctx, want.Name) // another replica was quicker: take its Pod
+		if err != nil {
+			return nil, false, apiErr("get pod", err)
+		}
+		return pod, false, nil
+	}
+	if err != nil {
+		return nil, false, apiErr("create pod", err)
+	}
+	if runsServer(pod) {
+		if err := k.ownSecret(ctx, pod); err != nil {
+			return pod, true, err
+		}
+	}
+	return pod, true, nil
 }
 
 // waitGone waits until the Pod of that UID has left the informer's cache.
@@ -257,6 +280,10 @@ func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info,
 		return backend.Info{}, err
 	}
 	svc := obj.(*corev1.Service)
+	secret, err := k.podSecret(ctx, pod)
+	if err != nil {
+		return backend.Info{}, err
+	}
 	ready, err := k.waitReady(ctx, pod)
 	if err != nil {
 		return backend.Info{}, err
@@ -265,10 +292,12 @@ func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info,
 	if url == "" {
 		return backend.Info{}, fmt.Errorf("pod %s is ready but has no address for url mode %s", pod.Name, k.cfg.URLMode)
 	}
-	if err := backend.WaitReady(ctx, url); err != nil {
+	if err := backend.WaitReadySecret(ctx, url, secret); err != nil {
 		return backend.Info{}, fmt.Errorf("pod %s ready, but %s does not answer: %w", pod.Name, url, err)
 	}
-	return k.infoOf(ready, url), nil
+	info := k.infoOf(ready, url)
+	info.Secret = secret
+	return info, nil
 }
 
 // owned is an object made for a Pod and owned by it.
@@ -279,8 +308,11 @@ type owned interface {
 
 // newOwned is an empty object of resource, to read into.
 func newOwned(resource string) owned {
-	if resource == "networkpolicies" {
+	switch resource {
+	case "networkpolicies":
 		return &networkingv1.NetworkPolicy{}
+	case "secrets":
+		return &corev1.Secret{}
 	}
 	return &corev1.Service{}
 }
@@ -361,7 +393,7 @@ func (k *Kubernetes) remove(ctx context.Context, name string, uid types.UID) err
 	if err := k.deleteObject(ctx, "pods", name, uid); err != nil {
 		return err
 	}
-	for _, resource := range []string{"services", "networkpolicies"} {
+	for _, resource := range []string{"services", "networkpolicies", "secrets"} {
 		if err := k.deleteOwned(ctx, resource, name, uid); err != nil {
 			return err
 		}
@@ -480,16 +512,20 @@ func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bo
 	if !ownedBy(svc, pod.UID) || url == "" {
 		return backend.Info{}, false, nil
 	}
+	info, err := k.withSecret(ctx, pod, k.infoOf(pod, url))
+	if err != nil {
+		return backend.Info{}, false, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
 	defer cancel()
-	if err := backend.WaitReady(rctx, url); err != nil {
+	if err := backend.WaitReadySecret(rctx, url, info.Secret); err != nil {
 		if ctx.Err() != nil {
 			return backend.Info{}, false, fmt.Errorf("discover sandbox %s: %w", sid, ctx.Err())
 		}
 		k.log.Warn("sandbox pod ready but not answering", "sandbox_id", sid, "thread", pod.Annotations[AnnotationThread], "url", url, "err", err)
 		return backend.Info{}, false, nil
 	}
-	return k.infoOf(pod, url), true, nil
+	return info, true, nil
 }
 
 // List returns the Ready sandboxes of this deployment (its name prefix),
@@ -508,6 +544,14 @@ func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
 	services := make(map[string]*corev1.Service, len(svcList.Items))
 	for i := range svcList.Items {
 		services[svcList.Items[i].Name] = &svcList.Items[i]
+	}
+	var secretList corev1.SecretList
+	if err := k.api.list(ctx, "secrets", opts, &secretList); err != nil {
+		return nil, apiErr("list secrets", err)
+	}
+	secrets := make(map[string]*corev1.Secret, len(secretList.Items))
+	for i := range secretList.Items {
+		secrets[secretList.Items[i].Name] = &secretList.Items[i]
 	}
 	var out []backend.Info
 	for i := range podList.Items {
@@ -528,9 +572,19 @@ func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
 			if svc == nil || !ownedBy(svc, pod.UID) {
 				continue
 			}
-			if url := k.url(pod, svc); url != "" {
-				out = append(out, k.infoOf(pod, url))
+			url := k.url(pod, svc)
+			if url == "" {
+				continue
 			}
+			info := k.infoOf(pod, url)
+			if runsServer(pod) {
+				sec := secrets[pod.Name]
+				if sec == nil || !ownedBy(sec, pod.UID) {
+					continue // not reachable without it; Create sees to it
+				}
+				info.Secret = string(sec.Data[secretKey])
+			}
+			out = append(out, info)
 		}
 	}
 	return out, nil

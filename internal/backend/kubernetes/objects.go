@@ -40,6 +40,7 @@ const (
 
 	volUserData = "user-data"
 	volSkills   = "skills"
+	volTmp      = "tmp"
 )
 
 // name is the Pod's and the Service's name for a sandbox id.
@@ -152,8 +153,9 @@ func (k *Kubernetes) podFor(spec backend.Spec) (*corev1.Pod, error) {
 			Tolerations:  tolerations(k.cfg.Tolerations),
 		},
 	}
-	if k.cfg.RunAsNonRoot {
-		pod.Spec.SecurityContext.RunAsNonRoot = new(true)
+	k.securePod(pod)
+	if k.cfg.Server != "" {
+		k.serve(pod)
 	}
 	if k.cfg.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = new(k.cfg.RuntimeClass)
@@ -165,6 +167,41 @@ func (k *Kubernetes) podFor(spec backend.Spec) (*corev1.Pod, error) {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
 	return pod, nil
+}
+
+// securePod applies the configured users and read-only image.
+func (k *Kubernetes) securePod(pod *corev1.Pod) {
+	psc, csc := pod.Spec.SecurityContext, pod.Spec.Containers[0].SecurityContext
+	if k.cfg.RunAsNonRoot {
+		psc.RunAsNonRoot = new(true)
+	}
+	if k.cfg.RunAsUser > 0 {
+		psc.RunAsUser = new(int64(k.cfg.RunAsUser))
+	}
+	if k.cfg.RunAsGroup > 0 {
+		psc.RunAsGroup = new(int64(k.cfg.RunAsGroup))
+	}
+	if k.cfg.FSGroup > 0 {
+		psc.FSGroup = new(int64(k.cfg.FSGroup))
+	}
+	if k.cfg.ReadOnlyRootFS {
+		csc.ReadOnlyRootFilesystem = new(true)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volTmp, MountPath: "/tmp"})
+	}
+}
+
+// serve runs Sandgate's server (Config.Server) in the Pod with a secret of
+// its own (secret.go). Its readiness probe is a TCP connect: every HTTP
+// path of the server wants the secret, which the kubelet must not hold.
+func (k *Kubernetes) serve(pod *corev1.Pod) {
+	c := &pod.Spec.Containers[0]
+	c.Command, c.Args = []string{k.cfg.Server}, k.serverArgs()
+	c.ReadinessProbe.ProbeHandler = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(portName)}}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volSecretRun, MountPath: secretRunDir})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolumes(pod.Name)...)
+	pod.Spec.InitContainers = []corev1.Container{secretInit(c)}
 }
 
 // serviceFor is the sandbox's Service, owned by its Pod: deleting the Pod
@@ -332,7 +369,7 @@ type podState int
 const (
 	podStarting podState = iota // Pending, or Running but not Ready yet
 	podReady
-	podFinished // Failed or Succeeded: never runs again (RestartPolicy Never)
+	podFinished // Failed or Succeeded, or stuck: never runs (again) (RestartPolicy Never)
 	podDeleting
 )
 
@@ -340,13 +377,32 @@ func stateOf(pod *corev1.Pod) podState {
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return podDeleting
-	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded || stuck(pod):
 		return podFinished
 	case pod.Status.Phase == corev1.PodRunning && isReady(pod):
 		return podReady
 	default:
 		return podStarting
 	}
+}
+
+// stuckReasons keep a container from ever starting without an operator:
+// the kubelet leaves such a Pod Pending, retrying, where a Create would
+// wait out its whole timeout. ErrImagePull is not one: the kubelet tries a
+// pull again once before it backs off (ImagePullBackOff).
+var stuckReasons = map[string]bool{
+	"ErrImageNeverPull": true, "InvalidImageName": true, "ImagePullBackOff": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true,
+}
+
+// stuck: a container of the Pod waits for a reason that does not pass.
+func stuck(pod *corev1.Pod) bool {
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if w := cs.State.Waiting; w != nil && stuckReasons[w.Reason] {
+			return true
+		}
+	}
+	return false
 }
 
 func isReady(pod *corev1.Pod) bool {
@@ -368,12 +424,12 @@ func why(pod *corev1.Pod) string {
 	if pod.Status.Message != "" {
 		parts = append(parts, pod.Status.Message)
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" {
-			parts = append(parts, "container waiting: "+w.Reason+" "+w.Message)
+			parts = append(parts, "container "+cs.Name+" waiting: "+w.Reason+" "+w.Message)
 		}
-		if t := cs.State.Terminated; t != nil {
-			parts = append(parts, fmt.Sprintf("container exited %d: %s %s", t.ExitCode, t.Reason, t.Message))
+		if t := cs.State.Terminated; t != nil && (t.ExitCode != 0 || cs.Name == containerName) {
+			parts = append(parts, fmt.Sprintf("container %s exited %d: %s %s", cs.Name, t.ExitCode, t.Reason, t.Message))
 		}
 	}
 	return strings.TrimSpace(strings.Join(parts, "; "))

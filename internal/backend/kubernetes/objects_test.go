@@ -272,6 +272,10 @@ func TestURL(t *testing.T) {
 	}
 }
 
+func waiting(reason string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}
+}
+
 func TestStateOf(t *testing.T) {
 	t.Parallel()
 	ready := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
@@ -286,6 +290,10 @@ func TestStateOf(t *testing.T) {
 		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}, podFinished},
 		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, podFinished},
 		{corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready}}, podDeleting},
+		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("ErrImageNeverPull")}}}, podFinished},
+		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waiting("CreateContainerConfigError")}}}, podFinished},
+		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("ErrImagePull")}}}, podStarting},
+		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("PodInitializing")}}}, podStarting},
 	}
 	for i, tt := range tests {
 		if got := stateOf(&tt.pod); got != tt.want {

@@ -1,0 +1,178 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
+)
+
+// A sandbox Pod running Sandgate's server (Config.Server) gets a secret of
+// its own, which its commands never read:
+//
+//   - the gateway keeps it in a Secret named like the Pod (owned by it once
+//     the Pod exists, so the garbage collector removes it with the Pod);
+//   - only the init container mounts that Secret. It copies the one file
+//     into a memory emptyDir (secretRunDir) shared with the server's
+//     container, whose image never sees the Secret volume;
+//   - the server reads the copy and removes it before it serves anything
+//     (--secret-file) and makes itself non-dumpable, so commands of the same
+//     uid can neither find the file nor read its memory;
+//   - the readiness probe is a TCP connect, which needs no secret;
+//   - the egress proxy password is a one-way derivation (EgressPassword).
+//
+// The Pod spec names the Secret, never its value, so a Pod's environment,
+// `kubectl describe` and /proc/1/environ hold nothing of it.
+const (
+	secretKey     = "secret"
+	volSecret     = "sandgate-secret"
+	volSecretRun  = "sandgate-run"
+	secretSrcDir  = "/var/run/sandgate-secret"
+	secretRunDir  = "/run/sandgate"
+	initContainer = "secret"
+)
+
+// secretRunFile is where the server finds its secret's copy.
+var secretRunFile = path.Join(secretRunDir, secretKey)
+
+// secretFor is the Secret of the sandbox Pod name.
+func secretFor(name string, labels map[string]string, secret string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: maps.Clone(labels)},
+		Type:       corev1.SecretTypeOpaque,
+		Immutable:  new(true),
+		Data:       map[string][]byte{secretKey: []byte(secret)},
+	}
+}
+
+// secretVolumes are the Secret volume (init container only) and the memory
+// emptyDir the copy travels through; 0444: nothing but the init container
+// mounts the Secret, and it runs as the server's uid, whatever that is.
+func secretVolumes(name string) []corev1.Volume {
+	return []corev1.Volume{
+		{Name: volSecret, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: name, DefaultMode: new(int32(0o444)),
+			Items: []corev1.KeyToPath{{Key: secretKey, Path: secretKey}},
+		}}},
+		{Name: volSecretRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: new(resource.MustParse("1Mi")),
+		}}},
+	}
+}
+
+// secretInit is the init container that copies the secret for main, the
+// server's container (whose image, security context and resources it
+// shares). It needs cp in the image; Sandgate's images have it.
+func secretInit(main *corev1.Container) corev1.Container {
+	return corev1.Container{
+		Name:            initContainer,
+		Image:           main.Image,
+		ImagePullPolicy: main.ImagePullPolicy,
+		Command:         []string{"cp", path.Join(secretSrcDir, secretKey), secretRunFile},
+		SecurityContext: main.SecurityContext.DeepCopy(),
+		Resources:       *main.Resources.DeepCopy(),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: volSecret, MountPath: secretSrcDir, ReadOnly: true},
+			{Name: volSecretRun, MountPath: secretRunDir},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// serverArgs start Sandgate's server in the Pod with its secret's copy.
+func (k *Kubernetes) serverArgs() []string {
+	return []string{
+		sandboxspec.ServerCommand,
+		"--" + sandboxspec.FlagListen, fmt.Sprintf("0.0.0.0:%d", k.cfg.Port),
+		"--" + sandboxspec.FlagHome, sandboxspec.VirtualWorkspace,
+		"--" + sandboxspec.FlagSecretFile, secretRunFile,
+	}
+}
+
+// ensureSecret makes the Secret of a Pod about to be created and returns
+// the secret the Pod will have: spec's, or that of a Secret another replica
+// made a moment ago for the same Pod (Create then takes its Pod over). A
+// Secret an earlier, gone Pod of that name left behind is replaced.
+func (k *Kubernetes) ensureSecret(ctx context.Context, name string, labels map[string]string, secret string) (string, error) {
+	for range 3 {
+		var got corev1.Secret
+		err := k.api.create(ctx, "secrets", secretFor(name, labels, secret), &got)
+		if err == nil {
+			return secret, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return "", apiErr("create secret", err)
+		}
+		if err := k.api.get(ctx, "secrets", name, &got); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return "", apiErr("get secret", err)
+		}
+		if len(got.OwnerReferences) == 0 {
+			return string(got.Data[secretKey]), nil // another replica's, its Pod not made yet
+		}
+		// Owned: by an earlier Pod of the name, as Create only gets here when
+		// no Pod of the name is alive.
+		if err := k.deleteObject(ctx, "secrets", name, got.UID); err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("secret %s keeps changing under us", name)
+}
+
+// ownSecret makes the Pod the Secret's owner, so that the garbage collector
+// deletes it with the Pod whoever deletes the Pod.
+func (k *Kubernetes) ownSecret(ctx context.Context, pod *corev1.Pod) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}]}}`,
+		pod.Name, pod.UID)
+	if err := k.api.patch(ctx, "secrets", pod.Name, types.MergePatchType, patch); err != nil {
+		return apiErr("own secret", err)
+	}
+	return nil
+}
+
+// podSecret is the secret of the running Pod: that of its Secret, when the
+// Pod runs Sandgate's server ("" for a third-party image).
+func (k *Kubernetes) podSecret(ctx context.Context, pod *corev1.Pod) (string, error) {
+	if !runsServer(pod) {
+		return "", nil
+	}
+	var s corev1.Secret
+	if err := k.api.get(ctx, "secrets", pod.Name, &s); err != nil {
+		return "", apiErr("get secret", err)
+	}
+	if !ownedBy(&s, pod.UID) && len(s.OwnerReferences) > 0 {
+		return "", fmt.Errorf("secret %s belongs to another pod", pod.Name)
+	}
+	return string(s.Data[secretKey]), nil
+}
+
+// runsServer: the Pod was made for Sandgate's server (it has the secret's
+// init container).
+func runsServer(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == initContainer {
+			return true
+		}
+	}
+	return false
+}
+
+// withSecret is info with the Pod's secret.
+func (k *Kubernetes) withSecret(ctx context.Context, pod *corev1.Pod, info backend.Info) (backend.Info, error) {
+	secret, err := k.podSecret(ctx, pod)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	info.Secret = secret
+	return info, nil
+}
