@@ -346,3 +346,20 @@ func (k *KubeAPI) HostPathPVC(t testing.TB, namespace, claim, dir string, readOn
 		}
 	}
 }
+
+// Kubectl runs the cached kubectl as the cluster's admin and returns its
+// combined output.
+func (k *KubeAPI) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	kc := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := k.writeKubeconfig(kc, k.adminToken, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(k.BinDir, "kubectl"), append([]string{"--kubeconfig", kc}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
