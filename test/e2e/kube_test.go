@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -22,28 +24,61 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// kubeCluster is a test's namespace on the package's real node
+// (testutil.StartKubeNode), enforcing the restricted Pod Security Standard,
+// with the gateway's RBAC Role and the thread data on a PVC bound to the
+// node directory userData.
+type kubeCluster struct {
+	api      *testutil.KubeAPI
+	node     *testutil.KubeNode
+	ns       string
+	userData string
+}
+
+func newKubeCluster(t *testing.T) *kubeCluster {
+	t.Helper()
+	node := testutil.StartKubeNode(t)
+	api := testutil.StartKubeAPIServer(t)
+	c := &kubeCluster{api: api, node: node, ns: api.Namespace(t), userData: filepath.Join(t.TempDir(), "user-data")}
+	api.EnforcePodSecurity(t, c.ns, "restricted")
+	api.HostPathPVC(t, c.ns, "sandgate-data", c.userData, false)
+	t.Cleanup(func() { // the namespace controller stops its Pods
+		_ = api.Admin.CoreV1().Namespaces().Delete(context.Background(), c.ns, metav1.DeleteOptions{})
+	})
+	return c
+}
+
+// flags run a gateway's kubernetes backend on the cluster as its
+// ServiceAccount: Sandgate's server image under the restricted profile,
+// reached by Pod IP.
+func (c *kubeCluster) flags(t *testing.T) []string {
+	t.Helper()
+	token := c.api.ApplyRBAC(t, c.ns, filepath.Join(testutil.ModuleRoot(), "deployments", "kubernetes", "rbac.yaml"))
+	return []string{
+		"--backend", "kubernetes",
+		"--kubernetes-kubeconfig", c.api.Kubeconfig(t, token, c.ns),
+		"--kubernetes-url-mode", "pod-ip",
+		"--kubernetes-user-data-pvc", "sandgate-data",
+		"--image", c.node.SandboxImage,
+		"--kubernetes-image-pull-policy", "Never",
+		"--kubernetes-server", sandboxspec.ServerImagePath,
+		"--kubernetes-run-as-non-root", "--kubernetes-run-as-user", "1000", "--kubernetes-run-as-group", "1000",
+		"--kubernetes-read-only-root",
+	}
+}
+
 // TestKubernetesBackendThroughTheGateway runs a gateway with the kubernetes
-// backend in nodeport mode against a real API server, under the RBAC Role
-// of deployments/kubernetes/rbac.yaml, with the stand-in kubelet serving
-// each Pod on its Service's nodePort: create through the gateway, exec,
-// idle reap, explicit destroy — and each time the Service goes with the Pod.
+// backend on the real node, under the RBAC Role of
+// deployments/kubernetes/rbac.yaml: create through the gateway, exec, idle
+// reap, explicit destroy — and each time the Service goes with the Pod.
 func TestKubernetesBackendThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	api := testutil.StartKubeAPIServer(t)
-	ns := api.Namespace(t)
-	token := api.ApplyRBAC(t, ns, filepath.Join(testutil.ModuleRoot(), "deployments", "kubernetes", "rbac.yaml"))
-	kubelet := testutil.StartKubelet(t, api, ns, t.TempDir())
-	userData := t.TempDir()
-	f := newFleet(t,
-		"--backend", "kubernetes",
-		"--kubernetes-kubeconfig", api.Kubeconfig(t, token, ns),
-		"--kubernetes-url-mode", "nodeport",
-		"--kubernetes-node-host", "127.0.0.1",
-		"--kubernetes-user-data-host-path", userData,
-		"--image", "sandgate-sandbox:test",
+	c := newKubeCluster(t)
+	api, ns, userData := c.api, c.ns, c.userData
+	f := newFleet(t, append(c.flags(t),
 		"--idle-timeout", "3s",
 		"--reap-interval", "200ms",
-	)
+	)...)
 	g := f.start()
 
 	pods := api.Admin.CoreV1().Pods(ns)
@@ -51,11 +86,11 @@ func TestKubernetesBackendThroughTheGateway(t *testing.T) {
 	gone := func(name string) bool {
 		_, perr := pods.Get(t.Context(), name, metav1.GetOptions{})
 		_, serr := services.Get(t.Context(), name, metav1.GetOptions{})
-		return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr) && !kubelet.Running(name)
+		return apierrors.IsNotFound(perr) && apierrors.IsNotFound(serr)
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(40 * time.Second)
 		for !cond() {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting until %s\n%s", what, tail(g.logs.String(), 40))

@@ -230,15 +230,24 @@ func (k *Kubernetes) claimPod(ctx context.Context, want *corev1.Pod, secret stri
 // createPod makes the Pod (with its Secret first, for Sandgate's server);
 // a Pod another replica made first is taken (not fresh).
 func (k *Kubernetes) createPod(ctx context.Context, want *corev1.Pod, secret string) (*corev1.Pod, bool, error) {
-	if runsServer(want) {
+	sname := secretName(want)
+	if sname != "" {
 		if secret == "" {
 			return nil, false, errors.New("kubernetes_server is set but the sandbox has no secret to give it")
 		}
-		if _, err := k.ensureSecret(ctx, want.Name, want.Labels, secret); err != nil {
-			return nil, false, err
+		var got corev1.Secret
+		if err := k.api.create(ctx, "secrets", secretFor(sname, want.Labels, secret), &got); err != nil {
+			return nil, false, apiErr("create secret", err)
 		}
 	}
 	pod, err := k.api.createPod(ctx, want)
+	if err != nil && sname != "" {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		if derr := k.deleteObject(cctx, "secrets", sname, ""); derr != nil {
+			k.log.Warn("remove the secret of a pod not made", "sandbox_id", want.Labels[backend.LabelSandboxID], "err", derr)
+		}
+		cancel()
+	}
 	if apierrors.IsAlreadyExists(err) {
 		pod, err = k.api.getPod(ctx, want.Name) // another replica was quicker: take its Pod
 		if err != nil {
@@ -249,7 +258,7 @@ func (k *Kubernetes) createPod(ctx context.Context, want *corev1.Pod, secret str
 	if err != nil {
 		return nil, false, apiErr("create pod", err)
 	}
-	if runsServer(pod) {
+	if sname != "" {
 		if err := k.ownSecret(ctx, pod); err != nil {
 			return pod, true, err
 		}
@@ -390,11 +399,18 @@ func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Po
 
 // remove deletes the Pod of that UID, its NetworkPolicy and its Service.
 func (k *Kubernetes) remove(ctx context.Context, name string, uid types.UID) error {
+	owned := map[string]string{"services": name, "networkpolicies": name}
+	if pod := k.pods.get(name); pod != nil && (uid == "" || pod.UID == uid) {
+		owned["secrets"] = secretName(pod) // else the garbage collector's
+	}
 	if err := k.deleteObject(ctx, "pods", name, uid); err != nil {
 		return err
 	}
-	for _, resource := range []string{"services", "networkpolicies", "secrets"} {
-		if err := k.deleteOwned(ctx, resource, name, uid); err != nil {
+	for resource, oname := range owned {
+		if oname == "" {
+			continue
+		}
+		if err := k.deleteOwned(ctx, resource, oname, uid); err != nil {
 			return err
 		}
 	}
@@ -577,12 +593,16 @@ func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
 				continue
 			}
 			info := k.infoOf(pod, url)
-			if runsServer(pod) {
-				sec := secrets[pod.Name]
-				if sec == nil || !ownedBy(sec, pod.UID) {
-					continue // not reachable without it; Create sees to it
+			if name := secretName(pod); name != "" {
+				sec := secrets[name]
+				if sec == nil {
+					continue // not reachable without it
 				}
-				info.Secret = string(sec.Data[secretKey])
+				secret, err := secretOf(sec, pod)
+				if err != nil {
+					continue
+				}
+				info.Secret = secret
 			}
 			out = append(out, info)
 		}

@@ -200,7 +200,7 @@ func (k *Kubernetes) serve(pod *corev1.Pod) {
 	c.Command, c.Args = []string{k.cfg.Server}, k.serverArgs()
 	c.ReadinessProbe.ProbeHandler = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(portName)}}
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volSecretRun, MountPath: secretRunDir})
-	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolumes(pod.Name)...)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVolumes(newSecretName(pod.Name))...)
 	pod.Spec.InitContainers = []corev1.Container{secretInit(c)}
 }
 

@@ -2,12 +2,13 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"path"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,8 +20,12 @@ import (
 // A sandbox Pod running Sandgate's server (Config.Server) gets a secret of
 // its own, which its commands never read:
 //
-//   - the gateway keeps it in a Secret named like the Pod (owned by it once
-//     the Pod exists, so the garbage collector removes it with the Pod);
+//   - the gateway keeps it in a Secret of the Pod's own, named after the
+//     Pod plus a random suffix (owned by the Pod once it exists, so the
+//     garbage collector removes it with the Pod). A new name per Pod, not
+//     the Pod's name: the kubelet caches an immutable Secret while any Pod
+//     of its node refers to it, and a Pod replaced under the same name
+//     would get its predecessor's;
 //   - only the init container mounts that Secret. It copies the one file
 //     into a memory emptyDir (secretRunDir) shared with the server's
 //     container, whose image never sees the Secret volume;
@@ -44,7 +49,7 @@ const (
 // secretRunFile is where the server finds its secret's copy.
 var secretRunFile = path.Join(secretRunDir, secretKey)
 
-// secretFor is the Secret of the sandbox Pod name.
+// secretFor is a sandbox Pod's Secret.
 func secretFor(name string, labels map[string]string, secret string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: maps.Clone(labels)},
@@ -52,6 +57,23 @@ func secretFor(name string, labels map[string]string, secret string) *corev1.Sec
 		Immutable:  new(true),
 		Data:       map[string][]byte{secretKey: []byte(secret)},
 	}
+}
+
+// newSecretName names the Secret of a new Pod.
+func newSecretName(pod string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return pod + "-" + hex.EncodeToString(b)
+}
+
+// secretName is the name of the Pod's Secret ("" = it has none).
+func secretName(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == volSecret && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
 }
 
 // secretVolumes are the Secret volume (init container only) and the memory
@@ -98,73 +120,38 @@ func (k *Kubernetes) serverArgs() []string {
 	}
 }
 
-// ensureSecret makes the Secret of a Pod about to be created and returns
-// the secret the Pod will have: spec's, or that of a Secret another replica
-// made a moment ago for the same Pod (Create then takes its Pod over). A
-// Secret an earlier, gone Pod of that name left behind is replaced.
-func (k *Kubernetes) ensureSecret(ctx context.Context, name string, labels map[string]string, secret string) (string, error) {
-	for range 3 {
-		var got corev1.Secret
-		err := k.api.create(ctx, "secrets", secretFor(name, labels, secret), &got)
-		if err == nil {
-			return secret, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", apiErr("create secret", err)
-		}
-		if err := k.api.get(ctx, "secrets", name, &got); apierrors.IsNotFound(err) {
-			continue
-		} else if err != nil {
-			return "", apiErr("get secret", err)
-		}
-		if len(got.OwnerReferences) == 0 {
-			return string(got.Data[secretKey]), nil // another replica's, its Pod not made yet
-		}
-		// Owned: by an earlier Pod of the name, as Create only gets here when
-		// no Pod of the name is alive.
-		if err := k.deleteObject(ctx, "secrets", name, got.UID); err != nil {
-			return "", err
-		}
-	}
-	return "", fmt.Errorf("secret %s keeps changing under us", name)
-}
-
-// ownSecret makes the Pod the Secret's owner, so that the garbage collector
-// deletes it with the Pod whoever deletes the Pod.
+// ownSecret makes the Pod its Secret's owner, so that the garbage
+// collector deletes it with the Pod whoever deletes the Pod.
 func (k *Kubernetes) ownSecret(ctx context.Context, pod *corev1.Pod) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}]}}`,
 		pod.Name, pod.UID)
-	if err := k.api.patch(ctx, "secrets", pod.Name, types.MergePatchType, patch); err != nil {
+	if err := k.api.patch(ctx, "secrets", secretName(pod), types.MergePatchType, patch); err != nil {
 		return apiErr("own secret", err)
 	}
 	return nil
 }
 
-// podSecret is the secret of the running Pod: that of its Secret, when the
-// Pod runs Sandgate's server ("" for a third-party image).
+// podSecret is the secret of the Pod: its Secret's, when the Pod runs
+// Sandgate's server ("" for a third-party image).
 func (k *Kubernetes) podSecret(ctx context.Context, pod *corev1.Pod) (string, error) {
-	if !runsServer(pod) {
+	name := secretName(pod)
+	if name == "" {
 		return "", nil
 	}
 	var s corev1.Secret
-	if err := k.api.get(ctx, "secrets", pod.Name, &s); err != nil {
+	if err := k.api.get(ctx, "secrets", name, &s); err != nil {
 		return "", apiErr("get secret", err)
 	}
-	if !ownedBy(&s, pod.UID) && len(s.OwnerReferences) > 0 {
-		return "", fmt.Errorf("secret %s belongs to another pod", pod.Name)
-	}
-	return string(s.Data[secretKey]), nil
+	return secretOf(&s, pod)
 }
 
-// runsServer: the Pod was made for Sandgate's server (it has the secret's
-// init container).
-func runsServer(pod *corev1.Pod) bool {
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == initContainer {
-			return true
-		}
+// secretOf is the secret in s, the Secret of pod: one another Pod owns is
+// refused.
+func secretOf(s *corev1.Secret, pod *corev1.Pod) (string, error) {
+	if len(s.OwnerReferences) > 0 && !ownedBy(s, pod.UID) {
+		return "", fmt.Errorf("secret %s belongs to another pod", s.Name)
 	}
-	return false
+	return string(s.Data[secretKey]), nil
 }
 
 // withSecret is info with the Pod's secret.

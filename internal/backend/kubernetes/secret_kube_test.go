@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sandgate/sandgate/internal/backend/backendtest"
 )
 
@@ -59,5 +61,32 @@ true`
 	}
 	if got := backendtest.Status(t, a.URL, ""); got != http.StatusUnauthorized {
 		t.Errorf("sandbox a without a secret: %d, want 401", got)
+	}
+}
+
+// TestCreateAfterThePodWasDeleted: a Pod deleted behind the backend's back
+// leaves its Secret to the garbage collector; the next Create replaces it
+// and the new Pod answers with its new secret.
+func TestCreateAfterThePodWasDeleted(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	k := e.backend(t, e.config())
+	s := spec("frank", "t")
+	first := backendtest.MustCreate(t, k, s)
+	pods := e.api.Admin.CoreV1().Pods(e.ns)
+	if err := pods.Delete(t.Context(), podName(s.SandboxID), metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	backendtest.Eventually(t, "Alive notices the deletion", func() bool {
+		ok, err := k.Alive(backendtest.Ctx(t), first)
+		return err == nil && !ok
+	})
+	s.Secret = "another-secret-0123456789abcdef0123456789abcdef"
+	second := backendtest.MustCreate(t, k, s)
+	if second.Incarnation == first.Incarnation || second.Secret != s.Secret {
+		t.Fatalf("second incarnation %s secret %q", second.Incarnation, second.Secret)
+	}
+	if got := backendtest.Status(t, second.URL, second.Secret); got != http.StatusOK {
+		t.Errorf("new Pod with its secret: %d", got)
 	}
 }
