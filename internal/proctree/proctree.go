@@ -16,6 +16,7 @@ type Proc struct {
 	Dead            bool   // zombie or exiting: gone for every purpose here
 	Stopped         bool   // stopped by a signal (state T)
 	CPUTicks        uint64 // utime + stime, in ClockTicks (Linux)
+	ChildTicks      uint64 // cutime + cstime: of its children it waited for (Linux)
 	RSSPages        int64  // resident set (Linux)
 }
 

@@ -54,8 +54,10 @@ func ParseStat(data []byte) (Proc, error) {
 	pgid, err2 := strconv.Atoi(f[2])
 	utime, err3 := strconv.ParseUint(f[11], 10, 64)
 	stime, err4 := strconv.ParseUint(f[12], 10, 64)
-	rss, err5 := strconv.ParseInt(f[21], 10, 64)
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	cutime, err5 := strconv.ParseInt(f[13], 10, 64)
+	cstime, err6 := strconv.ParseInt(f[14], 10, 64)
+	rss, err7 := strconv.ParseInt(f[21], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return Proc{}, fmt.Errorf("malformed stat: %w", err)
 	}
 	return Proc{
@@ -66,7 +68,9 @@ func ParseStat(data []byte) (Proc, error) {
 		Dead:     f[0] == "Z" || f[0] == "X",
 		Stopped:  f[0] == "T",
 		CPUTicks: utime + stime, // fields 14, 15
-		RSSPages: rss,           // field 24
+		// Fields 16, 17: signed in proc(5), never negative in practice.
+		ChildTicks: uint64(max(cutime, 0) + max(cstime, 0)),
+		RSSPages:   rss, // field 24
 	}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -12,17 +13,17 @@ import (
 
 func TestParseStat(t *testing.T) {
 	t.Parallel()
-	tail := " 0 0 0 0 0 0 0 7 5 0 0 20 0 1 0 98765 0 33" // fields 7..24: utime 7, stime 5, rss 33
+	tail := " 0 0 0 0 0 0 0 7 5 2 1 20 0 1 0 98765 0 33" // fields 7..24: utime 7, stime 5, cutime 2, cstime 1, rss 33
 	for _, tc := range []struct {
 		name string
 		line string
 		want Proc
 		err  bool
 	}{
-		{"plain", "42 (gateway) S 1 42 42" + tail, Proc{PID: 42, PPID: 1, PGID: 42, Start: "98765", CPUTicks: 12, RSSPages: 33}, false},
-		{"name with spaces and parens", "7 (a b) c) R 3 5 5" + tail, Proc{PID: 7, PPID: 3, PGID: 5, Start: "98765", CPUTicks: 12, RSSPages: 33}, false},
-		{"zombie", "9 (x) Z 1 9 9" + tail, Proc{PID: 9, PPID: 1, PGID: 9, Start: "98765", Dead: true, CPUTicks: 12, RSSPages: 33}, false},
-		{"stopped", "9 (x) T 1 9 9" + tail, Proc{PID: 9, PPID: 1, PGID: 9, Start: "98765", Stopped: true, CPUTicks: 12, RSSPages: 33}, false},
+		{"plain", "42 (gateway) S 1 42 42" + tail, Proc{PID: 42, PPID: 1, PGID: 42, Start: "98765", CPUTicks: 12, ChildTicks: 3, RSSPages: 33}, false},
+		{"name with spaces and parens", "7 (a b) c) R 3 5 5" + tail, Proc{PID: 7, PPID: 3, PGID: 5, Start: "98765", CPUTicks: 12, ChildTicks: 3, RSSPages: 33}, false},
+		{"zombie", "9 (x) Z 1 9 9" + tail, Proc{PID: 9, PPID: 1, PGID: 9, Start: "98765", Dead: true, CPUTicks: 12, ChildTicks: 3, RSSPages: 33}, false},
+		{"stopped", "9 (x) T 1 9 9" + tail, Proc{PID: 9, PPID: 1, PGID: 9, Start: "98765", Stopped: true, CPUTicks: 12, ChildTicks: 3, RSSPages: 33}, false},
 		{"short", "9 (x) S 1 9", Proc{}, true},
 		{"no parens", "9 x S 1 9 9" + tail, Proc{}, true},
 		{"bad pid", "x (y) S 1 9 9" + tail, Proc{}, true},
@@ -125,12 +126,19 @@ func TestStopContinue(t *testing.T) {
 		t.Fatalf("stopped tree %v: the loops are not in it", pids(tree))
 	}
 	for _, p := range tree {
-		if !p.Stopped {
-			t.Errorf("process %d of the stopped tree is not stopped", p.PID)
+		// A shell that vforks waits, uninterruptibly, for a child stopped
+		// before its exec: it runs no code of its own until continued.
+		if st := taskState(mustRead(t, p.PID)); st != 'T' && st != 'D' {
+			t.Errorf("process %d of the stopped tree is in state %c, want T (or D: a vfork parent)", p.PID, st)
 		}
 		if set[p.PID] != p.Start {
 			t.Errorf("process %d is not in the set Stop returned", p.PID)
 		}
+	}
+	frozen := ticks(tree)
+	time.Sleep(500 * time.Millisecond)
+	if now := ticks(tree); now != frozen {
+		t.Errorf("the stopped tree used CPU: %d ticks, 0.5 s later %d", frozen, now)
 	}
 	if set[os.Getpid()] != "" {
 		t.Error("Stop stopped the test itself")
@@ -164,4 +172,24 @@ func TestStopUndoesOnFailure(t *testing.T) {
 		t.Fatal("Stop with a failing walk succeeded")
 	}
 	waitFor(t, "the root runs again", func() bool { p, _, _ := Read(root.PID); return !p.Stopped })
+}
+
+func mustRead(t *testing.T, pid int) []byte {
+	t.Helper()
+	stat, err := ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stat
+}
+
+// ticks sums the CPU time the processes of tree used, read anew.
+func ticks(tree []Proc) uint64 {
+	var sum uint64
+	for _, p := range tree {
+		if now, found, _ := Read(p.PID); found {
+			sum += now.CPUTicks
+		}
+	}
+	return sum
 }
