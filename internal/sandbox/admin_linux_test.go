@@ -340,3 +340,27 @@ func TestStatsFromOwnCgroup(t *testing.T) {
 		t.Errorf("stats with a running command = %+v (idle %+v); the cgroup holds %d processes", s1, s0, n)
 	}
 }
+
+// TestFrozenTimeIsNoIdleness: a command that was busy when frozen is busy
+// again once thawed, however long the freeze lasted beyond
+// busy_idle_after: the time it could not run is no idleness of its own.
+func TestFrozenTimeIsNoIdleness(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartSandboxServer(t)
+	activity := func() sandboxspec.Activity {
+		return binData[sandboxspec.Activity](t, srv, http.MethodGet, sandboxspec.ActivityPath+"?"+sandboxspec.BusyIdleAfterParam+"=3s", nil)
+	}
+	binData[shellResult](t, srv, http.MethodPost, "/v1/shell/exec", map[string]any{"command": "sleep 300", "async_mode": true})
+	if a := activity(); a.Commands != 1 {
+		t.Fatalf("activity of a new command = %+v, want it busy", a)
+	}
+	binData[sandboxspec.Freeze](t, srv, http.MethodPost, sandboxspec.FreezePath, nil)
+	time.Sleep(3500 * time.Millisecond)
+	if a := activity(); a.Commands != 0 || a.Stalled != 1 {
+		t.Errorf("activity of the frozen sandbox = %+v, want its command stalled", a)
+	}
+	binData[sandboxspec.Freeze](t, srv, http.MethodPost, sandboxspec.ThawPath, nil)
+	if a := activity(); a.Commands != 1 {
+		t.Errorf("activity right after the thaw = %+v, want the command busy (frozen 3.5 s > busy_idle_after 3s)", a)
+	}
+}
