@@ -64,9 +64,10 @@ func (s *Server) handleThaw(w http.ResponseWriter, r *http.Request) error {
 		if err := thawSandbox(s.frozen.set); err != nil {
 			return adminErr("thaw", err)
 		}
+		frozenFor := time.Since(s.frozen.at)
 		s.groups.mu.Lock()
 		for _, c := range s.groups.m {
-			c.prog.shift(time.Since(s.frozen.at))
+			c.prog.shift(frozenFor)
 		}
 		s.groups.mu.Unlock()
 		s.frozen.set = nil
