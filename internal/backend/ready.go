@@ -74,7 +74,7 @@ func waitReady(ctx context.Context, baseURL, header, value string) (err error) {
 	interval := readyFirstInterval
 	client, base := readyClient, baseURL
 	if b, socket := HTTPBase(baseURL); socket != "" {
-		client, base = unixReadyClient(socket), b
+		client, base = unixClient(socket, readyProbeTimeout), b
 		defer client.CloseIdleConnections()
 	}
 	var lastErr error
@@ -96,11 +96,13 @@ func waitReady(ctx context.Context, baseURL, header, value string) (err error) {
 	}
 }
 
-// unixReadyClient is readyClient for a sandbox on a Unix socket.
-func unixReadyClient(socket string) *http.Client {
+// unixClient is a client of one sandbox on a Unix socket, for calls of
+// the gateway's own (readiness, serveradmin.go) bounded by timeout; it
+// follows no redirect.
+func unixClient(socket string, timeout time.Duration) *http.Client {
 	return &http.Client{
 		Transport:     &http.Transport{Proxy: nil, DialContext: DialUnix(socket, time.Second), MaxIdleConnsPerHost: 1},
-		Timeout:       readyProbeTimeout,
+		Timeout:       timeout,
 		CheckRedirect: noRedirect,
 	}
 }

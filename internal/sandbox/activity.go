@@ -77,3 +77,13 @@ func (p *progress) busy(g groupStat, wrote, now time.Time, idleAfter time.Durati
 	}
 	return idleAfter <= 0 || now.Sub(p.at) < idleAfter
 }
+
+// shift moves the last progress d later: the command was frozen that long
+// (handleThaw), which is no idleness of its own.
+func (p *progress) shift(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen {
+		p.at = p.at.Add(d)
+	}
+}

@@ -64,15 +64,6 @@ func (s *Server) handleBashSessions(w http.ResponseWriter, _ *http.Request) erro
 	return nil
 }
 
-// handleBashSessionClose takes no body; a request that carries one must
-// still be JSON, so an HTML form cannot post it.
-func (s *Server) handleBashSessionClose(w http.ResponseWriter, r *http.Request) error {
-	if r.Header.Get("Content-Type") != "" {
-		return bodyType(jsonBody, s.closeBashSession)(w, r)
-	}
-	return s.closeBashSession(w, r)
-}
-
 func (s *Server) closeBashSession(w http.ResponseWriter, r *http.Request) error {
 	return s.endSession(w, r.PathValue("session_id"), "session closed")
 }

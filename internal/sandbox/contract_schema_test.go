@@ -66,8 +66,12 @@ var aioComponents = map[string]string{
 	"CodeLanguageInfo":       "language!:Language description!:str runtime_version:str? default_timeout:int max_timeout:int details:obj",
 	"StrReplaceEditorResult": "output!:str error:str? path!:str prev_exist!:bool old_content:str? new_content:str? metadata:obj?",
 
-	// Sandgate's own, not AIO's: sandboxspec.Activity, the gateway's probe.
+	// Sandgate's own, not AIO's: sandboxspec.Activity, the gateway's probe,
+	// and sandboxspec.Stats. (sandboxspec.Freeze is checked against a
+	// server process of its own, admin_linux_test.go: a freeze here would
+	// stop every test's commands.)
 	"Activity": "commands!:int stalled!:int requests!:int",
+	"Stats":    "cpu_seconds!:num memory_bytes!:int pids!:int source!:str",
 }
 
 // aioEnums are the string enums.
@@ -116,6 +120,7 @@ var aioEndpoints = map[string]string{
 	"POST /v1/file/str_replace_editor":          "Response[StrReplaceEditorResult|FileOperationError]",
 
 	"GET " + sandboxspec.ActivityPath: "Response[Activity]",
+	"GET " + sandboxspec.StatsPath:    "Response[Stats]",
 }
 
 // schemaError names where a value breaks the contract.

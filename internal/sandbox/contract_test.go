@@ -230,22 +230,27 @@ func contractCalls(ws string) []contractCall {
 		post("/v1/file/read", "{not json"),
 		{http.MethodGet, sandboxspec.ActivityPath, nil},
 		{http.MethodGet, sandboxspec.ActivityPath + "?" + sandboxspec.BusyIdleAfterParam + "=soon", nil},
+		{http.MethodGet, sandboxspec.StatsPath, nil},
 	}
 	return calls
 }
 
-// The activity component above is sandboxspec.Activity's JSON, field for
-// field: the gateway decodes the answer into that type.
-func TestActivityContractIsSandboxspec(t *testing.T) {
+// The Activity and Stats components above are sandboxspec's types' JSON,
+// field for field: the gateway decodes the answers into those types.
+func TestSandgateContractIsSandboxspec(t *testing.T) {
 	t.Parallel()
-	var fields []string
-	typ := reflect.TypeFor[sandboxspec.Activity]()
-	for i := range typ.NumField() {
-		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
-		kind := map[reflect.Kind]string{reflect.Int: "int", reflect.Int64: "int"}[typ.Field(i).Type.Kind()]
-		fields = append(fields, name+"!:"+kind)
-	}
-	if got, want := strings.Join(fields, " "), aioComponents["Activity"]; got != want {
-		t.Errorf("sandboxspec.Activity is %q, the contract says %q", got, want)
+	for component, typ := range map[string]reflect.Type{
+		"Activity": reflect.TypeFor[sandboxspec.Activity](),
+		"Stats":    reflect.TypeFor[sandboxspec.Stats](),
+	} {
+		var fields []string
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			kind := map[reflect.Kind]string{reflect.Int: "int", reflect.Int64: "int", reflect.Float64: "num", reflect.String: "str"}[typ.Field(i).Type.Kind()]
+			fields = append(fields, name+"!:"+kind)
+		}
+		if got, want := strings.Join(fields, " "), aioComponents[component]; got != want {
+			t.Errorf("%s is %q, the contract says %q", typ, got, want)
+		}
 	}
 }

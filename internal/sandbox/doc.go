@@ -46,6 +46,13 @@
 // text message is a command line run in a session; output comes back as
 // text messages while it is produced, then {"type":"exit","exit_code":N}.
 //
+// Sandgate's own routes, under /v1/sandgate/ (sandboxspec): the activity
+// probe (activity.go); a freezer and statistics for a backend with none of
+// its own (admin.go): the sandbox's processes are, as PID 1 of a PID
+// namespace, every process there, and otherwise the server's descendants
+// only (admin_linux.go); its figures come from its own cgroup when it has
+// one (cgroup_linux.go), else from /proc.
+//
 // Choices, documented where they are implemented:
 //   - Shell sessions fork rather than serialize concurrent calls (session.go).
 //   - Each command is a fresh `shell -c` in its own process group; its cwd and

@@ -78,3 +78,15 @@ func bodyType(mediaType string, h func(http.ResponseWriter, *http.Request) error
 			r.Method, r.URL.Path, mediaType, got)
 	}
 }
+
+// bodyless admits a POST that takes no body: one that carries one must
+// still be JSON, so an HTML form cannot post it.
+func bodyless(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	json := bodyType(jsonBody, h)
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if r.Header.Get("Content-Type") != "" {
+			return json(w, r)
+		}
+		return h(w, r)
+	}
+}

@@ -66,8 +66,10 @@ type Server struct {
 	stopNow   context.CancelFunc
 	wsPing    time.Duration
 	mux       *http.ServeMux
-	secret    []byte       // SHA-256 of Config.Secret; nil = open
-	inflight  atomic.Int64 // requests being handled (activity.go)
+	secret    []byte                       // SHA-256 of Config.Secret; nil = open
+	inflight  atomic.Int64                 // requests being handled (activity.go)
+	frozen    freezer                      // admin.go
+	cgroup    atomic.Pointer[cgroupSource] // the stats' cgroup, once found (cgroup_linux.go)
 
 	shellOnce sync.Once
 	shellInfo shellInfo
@@ -207,6 +209,9 @@ func (s *Server) routeTable() []route {
 	return []route{
 		{"GET /v1/sandbox", s.handleSandbox},
 		{"GET " + sandboxspec.ActivityPath, s.handleActivity},
+		{"POST " + sandboxspec.FreezePath, bodyless(s.handleFreeze)},
+		{"POST " + sandboxspec.ThawPath, bodyless(s.handleThaw)},
+		{"GET " + sandboxspec.StatsPath, s.handleStats},
 		{"GET /v1/sandbox/packages/python", s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")},
 		{"GET /v1/sandbox/packages/nodejs", s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")},
 		{"POST /v1/code/execute", bodyType(jsonBody, s.handleCodeExecute)},
@@ -228,7 +233,7 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/bash/kill", bodyType(jsonBody, s.handleBashKill)},
 		{"GET /v1/bash/sessions", s.handleBashSessions},
 		{"POST /v1/bash/sessions/create", bodyType(jsonBody, s.handleBashSessionCreate)},
-		{"POST /v1/bash/sessions/{session_id}/close", s.handleBashSessionClose},
+		{"POST /v1/bash/sessions/{session_id}/close", bodyless(s.closeBashSession)},
 		{"POST /v1/file/read", bodyType(jsonBody, s.handleFileRead)},
 		{"POST /v1/file/write", bodyType(jsonBody, s.handleFileWrite)},
 		{"POST /v1/file/replace", bodyType(jsonBody, s.handleFileReplace)},

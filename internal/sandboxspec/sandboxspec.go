@@ -86,6 +86,55 @@ type Activity struct {
 // Running: a command runs, or a request other than the probe is served.
 func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
 
+// FreezePath (POST) has the sandbox server stop, with SIGSTOP, every
+// process of its sandbox but itself, and answer once all of them are
+// stopped (Freeze in the data of its usual envelope): the freezer of a
+// backend that has none of its own (Kubernetes). Which processes are the
+// sandbox's: as PID 1 of a PID namespace (a container) every process in
+// it, daemonised and reparented ones too; otherwise only the server's own
+// descendants. One already stopped (the tenant's `kill -STOP`) is left
+// as it is. The server itself keeps serving, so a request other than
+// ThawPath is answered too (a command it starts runs); the gateway thaws
+// first. A freeze of a frozen sandbox stops what started since.
+const FreezePath = "/v1/sandgate/freeze"
+
+// ThawPath (POST) continues, with SIGCONT, what FreezePath stopped (and
+// still is the same process); a thaw of a running sandbox does nothing.
+const ThawPath = "/v1/sandgate/thaw"
+
+// Freeze is what FreezePath and ThawPath answer: whether the sandbox is
+// frozen now, and how many processes the freeze holds stopped (after a
+// thaw: how many it continued).
+type Freeze struct {
+	Frozen    bool `json:"frozen"`
+	Processes int  `json:"processes"`
+}
+
+// StatsPath (GET) is the sandbox's resource use, measured by the sandbox
+// server (Stats in the data of its usual envelope): for a backend that
+// has no container statistics of its own (Kubernetes).
+const StatsPath = "/v1/sandgate/stats"
+
+// The sources of Stats: the server's own cgroup (its container's, when
+// it is the container's PID 1), or the sum over its process tree in /proc.
+const (
+	StatsCgroupV2 = "cgroup2"
+	StatsCgroupV1 = "cgroup1"
+	StatsProc     = "proc"
+)
+
+// Stats is what StatsPath answers. CPUSeconds is cumulative (user and
+// system; a client samples twice for a rate), MemoryBytes what the
+// sandbox holds now (a cgroup's charge, with page cache; or the sum of
+// the processes' resident sets), PIDs how many processes it has. Source
+// says which of StatsCgroupV2, StatsCgroupV1, StatsProc measured it.
+type Stats struct {
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	PIDs        int     `json:"pids"`
+	Source      string  `json:"source"`
+}
+
 // KeepEnvVar names the variable through which a launcher lists, comma
 // separated, variables it set on purpose (configured sandbox env) that must
 // survive stripping even if their names look secret.

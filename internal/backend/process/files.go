@@ -6,11 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/sandgate/sandgate/internal/proctree"
 )
 
 // The state, lock and /proc files of the create and claim paths are opened
@@ -32,14 +33,7 @@ func openFile(path string, flag int, perm fs.FileMode) (*os.File, error) {
 
 // readFile reads a small file like os.ReadFile, without the netpoller's
 // attempt or the fstat sizing its buffer.
-func readFile(path string) ([]byte, error) {
-	f, err := openFile(path, syscall.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
+func readFile(path string) ([]byte, error) { return proctree.ReadFile(path) }
 
 // createTemp creates a new file beside path's final name, like
 // os.CreateTemp(dir, prefix+"*"), without the netpoller's attempt.

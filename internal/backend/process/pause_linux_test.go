@@ -6,12 +6,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -290,41 +287,5 @@ func checkCgroupFrozen(t *testing.T, p *Process, pid int) {
 	}
 	if !strings.Contains("\n"+string(data), "\n"+want+"\n") {
 		t.Errorf("%s of the paused sandbox is %q, want %q", file, data, want)
-	}
-}
-
-// procTree, which follows the threads' children files, finds the same
-// tree as a scan of all /proc: a shell's children and grandchildren.
-func TestProcTree(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & (sleep 60 & sleep 60 & wait) & wait")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, pr := range sandboxTree(t, cmd.Process.Pid) {
-			_ = syscall.Kill(pr.PID, syscall.SIGKILL)
-		}
-		_ = cmd.Wait()
-	})
-	backendtest.Eventually(t, "the shells start their sleeps", func() bool { return len(sandboxTree(t, cmd.Process.Pid)) == 5 })
-	root, _, _ := readProc(t.Context(), cmd.Process.Pid)
-	got, err := procTree(t.Context(), root.PID, root.Start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids := func(tree []proc) []int {
-		var out []int
-		for _, pr := range tree {
-			out = append(out, pr.PID)
-		}
-		slices.Sort(out)
-		return out
-	}
-	if want := pids(sandboxTree(t, root.PID)); !slices.Equal(pids(got), want) {
-		t.Errorf("procTree = %v, want %v", pids(got), want)
-	}
-	if got[0].PID != root.PID {
-		t.Errorf("procTree starts at %d, want the root %d", got[0].PID, root.PID)
 	}
 }

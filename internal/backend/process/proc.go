@@ -8,16 +8,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/proctree"
 )
 
 // proc is one host process as far as the backend cares: identity (pid plus
 // start time, so a recycled pid is told apart), tree and group membership.
-type proc struct {
-	PID, PPID, PGID int
-	Start           string
-	Dead            bool // zombie: exited, not yet reaped
-	Stopped         bool // stopped by a signal (SIGSTOP: a paused sandbox)
-}
+type proc = proctree.Proc
 
 // Destroy gives the sandbox server this long after SIGTERM to stop its
 // sessions before the group is killed.
@@ -53,25 +50,17 @@ func descendants(ctx context.Context, root int) ([]proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	children := make(map[int][]proc, len(all))
-	for _, p := range all {
-		children[p.PPID] = append(children[p.PPID], p)
-	}
-	var out []proc
-	queue := []int{root}
-	for len(queue) > 0 {
-		for _, c := range children[queue[0]] {
-			if c.Start == "" { // ps-based listing: look the start time up
-				full, found, err := readProc(ctx, c.PID)
-				if err != nil || !found {
-					continue
-				}
-				c = full
+	tree := proctree.Descendants(all, root)
+	out := tree[:0]
+	for _, c := range tree {
+		if c.Start == "" { // ps-based listing: look the start time up
+			full, found, err := readProc(ctx, c.PID)
+			if err != nil || !found {
+				continue
 			}
-			out = append(out, c)
-			queue = append(queue, c.PID)
+			c = full
 		}
-		queue = queue[1:]
+		out = append(out, c)
 	}
 	return out, nil
 }

@@ -1,0 +1,214 @@
+package sandbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/sandgate/sandgate/internal/proctree"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
+)
+
+// cgroupMount is where the cgroup filesystems are mounted: cgroup v2's
+// whole tree, or one directory per v1 hierarchy named by its controllers.
+const cgroupMount = "/sys/fs/cgroup"
+
+// cgroupSource is the server's own cgroup: where its sandbox's CPU time
+// and memory are charged, whichever process used them, and so what a
+// container's statistics are. Cumulative CPU does not lose a process
+// that was never reaped by one of the tree, as the /proc sum does.
+type cgroupSource struct {
+	version       string   // sandboxspec.StatsCgroupV2 or StatsCgroupV1
+	cpu, cpuField string   // the cumulative CPU file; v2: its field (usage_usec)
+	memory        string   // charged memory, in bytes
+	procs         []string // cgroup.procs of every hierarchy read
+}
+
+// cgroupStats measures the server's own cgroup; false when it has none
+// the server may take for its sandbox's (ownCgroup). A cgroup found once
+// stays the source, so that successive samples of a client compare.
+func (s *Server) cgroupStats(me proctree.Proc) (sandboxspec.Stats, bool) {
+	src := s.cgroup.Load()
+	if src == nil {
+		if src = ownCgroup(cgroupMount, me); src == nil {
+			return sandboxspec.Stats{}, false
+		}
+		s.cgroup.Store(src)
+	}
+	st, err := src.read()
+	if err != nil {
+		s.log.Debug("read the sandbox's cgroup", "error", err)
+		return sandboxspec.Stats{}, false
+	}
+	return st, true
+}
+
+// ownCgroup finds the server's cgroup (/proc/self/cgroup) under mount: v2,
+// else v1's cpuacct and memory hierarchies. Each is looked for at its path
+// under the mount and, for a container whose cgroups are mounted without
+// a cgroup namespace, at the mount's root. It is the sandbox's own when
+// the server is PID 1 of its PID namespace (a container's cgroup), or
+// when it holds no process but the server and its descendants (the
+// process backend's isolated sandbox); a server run in its launcher's
+// cgroup (isolation none, a test) has none of its own.
+func ownCgroup(mount string, me proctree.Proc) *cgroupSource {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	v2, hasV2 := "", false
+	v1 := map[string]string{} // a v1 hierarchy's directory, named by its controllers: the path in it
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case parts[0] == "0":
+			v2, hasV2 = parts[2], true
+		default:
+			v1[parts[1]] = parts[2]
+		}
+	}
+	var found []*cgroupSource
+	if hasV2 && exists(filepath.Join(mount, "cgroup.controllers")) {
+		for _, dir := range candidates(mount, v2) {
+			found = append(found, &cgroupSource{version: sandboxspec.StatsCgroupV2,
+				cpu: filepath.Join(dir, "cpu.stat"), cpuField: "usage_usec",
+				memory: filepath.Join(dir, "memory.current"),
+				procs:  []string{filepath.Join(dir, "cgroup.procs")}})
+		}
+	} else {
+		cpuDirs := v1Dirs(mount, v1, "cpuacct")
+		memDirs := v1Dirs(mount, v1, "memory")
+		for i := range min(len(cpuDirs), len(memDirs)) {
+			found = append(found, &cgroupSource{version: sandboxspec.StatsCgroupV1,
+				cpu:    filepath.Join(cpuDirs[i], "cpuacct.usage"),
+				memory: filepath.Join(memDirs[i], "memory.usage_in_bytes"),
+				procs:  []string{filepath.Join(cpuDirs[i], "cgroup.procs"), filepath.Join(memDirs[i], "cgroup.procs")}})
+		}
+	}
+	for _, src := range found {
+		if _, err := src.read(); err == nil && (me.PID == 1 || src.onlyTree(me)) {
+			return src
+		}
+	}
+	return nil
+}
+
+// candidates are a cgroup's directory under mount and, when that is not
+// the root, the root itself.
+func candidates(mount, path string) []string {
+	dir := filepath.Join(mount, path)
+	if dir == mount {
+		return []string{mount}
+	}
+	return []string{dir, mount}
+}
+
+// v1Dirs are the candidates for controller's v1 hierarchy.
+func v1Dirs(mount string, v1 map[string]string, controller string) []string {
+	for name, p := range v1 {
+		if strings.Contains(","+name+",", ","+controller+",") {
+			return candidates(filepath.Join(mount, name), p)
+		}
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// onlyTree reports whether every process of the cgroup is the server or
+// one of its descendants.
+func (c *cgroupSource) onlyTree(me proctree.Proc) bool {
+	tree, err := proctree.Tree(me.PID, me.Start)
+	if err != nil {
+		return false
+	}
+	ours := make(map[int]bool, len(tree))
+	for _, p := range tree {
+		ours[p.PID] = true
+	}
+	for _, f := range c.procs {
+		pids, err := readPIDs(f)
+		if err != nil {
+			return false
+		}
+		for _, pid := range pids {
+			if !ours[pid] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// read reads the cgroup's figures; its processes are those of the CPU
+// hierarchy's cgroup.procs.
+func (c *cgroupSource) read() (sandboxspec.Stats, error) {
+	st := sandboxspec.Stats{Source: c.version}
+	cpu, err := readCounter(c.cpu, c.cpuField)
+	if err != nil {
+		return st, err
+	}
+	mem, err := readCounter(c.memory, "")
+	if err != nil {
+		return st, err
+	}
+	pids, err := readPIDs(c.procs[0])
+	if err != nil {
+		return st, err
+	}
+	st.MemoryBytes, st.PIDs = int64(mem), len(pids)
+	if c.version == sandboxspec.StatsCgroupV2 {
+		st.CPUSeconds = float64(cpu) / 1e6 // usage_usec
+	} else {
+		st.CPUSeconds = float64(cpu) / 1e9 // cpuacct.usage: nanoseconds
+	}
+	return st, nil
+}
+
+// readCounter reads a file holding one number or, with field, the number
+// on the line "field N" (cpu.stat).
+func readCounter(path, field string) (uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v := bytes.TrimSpace(data)
+	if field != "" {
+		v = nil
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == field {
+				v = f[1]
+			}
+		}
+	}
+	n, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup counter %s: %w", filepath.Base(path), err)
+	}
+	return n, nil
+}
+
+// readPIDs reads a cgroup.procs file.
+func readPIDs(path string) ([]int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, errors.New("malformed cgroup.procs")
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
