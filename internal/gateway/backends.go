@@ -72,7 +72,7 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate b
 		if err != nil {
 			return nil, "", err
 		}
-		return be, name, nil
+		return be.Backend(), name, nil
 	case "remote":
 		be, err := remote.New(cfg.Remote, log)
 		if err != nil {

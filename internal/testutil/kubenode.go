@@ -250,11 +250,26 @@ func saveImage(ctx context.Context, image, path string) error {
 // crash, and the kubelet reports it.
 func (n *KubeNode) Crash(t testing.TB, uid string) {
 	t.Helper()
+	killed := 0
+	for _, pid := range n.Pids(t, uid) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("crash pod %s: no process of it found", uid)
+	}
+}
+
+// Pids are the host pids of the processes of the Pod of that UID (its
+// containers' cgroups), but its Pod sandbox (pause).
+func (n *KubeNode) Pids(t testing.TB, uid string) []int {
+	t.Helper()
 	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed := 0
+	var pids []int
 	for _, f := range procs {
 		b, err := os.ReadFile(f)
 		if err != nil || !strings.Contains(string(b), "/pod"+uid+"/") {
@@ -264,14 +279,11 @@ func (n *KubeNode) Crash(t testing.TB, uid string) {
 		if comm, _ := os.ReadFile(filepath.Join(dir, "comm")); strings.TrimSpace(string(comm)) == "pause" {
 			continue
 		}
-		pid, err := strconv.Atoi(filepath.Base(dir))
-		if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed++
+		if pid, err := strconv.Atoi(filepath.Base(dir)); err == nil {
+			pids = append(pids, pid)
 		}
 	}
-	if killed == 0 {
-		t.Fatalf("crash pod %s: no process of it found", uid)
-	}
+	return pids
 }
 
 // EnforcePodSecurity makes the namespace enforce a Pod Security Standard

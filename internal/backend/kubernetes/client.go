@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -24,6 +25,7 @@ import (
 // call not listed here, and a test checks the Role against it.
 var APIVerbs = map[string][]string{
 	"pods":            {"create", "delete", "get", "list", "watch"},
+	"pods/log":        {"get"},
 	"services":        {"create", "delete", "get", "list"},
 	"networkpolicies": {"create", "delete", "get"},
 	"secrets":         {"create", "delete", "get", "list", "patch"},
@@ -32,6 +34,7 @@ var APIVerbs = map[string][]string{
 // APIGroups is the API group of each resource in APIVerbs ("" = core).
 var APIGroups = map[string]string{
 	"pods":            corev1.GroupName,
+	"pods/log":        corev1.GroupName,
 	"services":        corev1.GroupName,
 	"networkpolicies": networkingv1.GroupName,
 	"secrets":         corev1.GroupName,
@@ -145,6 +148,15 @@ func (c *apiClient) watch(ctx context.Context, resource string, opts metav1.List
 	}
 	opts.Watch = true
 	return r.VersionedParams(&opts, c.params).Watch(ctx)
+}
+
+// logs streams a Pod's container log (the pods/log subresource).
+func (c *apiClient) logs(ctx context.Context, name string, opts *corev1.PodLogOptions) (io.ReadCloser, error) {
+	if !slices.Contains(APIVerbs["pods/log"], "get") {
+		return nil, fmt.Errorf("kubernetes client: get pods/log is not in APIVerbs (and so not in the RBAC Role)")
+	}
+	return c.rc[corev1.GroupName].Get().Namespace(c.ns).Resource("pods").Name(name).SubResource("log").
+		VersionedParams(opts, c.params).Stream(ctx)
 }
 
 func (c *apiClient) getPod(ctx context.Context, name string) (*corev1.Pod, error) {

@@ -59,6 +59,8 @@ type Kubernetes struct {
 	api      *apiClient
 	pods     *pods
 
+	orphanGrace time.Duration // defaultOrphanGrace (tests shorten it)
+
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -131,7 +133,7 @@ func newWithREST(ctx context.Context, cfg Config, rc *rest.Config, ns string, lo
 	ictx, stop := context.WithCancel(ctx)
 	k := &Kubernetes{
 		cfg: cfg, ns: ns, proxyURL: cfg.egressProxyURL(ns), log: log, api: api, pods: newPods(api),
-		stop: stop, done: make(chan struct{}),
+		orphanGrace: defaultOrphanGrace, stop: stop, done: make(chan struct{}),
 	}
 	go func() {
 		defer close(k.done)
