@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/http/httputil"
 	"os"
 	"path/filepath"
@@ -115,14 +116,19 @@ func (p *Proxy) Close(sandboxID string) {
 // ServeAuth serves networked sandboxes on ln until Shutdown (then it returns
 // nil): a request names its sandbox with Proxy-Authorization: Basic
 // base64(sandboxID:password), and lookup says whether the password is that
-// sandbox's and who the sandbox is. Anything else is answered 407.
-func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password string) (backend.EgressIdentity, bool)) error {
+// sandbox's, sent from source (the connection's address), and who the
+// sandbox is. Anything else is answered 407.
+func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password string, source netip.Addr) (backend.EgressIdentity, bool)) error {
 	s := p.newServer(ln, func(r *http.Request) (backend.EgressIdentity, bool) {
 		id, password, ok := proxyBasicAuth(r.Header.Get("Proxy-Authorization"))
 		if !ok {
 			return backend.EgressIdentity{}, false
 		}
-		return lookup(id, password)
+		source, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil {
+			return backend.EgressIdentity{}, false
+		}
+		return lookup(id, password, source.Addr().Unmap())
 	})
 	p.mu.Lock()
 	if p.closed {

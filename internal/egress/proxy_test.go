@@ -252,8 +252,8 @@ func TestServeAuth(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- f.p.ServeAuth(ln, func(id, password string) (backend.EgressIdentity, bool) {
-			if id != "pod-1" || password != "s3cret" {
+		served <- f.p.ServeAuth(ln, func(id, password string, source netip.Addr) (backend.EgressIdentity, bool) {
+			if id != "pod-1" || password != "s3cret" || source != netip.MustParseAddr("127.0.0.1") {
 				return backend.EgressIdentity{}, false
 			}
 			return backend.EgressIdentity{SandboxID: id, Egress: backend.Egress{Allow: []string{"allowed.test"}}}, true

@@ -35,9 +35,10 @@ func newEgress(cfg config.Config, log *slog.Logger, metrics *telemetry.Metrics) 
 }
 
 // egressAuthenticator is a backend whose sandboxes reach the egress proxy
-// over the network with a credential of their own (kubernetes).
+// over the network with a credential of their own, from an address it
+// knows (kubernetes).
 type egressAuthenticator interface {
-	EgressIdentity(ctx context.Context, sandboxID, password string) (backend.EgressIdentity, error)
+	EgressIdentity(ctx context.Context, sandboxID, password string, source netip.Addr) (backend.EgressIdentity, error)
 }
 
 // listenEgress opens egress_listen for networked sandboxes; nil when off.
@@ -61,10 +62,10 @@ func (g *Gateway) listenEgress() (net.Listener, error) {
 func (g *Gateway) serveEgress(ln net.Listener) {
 	auth := g.backend.(egressAuthenticator)
 	g.log.Info("egress proxy listening for networked sandboxes", "addr", ln.Addr().String())
-	err := g.egress.ServeAuth(ln, func(sid, password string) (backend.EgressIdentity, bool) {
+	err := g.egress.ServeAuth(ln, func(sid, password string, source netip.Addr) (backend.EgressIdentity, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		id, err := auth.EgressIdentity(ctx, sid, password)
+		id, err := auth.EgressIdentity(ctx, sid, password, source)
 		return id, err == nil
 	})
 	if err != nil {

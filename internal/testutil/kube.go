@@ -45,8 +45,7 @@ import (
 
 // KubeAPI is a real kube-apiserver with its etcd, on loopback ports, shared
 // by the tests of one package (isolate tests by namespace). Alone it has no
-// scheduler, kubelet or garbage collector: StartKubeNode adds a real node,
-// StartKubelet a stand-in kubelet.
+// scheduler, kubelet or garbage collector: StartKubeNode adds a real node.
 type KubeAPI struct {
 	URL    string
 	CAData []byte

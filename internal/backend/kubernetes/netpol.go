@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 
 	corev1 "k8s.io/api/core/v1"
@@ -164,13 +165,15 @@ func publicRule() networkingv1.NetworkPolicyEgressRule {
 }
 
 // EgressIdentity authenticates a connection to the egress proxy that
-// presented sandboxID:password (Proxy-Authorization Basic) and says whose
-// it is, from the sandbox's Pod in the informer's cache: every gateway
-// replica knows every sandbox this way, after a restart too, with no API
-// request per connection. A Pod the cache has not seen yet is denied (a
+// presented sandboxID:password (Proxy-Authorization Basic) from source and
+// says whose it is, from the sandbox's Pod in the informer's cache: every
+// gateway replica knows every sandbox this way, after a restart too, with no
+// API request per connection. A Pod the cache has not seen yet is denied (a
 // Pod's code runs well after the watch event of its creation).
-// ErrEgressDenied unless a live proxy-mode Pod of that id has that password.
-func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password string) (backend.EgressIdentity, error) {
+// ErrEgressDenied unless a live proxy-mode Pod of that id, at the address
+// source, has that password: a password that leaked out of its Pod (a log,
+// a shared notebook) is worth nothing elsewhere.
+func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password string, source netip.Addr) (backend.EgressIdentity, error) {
 	if !identity.ValidSandboxID(sandboxID) {
 		return backend.EgressIdentity{}, ErrEgressDenied
 	}
@@ -179,7 +182,7 @@ func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password str
 	}
 	pod := k.pods.get(k.name(sandboxID))
 	if pod == nil || pod.Labels[LabelEgress] != string(backend.EgressProxy) ||
-		(stateOf(pod) != podStarting && stateOf(pod) != podReady) || !proxyPasswordIs(pod, sandboxID, password) {
+		(stateOf(pod) != podStarting && stateOf(pod) != podReady) || !proxyPasswordIs(pod, sandboxID, password) || !podAt(pod, source) {
 		return backend.EgressIdentity{}, ErrEgressDenied
 	}
 	e := backend.Egress{Mode: backend.EgressProxy}
@@ -191,6 +194,16 @@ func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password str
 	return backend.EgressIdentity{
 		SandboxID: sandboxID, User: pod.Annotations[AnnotationUser], Thread: pod.Annotations[AnnotationThread], Egress: e,
 	}, nil
+}
+
+// podAt: source is one of the Pod's addresses.
+func podAt(pod *corev1.Pod, source netip.Addr) bool {
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a == source {
+			return true
+		}
+	}
+	return false
 }
 
 // proxyPasswordIs: the Pod's proxy URL carries sandboxID:password.

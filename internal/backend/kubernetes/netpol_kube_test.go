@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"errors"
 	"maps"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -146,7 +147,7 @@ func TestCreateInProxyMode(t *testing.T) {
 			t.Errorf("pod env %s = %q, want %q", n, env[n], v)
 		}
 	}
-	// The sandbox sees it too (the stand-in kubelet passes the Pod's env).
+	// The sandbox sees it too (the kubelet passes the Pod's env).
 	if out := backendtest.Exec(t, info, "echo $HTTPS_PROXY").Output; out != wantProxy+"\n" {
 		t.Errorf("HTTPS_PROXY in the sandbox = %q", out)
 	}
@@ -161,14 +162,23 @@ func TestCreateInProxyMode(t *testing.T) {
 		t.Errorf("stored policy = %+v", np)
 	}
 
-	id, err := k.EgressIdentity(t.Context(), s.SandboxID, EgressPassword(s.Secret))
+	// The pod object as the kubelet has it now: with its address.
+	pod, _ = e.pod(t, name)
+	podIP := netip.MustParseAddr(pod.Status.PodIP)
+	id, err := k.EgressIdentity(t.Context(), s.SandboxID, EgressPassword(s.Secret), podIP)
 	if err != nil || id.SandboxID != s.SandboxID || id.User != "frank" || id.Thread != "t" ||
 		id.Egress.Mode != backend.EgressProxy || !slices.Equal(id.Egress.Allow, []string{"pypi.org"}) {
 		t.Errorf("EgressIdentity = %+v, %v", id, err)
 	}
 	for _, c := range [][2]string{{s.SandboxID, "wrong"}, {s.SandboxID, ""}, {s.SandboxID, s.Secret}, {"00000000000000ff", EgressPassword(s.Secret)}} {
-		if _, err := k.EgressIdentity(t.Context(), c[0], c[1]); !errors.Is(err, ErrEgressDenied) {
+		if _, err := k.EgressIdentity(t.Context(), c[0], c[1], podIP); !errors.Is(err, ErrEgressDenied) {
 			t.Errorf("EgressIdentity(%s, %s) = %v, want denied", c[0], c[1], err)
+		}
+	}
+	// The right password from anywhere but the Pod: a leaked credential.
+	for _, elsewhere := range []string{"127.0.0.1", e.node.IP, podIP.Next().String()} {
+		if _, err := k.EgressIdentity(t.Context(), s.SandboxID, EgressPassword(s.Secret), netip.MustParseAddr(elsewhere)); !errors.Is(err, ErrEgressDenied) {
+			t.Errorf("EgressIdentity from %s = %v, want denied", elsewhere, err)
 		}
 	}
 
@@ -179,7 +189,7 @@ func TestCreateInProxyMode(t *testing.T) {
 		t.Error("network policy left after Destroy")
 	}
 	backendtest.Eventually(t, "the proxy forgets the sandbox", func() bool {
-		_, err := k.EgressIdentity(t.Context(), s.SandboxID, EgressPassword(s.Secret))
+		_, err := k.EgressIdentity(t.Context(), s.SandboxID, EgressPassword(s.Secret), podIP)
 		return errors.Is(err, ErrEgressDenied)
 	})
 }
