@@ -13,6 +13,21 @@ import (
 // ErrNotSupported marks what this backend cannot tell or do (501).
 var ErrNotSupported = errors.New("not supported by this sandbox backend")
 
+// NotSupportedError is ErrNotSupported naming the feature and why, in
+// words a client may read: it holds no id, path or secret, and the API's
+// 501 shows it whole.
+type NotSupportedError struct{ Feature, Why string }
+
+func (e *NotSupportedError) Error() string {
+	return e.Feature + " is not supported by this sandbox backend: " + e.Why
+}
+
+// Is makes errors.Is(err, ErrNotSupported) true.
+func (e *NotSupportedError) Is(target error) bool { return target == ErrNotSupported }
+
+// Unsupported is a NotSupportedError.
+func Unsupported(feature, why string) error { return &NotSupportedError{Feature: feature, Why: why} }
+
 // LogOptions select what Logs returns.
 type LogOptions struct {
 	// Follow keeps the stream open for new lines until ctx ends or the

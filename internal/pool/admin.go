@@ -49,7 +49,7 @@ func (a *Admin) Fleet() string { return a.p.fleet }
 func (a *Admin) Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error) {
 	ls, ok := a.p.backend.(backend.LogStreamer)
 	if !ok {
-		return nil, backend.ErrNotSupported
+		return nil, backend.Unsupported("logs", "the backend keeps no log of its sandboxes")
 	}
 	rec, err := a.recorded(ctx, sid)
 	if err != nil {
@@ -62,7 +62,7 @@ func (a *Admin) Logs(ctx context.Context, sid string, opts backend.LogOptions) (
 func (a *Admin) Stats(ctx context.Context, sid string) (backend.Stats, error) {
 	st, ok := a.p.backend.(backend.Statter)
 	if !ok {
-		return backend.Stats{}, backend.ErrNotSupported
+		return backend.Stats{}, backend.Unsupported("stats", "the backend cannot measure its sandboxes (kubernetes: set kubernetes_server to run Sandgate's server, which measures itself)")
 	}
 	rec, err := a.recorded(ctx, sid)
 	if err != nil {

@@ -49,7 +49,7 @@ func newHolder(p holderParams) *Holder { return &Holder{p: p} }
 // nothing: otherwise ErrBusy and nothing changes. Frozen already is nil.
 func (h *Holder) FreezeThread(ctx context.Context, user, thread string) error {
 	if h.p.stopper.pz == nil {
-		return fmt.Errorf("%w: backend %s cannot freeze", backend.ErrNotSupported, h.p.backend)
+		return backend.Unsupported("freeze", "the backend cannot stop a sandbox's processes (kubernetes: set kubernetes_server to run Sandgate's server, which stops its own)")
 	}
 	sid := identity.SandboxID(user, thread)
 	rec, unlock, err := h.lockThread(ctx, sid, user, thread)

@@ -50,7 +50,7 @@ func decodeOptional(c echo.Context, dst any) error {
 // keeps its data here.
 func (rt *Router) checkpointsFor(c echo.Context, p *auth.Principal) (string, error) {
 	if rt.checkpoints == nil || rt.holder == nil {
-		return "", fmt.Errorf("%w: checkpoints need thread data on the gateway host (process, docker)", backend.ErrNotSupported)
+		return "", backend.Unsupported("checkpoints, restore and fork", "they need thread data on the gateway host (process, docker)")
 	}
 	return threadParam(c, p)
 }
@@ -228,7 +228,7 @@ func (rt *Router) freezeThread(c echo.Context, p *auth.Principal) error {
 		return err
 	}
 	if rt.holder == nil {
-		return backend.ErrNotSupported
+		return backend.Unsupported("freeze", "this gateway has no sandbox pool")
 	}
 	if err := rt.holder.FreezeThread(c.Request().Context(), p.User, thread); err != nil {
 		return err

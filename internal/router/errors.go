@@ -131,6 +131,7 @@ func statusOf(err error) apiError {
 	var rateLimited *pool.RateLimitError
 	var image *backend.ImageError
 	var quota *quotaError
+	var unsupported *backend.NotSupportedError
 	var userQuota *pool.QuotaError
 	var budget *checkpoint.BudgetError
 	switch {
@@ -186,6 +187,8 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "capacity", "the sandbox pool is full; retry later", 5}
 	case errors.Is(err, pool.ErrState):
 		return apiError{http.StatusServiceUnavailable, "state_unavailable", "the gateway cannot reach its state store (Redis); retry shortly", 2}
+	case errors.As(err, &unsupported):
+		return apiError{http.StatusNotImplemented, "not_supported", unsupported.Error(), 0}
 	case errors.Is(err, backend.ErrNotSupported):
 		return apiError{http.StatusNotImplemented, "not_supported", "the sandbox backend cannot tell or do this", 0}
 	case errors.Is(err, backend.ErrUnavailable):

@@ -56,6 +56,8 @@ func TestStatusTable(t *testing.T) {
 		{echo.ErrNotFound, 404, "not_found", false},
 		{echo.ErrMethodNotAllowed, 405, "method_not_allowed", false},
 		{errors.New("secret internal detail /var/lib/x"), 500, "internal", false},
+		{fmt.Errorf("sandbox 0123456789abcdef at /var/lib/x: %w", backend.ErrNotSupported), 501, "not_supported", false},
+		{fmt.Errorf("admin: %w", backend.Unsupported("freeze", "no pool")), 501, "not_supported", false},
 	}
 	for _, c := range cases {
 		got := statusOf(c.err)
@@ -65,6 +67,10 @@ func TestStatusTable(t *testing.T) {
 		if strings.Contains(got.message, "/var/lib") || strings.Contains(got.message, "redis") && got.code != "state_unavailable" {
 			t.Errorf("%v: internal text leaked into %q", c.err, got.message)
 		}
+	}
+	// A named 501 says what is missing and why, and nothing else.
+	if got := statusOf(fmt.Errorf("sandbox 0123456789abcdef: %w", backend.Unsupported("freeze", "no pool"))); got.message != "freeze is not supported by this sandbox backend: no pool" {
+		t.Errorf("named 501 message %q", got.message)
 	}
 }
 
