@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -120,5 +122,96 @@ func TestKubernetesFilesSurviveAPodDeletedBehindTheGateway(t *testing.T) {
 			t.Fatalf("no new Pod answers after the old one was deleted: %d %s\n%s", code, body, tail(g.logs.String(), 40))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestKubernetesFreezeLogsStatsThroughTheGateway: on the real node, a
+// freeze on demand stops the sandbox's commands (a CPU burner's ticks, read
+// on the host, stand still for 5 s), the next request thaws it, and the
+// admin API's logs and stats answer from the kubelet and the sandbox's
+// server.
+func TestKubernetesFreezeLogsStatsThroughTheGateway(t *testing.T) {
+	t.Parallel()
+	c := newKubeCluster(t)
+	f := newFleet(t, append(c.flags(t), "--cache-ttl", "500ms", "--touch-interval", "200ms")...)
+	g := f.start()
+	shell(t, g.URL, "kf", "setsid sh -c 'while :; do :; done' >/dev/null 2>&1 </dev/null &")
+	sid := identity.SandboxID("default", "kf")
+	pod, err := c.api.Admin.CoreV1().Pods(c.ns).Get(t.Context(), "sandgate-sandbox-"+sid, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state and CPU ticks of the Pod's commands (not its server).
+	ticks := func() map[int]string {
+		out := map[int]string{}
+		for _, pid := range c.node.Pids(t, string(pod.UID)) {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			if err != nil || strings.Contains(string(b), "(sandgate-sandbo)") {
+				continue
+			}
+			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+			out[pid] = f[0] + " " + f[11] + " " + f[12] // state utime stime
+		}
+		return out
+	}
+	burning := func() bool {
+		for _, s := range ticks() {
+			if strings.HasPrefix(s, "R ") {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !burning() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no burner runs in the Pod: %v", ticks())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if code, body, _ := call(t, "POST", g.URL+"/threads/kf/sandbox/freeze", nil); code != 200 {
+		t.Fatalf("freeze: %d %s", code, body)
+	}
+	before := ticks()
+	if len(before) == 0 {
+		t.Fatal("the Pod's commands are gone after the freeze")
+	}
+	time.Sleep(5 * time.Second)
+	after := ticks()
+	for pid, was := range before {
+		if now := after[pid]; now != was || !strings.HasPrefix(was, "T ") {
+			t.Errorf("process %d ran while frozen: %q -> %q", pid, was, now)
+		}
+	}
+	if burning() {
+		t.Errorf("the burner runs in a frozen sandbox: %v", after)
+	}
+	if out := shell(t, g.URL, "kf", "echo thawed").Output; strings.TrimSpace(out) != "thawed" {
+		t.Fatalf("the next request after the freeze: %q", out)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for !burning() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the burner did not run again after the thaw: %v", ticks())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	code, body, _ := call(t, "GET", g.URL+"/admin/v1/sandboxes/"+sid+"/logs?tail=50", nil)
+	if code != 200 || !strings.Contains(string(body), "listening") {
+		t.Errorf("admin logs: %d %s", code, body)
+	}
+	code, body, _ = call(t, "GET", g.URL+"/admin/v1/stats?thread=kf", nil)
+	var stats struct {
+		Supported bool `json:"supported"`
+		Sandboxes []struct {
+			CPUSeconds  float64 `json:"cpu_seconds"`
+			MemoryBytes int64   `json:"memory_bytes"`
+		} `json:"sandboxes"`
+	}
+	if code != 200 || json.Unmarshal(body, &stats) != nil || !stats.Supported || len(stats.Sandboxes) != 1 ||
+		stats.Sandboxes[0].CPUSeconds <= 0 || stats.Sandboxes[0].MemoryBytes <= 0 {
+		t.Errorf("admin stats: %d %s", code, body)
 	}
 }
