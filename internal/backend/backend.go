@@ -76,6 +76,15 @@ type Info struct {
 // server gone); callers answer 503 rather than 502.
 var ErrUnavailable = errors.New("backend unavailable")
 
+// IncarnationWatcher is implemented by backends that learn at once when a
+// sandbox incarnation ends or is on its way out (kubernetes: its Pod
+// informer sees the deletion). The pool drops its cached route to it, so
+// no request follows a route to a going Pod, or to the next Pod at its
+// address, for the rest of cache_ttl. fn must not block.
+type IncarnationWatcher interface {
+	OnEnded(fn func(sandboxID, incarnation string))
+}
+
 // Freezer is implemented by backends that can freeze a sandbox while it sits
 // in the warm pool (pool.Config.PauseWarm) and thaw it on reclaim. A paused
 // sandbox is still Alive.

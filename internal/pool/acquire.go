@@ -125,6 +125,9 @@ func (p *Pool) acquireSlow(ctx context.Context, user, thread, sid string, verify
 	if ok && (rec.User != user || rec.Thread != thread) {
 		return nil, "", conflict(ctx, p.log, rec, user, thread)
 	}
+	if ok && p.ended.take(sid, rec.Incarnation) {
+		verify = true
+	}
 	// A frozen or paused warm sandbox is thawed under the lock, in provision.
 	if ok && !thawsUnderLock(rec, p.warmPauser != nil) {
 		r, outcome, err := p.reuse(ctx, rec, verify)

@@ -151,3 +151,40 @@ func TestCreateFailureGivesCapacityBack(t *testing.T) {
 		t.Fatalf("capacity leaked by the failed create: %v", err)
 	}
 }
+
+// watchingBackend is the fake backend telling the pool of ended
+// incarnations, as the kubernetes backend's Pod informer does.
+type watchingBackend struct {
+	*fakeBackend
+	ended []func(sandboxID, incarnation string)
+}
+
+func (w *watchingBackend) OnEnded(fn func(sandboxID, incarnation string)) { w.ended = append(w.ended, fn) }
+
+func TestEndedIncarnationLeavesTheRouteCache(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{CacheTTL: time.Hour})
+	wb := &watchingBackend{fakeBackend: e.be}
+	p := e.replicaWith(func(d *Deps) { d.Backend = wb })
+	if len(wb.ended) != 1 {
+		t.Fatalf("the pool registered %d watchers, want 1", len(wb.ended))
+	}
+	r, _, err := p.Acquire(ctx, "u", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb.ended[0](r.SandboxID, "another-incarnation")
+	if _, o, err := p.Acquire(ctx, "u", "w"); err != nil || o != OutcomeHit {
+		t.Fatalf("after another incarnation ended: %v %v, want a cache hit", o, err)
+	}
+	// The incarnation ends (the Pod is deleted): its record in Redis still
+	// names it, and nothing has failed yet.
+	e.be.mu.Lock()
+	delete(e.be.live, r.SandboxID)
+	e.be.mu.Unlock()
+	wb.ended[0](r.SandboxID, r.Incarnation)
+	r2, o, err := p.Acquire(ctx, "u", "w")
+	if err != nil || r2 == r || r2.Incarnation == r.Incarnation || o != OutcomeCold {
+		t.Fatalf("after the route's incarnation ended: %v %v (incarnation %s, was %s), want a new sandbox", o, err, r2.Incarnation, r.Incarnation)
+	}
+}

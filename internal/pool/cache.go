@@ -112,6 +112,15 @@ func (c *cache) drop(sid string, r *Route) {
 	}
 }
 
+// dropIncarnation removes sid's route if it leads to that incarnation.
+func (c *cache) dropIncarnation(sid, incarnation string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.bySID[sid]; cur != nil && cur.Incarnation == incarnation {
+		c.removeLocked(cur)
+	}
+}
+
 func (c *cache) removeLocked(r *Route) {
 	delete(c.bySID, r.SandboxID)
 	if r.capRoute != nil {

@@ -82,6 +82,7 @@ type Pool struct {
 	clock   Clock
 	log     *slog.Logger
 	cache   *cache
+	ended   endedSet // incarnations the backend reported ended
 	flight  singleflight.Group
 	obs     observer
 	creates CreateLimiter
@@ -177,6 +178,9 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
 	p.capacity = &capacity{cfg: cfg, store: d.Store, takes: p.takes, locks: p.locks, destroyer: p.destroyer,
 		notes: p.notes, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log}
+	if w, ok := d.Backend.(backend.IncarnationWatcher); ok {
+		w.OnEnded(p.incarnationEnded)
+	}
 	return p, nil
 }
 

@@ -133,6 +133,12 @@ func (k *Kubernetes) RemoveLeftover(ctx context.Context, l backend.Leftover) err
 	}
 }
 
+var _ backend.IncarnationWatcher = (*Kubernetes)(nil)
+
+// OnEnded calls fn when the informer sees a sandbox's Pod deleting,
+// finished or gone.
+func (k *Kubernetes) OnEnded(fn func(sandboxID, incarnation string)) { k.pods.onEnded(fn) }
+
 // serverPods is the backend when its Pods run Sandgate's server
 // (Config.Server), which freezes its own commands and measures its own
 // container: the pool sees a Freezer and a Statter only then.

@@ -155,3 +155,25 @@ func TestLeftoversOnTheRealNode(t *testing.T) {
 		t.Errorf("the live sandbox after prune: %d", got)
 	}
 }
+
+// TestOnEndedSeesADeletion: the informer tells the pool the moment a Pod
+// is deleted behind the backend's back, before its containers stop.
+func TestOnEndedSeesADeletion(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	k := e.backend(t, e.config())
+	ended := make(chan [2]string, 16)
+	k.OnEnded(func(sid, inc string) { ended <- [2]string{sid, inc} })
+	info := backendtest.MustCreate(t, k, spec("ivan", "t"))
+	if err := e.api.Admin.CoreV1().Pods(e.ns).Delete(t.Context(), podName(info.SandboxID), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ended:
+		if got != [2]string{info.SandboxID, info.Incarnation} {
+			t.Errorf("OnEnded(%v), want %s %s", got, info.SandboxID, info.Incarnation)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no OnEnded after the Pod's deletion")
+	}
+}

@@ -23,6 +23,7 @@ type pods struct {
 
 	mu      sync.Mutex
 	changed map[string]chan struct{} // by Pod name; closed on the next event for it
+	ended   []func(sandboxID, incarnation string)
 }
 
 func newPods(c *apiClient) *pods {
@@ -44,24 +45,44 @@ func newPods(c *apiClient) *pods {
 		}),
 		changed: map[string]chan struct{}{},
 	}
-	notify := func(obj any) {
+	notify := func(obj any, deleted bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
 			p.notify(pod.Name)
+			if deleted || stateOf(pod) == podDeleting || stateOf(pod) == podFinished {
+				p.end(pod)
+			}
 		}
 	}
 	// Registration cannot fail before the informer has stopped.
 	_, _ = p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, obj any) { notify(obj) },
-		DeleteFunc: notify,
+		AddFunc:    func(obj any) { notify(obj, false) },
+		UpdateFunc: func(_, obj any) { notify(obj, false) },
+		DeleteFunc: func(obj any) { notify(obj, true) },
 	})
 	return p
 }
 
 func (p *pods) run(ctx context.Context) { p.informer.RunWithContext(ctx) }
+
+// onEnded registers fn for every Pod incarnation seen deleting, finished
+// or deleted (more than once for one Pod: each event says it again).
+func (p *pods) onEnded(fn func(sandboxID, incarnation string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = append(p.ended, fn)
+}
+
+func (p *pods) end(pod *corev1.Pod) {
+	p.mu.Lock()
+	fns := p.ended
+	p.mu.Unlock()
+	for _, fn := range fns {
+		fn(pod.Labels[backend.LabelSandboxID], string(pod.UID))
+	}
+}
 
 func (p *pods) notify(name string) {
 	p.mu.Lock()
