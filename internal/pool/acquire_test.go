@@ -159,7 +159,9 @@ type watchingBackend struct {
 	ended []func(sandboxID, incarnation string)
 }
 
-func (w *watchingBackend) OnEnded(fn func(sandboxID, incarnation string)) { w.ended = append(w.ended, fn) }
+func (w *watchingBackend) OnEnded(fn func(sandboxID, incarnation string)) {
+	w.ended = append(w.ended, fn)
+}
 
 func TestEndedIncarnationLeavesTheRouteCache(t *testing.T) {
 	t.Parallel()
