@@ -177,3 +177,48 @@ func TestOnEndedSeesADeletion(t *testing.T) {
 		t.Fatal("no OnEnded after the Pod's deletion")
 	}
 }
+
+// TestRestrictedPodLimitsOnTheRealNode: the namespace enforces the
+// restricted Pod Security Standard (a Pod spec without runAsNonRoot is
+// refused at admission), and the sandbox Pod's memory limit is the
+// kernel's: a hog is OOM-killed in its cgroup, the sandbox lives on.
+func TestRestrictedPodLimitsOnTheRealNode(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	loose := e.config()
+	loose.RunAsNonRoot, loose.RunAsUser = false, 0
+	if _, err := e.backend(t, loose).Create(backendtest.Ctx(t), spec("judy", "loose")); err == nil || !strings.Contains(err.Error(), `violates PodSecurity "restricted`) {
+		t.Fatalf("Create of a Pod that may run as root: %v, want refused by PodSecurity", err)
+	}
+
+	cfg := e.config()
+	cfg.MemoryRequest, cfg.MemoryLimit = "32Mi", "64Mi"
+	k := e.backend(t, cfg)
+	info := backendtest.MustCreate(t, k, spec("judy", "hog"))
+	began := time.Now()
+	res := backendtest.Exec(t, info, `x=$(head -c 200000000 /dev/zero | tr '\0' a); echo survived ${#x}`)
+	took := time.Since(began)
+	if strings.Contains(res.Output, "survived") || res.ExitCode == 0 {
+		t.Fatalf("a 200 MB hog under a 64 MiB limit: exit %v, output %q", res.ExitCode, res.Output)
+	}
+	if got := backendtest.Status(t, info.URL, info.Secret); got != 200 {
+		t.Errorf("the sandbox after its hog was killed: %d", got)
+	}
+	// The kernel's account of the container's memory cgroup (v1 here).
+	var cgroup string
+	for _, pid := range e.node.Pids(t, info.Incarnation) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		for _, line := range strings.Split(string(b), "\n") {
+			if _, path, ok := strings.Cut(line, ":memory:"); ok {
+				cgroup = "/sys/fs/cgroup/memory" + path
+			}
+		}
+	}
+	peak, _ := os.ReadFile(cgroup + "/memory.max_usage_in_bytes")
+	oom, _ := os.ReadFile(cgroup + "/memory.oom_control")
+	peakBytes, _ := strconv.ParseInt(strings.TrimSpace(string(peak)), 10, 64)
+	if peakBytes == 0 || peakBytes > 64<<20 || !strings.Contains(string(oom), "oom_kill ") || strings.Contains(string(oom), "oom_kill 0") {
+		t.Errorf("memory cgroup %s: peak %d bytes (limit %d), oom_control %q", cgroup, peakBytes, 64<<20, oom)
+	}
+	t.Logf("hog OOM-killed after %v; container peak %d bytes of a %d limit", took.Round(time.Millisecond), peakBytes, 64<<20)
+}
