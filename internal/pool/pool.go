@@ -142,6 +142,10 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	obs := observer{metrics: d.Metrics, backend: d.BackendName}
 	pz, _ := d.Backend.(backend.Freezer)
 	binder, _ := d.Backend.(backend.Binder)
+	if cfg.Prewarm > 0 && binder == nil {
+		return nil, fmt.Errorf("prewarm %d: %w", cfg.Prewarm, backend.Unsupported("a pre-started pool",
+			"backend "+d.BackendName+" cannot hand a running sandbox to a thread (kubernetes: a Pod's thread volume is fixed when it starts); set prewarm: 0"))
+	}
 	p := &Pool{
 		cfg:       cfg,
 		store:     d.Store,

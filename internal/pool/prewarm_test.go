@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/statedb"
 )
 
 // claimingBackend is the fake backend with Claim: the entry moves from the
@@ -173,5 +175,17 @@ func TestPrewarmCapacity(t *testing.T) {
 	}
 	if n := prewarmCount(t, p2); n != 1 || cb2.liveCount() != 1 {
 		t.Fatalf("after shrinking to 1: %d pre-started, %d live", n, cb2.liveCount())
+	}
+}
+
+// A pre-started pool on a backend that cannot bind one is refused at start,
+// naming why, rather than silently never filled.
+func TestPrewarmNeedsABinder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Prewarm: 2})
+	rdb := e.rdb()
+	_, err := New(e.cfg, Deps{Store: statedb.NewStore(rdb, ""), Backend: struct{ backend.Backend }{e.be}, BackendName: "kubernetes", Clock: e.clock})
+	if !errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "kubernetes") {
+		t.Fatalf("New = %v, want a named not-supported error", err)
 	}
 }
