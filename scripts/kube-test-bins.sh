@@ -28,12 +28,21 @@ flock 9
 export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
 unset GOOS GOARCH
 
-build_etcd() {
-	local dir=$src/etcd
+# build_main NAME [MODULE@VERSION] builds the program whose main.go is on stdin into $bin/NAME, in a
+# scratch module of its own (requiring MODULE@VERSION).
+build_main() {
+	local name=$1 dir=$src/$1
 	mkdir -p "$dir"
 	cd "$dir"
-	[ -f go.mod ] || go mod init sandgate.local/etcd >/dev/null 2>&1
-	cat >main.go <<'EOF'
+	[ -f go.mod ] || go mod init "sandgate.local/$name" >/dev/null 2>&1
+	cat >main.go
+	[ -z "${2:-}" ] || nice -n 19 go get "$2"
+	nice -n 19 go build -trimpath -ldflags "-s -w" -o "$bin/$name.tmp" .
+	mv "$bin/$name.tmp" "$bin/$name"
+}
+
+build_etcd() {
+	build_main etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" <<'EOF'
 package main
 
 import (
@@ -44,9 +53,6 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 EOF
-	nice -n 19 go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-	nice -n 19 go build -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" .
-	mv "$bin/etcd.tmp" "$bin/etcd"
 }
 
 # kube_module prepares the scratch module both Kubernetes commands build in: k8s.io/kubernetes replaces
@@ -89,11 +95,7 @@ build_kube() {
 # build_pause builds the Pod sandbox's process: it holds the Pod's namespaces and exits on SIGTERM or
 # SIGINT. kube-node.sh wraps it in an image, as no registry.k8s.io/pause can be pulled here.
 build_pause() {
-	local dir=$src/pause
-	mkdir -p "$dir"
-	cd "$dir"
-	[ -f go.mod ] || go mod init sandgate.local/pause >/dev/null 2>&1
-	cat >main.go <<'EOF'
+	build_main pause <<'EOF'
 package main
 
 import (
@@ -108,8 +110,6 @@ func main() {
 	<-c
 }
 EOF
-	go build -trimpath -ldflags "-s -w" -o "$bin/pause.tmp" .
-	mv "$bin/pause.tmp" "$bin/pause"
 }
 
 [ -x "$bin/etcd" ] || (build_etcd) >&2

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	osexec "os/exec"
@@ -34,16 +33,7 @@ func TestBinaryListenFD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lf, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + ln.Addr().String()
-	_ = ln.Close() // the dup in lf keeps the socket listening
+	lf, base := testutil.ListenerFile(t)
 
 	const maxOut = 256 << 10
 	cmd := osexec.Command(bin, "sandbox", "--listen-fd", "3", "--max-output", strconv.Itoa(maxOut),

@@ -47,16 +47,7 @@ func StartSandboxServer(t testing.TB, wrapper ...string) *SandboxServer {
 	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lf, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	_ = ln.Close() // the dup in lf keeps the socket listening
+	lf, url := ListenerFile(t)
 
 	args := append(wrapper, bin, sandboxspec.ServerCommand, "--"+sandboxspec.FlagListenFD, "3",
 		"--"+sandboxspec.FlagSecretFile, secretFile, "--"+sandboxspec.FlagMap, "/mnt/user-data/workspace="+home)
@@ -101,4 +92,21 @@ func StartSandboxServer(t testing.TB, wrapper ...string) *SandboxServer {
 		}
 	}
 	return &SandboxServer{URL: url, Secret: secret, PID: cmd.Process.Pid, Home: home}
+}
+
+// ListenerFile is a listening loopback TCP socket as a file to hand a
+// server (--listen-fd), and its http:// URL. The caller closes the file
+// once the server has it.
+func ListenerFile(t testing.TB) (*os.File, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close() // the dup in lf keeps the socket listening
+	return lf, "http://" + ln.Addr().String()
 }
