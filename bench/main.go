@@ -74,7 +74,7 @@ func register(name string, s Suite) { suites[name] = s }
 // chart need first, so a run cut short by -timeout on a busy machine
 // loses the least of them.
 var suiteOrder = []string{"proxy-throughput", "lifecycle", "process-cold-create", "docker-cold-create", "go-bench",
-	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume"}
+	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume", "kube"}
 
 // suiteNames are the registered suites in run order; one missing from
 // suiteOrder runs last.
@@ -113,24 +113,29 @@ type settings struct {
 	FreezeRuns                  int // freezes and thaws per backend
 	CheckpointRuns              int // checkpoints, restores and forks per method
 	ResumeRuns                  int // exec streams cut and resumed, per row
+	KubeRuns                    int // kubernetes backend creates, freeze rounds and gateway first requests
 }
 
 var (
 	fullSettings = settings{ProxyWarmup: time.Second, ProxyMeasure: 4 * time.Second, ProxyRounds: 4,
 		LifecycleRuns: 200, LifecycleColdRuns: 30, ColdCreateRuns: 50, DockerColdRuns: 20, DockerWarmRuns: 30,
 		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s",
-		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10, ResumeRuns: 30}
+		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10, ResumeRuns: 30, KubeRuns: 20}
 	quickSettings = settings{Quick: true, ProxyWarmup: time.Second, ProxyMeasure: 2 * time.Second, ProxyRounds: 2,
 		LifecycleRuns: 50, LifecycleColdRuns: 10, ColdCreateRuns: 15, DockerColdRuns: 5, DockerWarmRuns: 10,
 		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms",
-		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3, ResumeRuns: 10}
+		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3, ResumeRuns: 10, KubeRuns: 5}
 	// opts is the run's settings; the suites read it, run sets it.
 	opts = fullSettings
+	// resultsDir is -out: a suite that compares itself with others reads
+	// their last results there.
+	resultsDir = "bench/results"
 )
 
 // defaultTimeout bounds the suites of `make bench`: every suite measured
-// in full takes about 23 minutes on the 2-core machine (8 of them the scale
-// suite's 1 M records, seeded twice); the rest is margin for a busy one,
+// in full takes about 27 minutes on the 2-core machine (8 of them the scale
+// suite's 1 M records, seeded twice; 3.5 the kube suite's real node, last);
+// the rest is margin for a busy one,
 // and 2 minutes of the make target's 32 are left for its builds and the
 // cleanup after a suite that was stopped.
 const defaultTimeout = 30 * time.Minute
@@ -159,6 +164,7 @@ func run(ctx context.Context, args []string) error {
 	if *quick {
 		opts = quickSettings
 	}
+	resultsDir = *out
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	defer removeGatewayBuild()

@@ -73,15 +73,22 @@ var errNoKubeBins = errors.New("kube-apiserver and etcd test binaries could not 
 // cold build takes minutes). Call StopKubeAPIServer from TestMain.
 func StartKubeAPIServer(t testing.TB) *KubeAPI {
 	t.Helper()
-	kubeOnce.Do(func() { kubeShared, kubeErr = startKube() })
-	if errors.Is(kubeErr, errNoKubeBins) {
-		t.Log(kubeErr)
+	api, err := sharedKube()
+	if errors.Is(err, errNoKubeBins) {
+		t.Log(err)
 		Require(t, false, "kube-apiserver + etcd (scripts/kube-test-bins.sh)")
 	}
-	if kubeErr != nil {
-		t.Fatalf("start kube-apiserver: %v", kubeErr)
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
 	}
-	return kubeShared
+	return api
+}
+
+// sharedKube starts the process's API server on first use; later calls
+// get it (or its error).
+func sharedKube() (*KubeAPI, error) {
+	kubeOnce.Do(func() { kubeShared, kubeErr = startKube() })
+	return kubeShared, kubeErr
 }
 
 // StopKubeAPIServer stops the package's API server, if one was started.
@@ -292,13 +299,14 @@ func (k *KubeAPI) config(token string) *rest.Config {
 func (k *KubeAPI) Kubeconfig(t testing.TB, token, namespace string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := k.writeKubeconfig(path, token, namespace); err != nil {
+	if err := k.WriteKubeconfig(path, token, namespace); err != nil {
 		t.Fatalf("write kubeconfig: %v", err)
 	}
 	return path
 }
 
-func (k *KubeAPI) writeKubeconfig(path, token, namespace string) error {
+// WriteKubeconfig is Kubeconfig at path, for a program outside `go test`.
+func (k *KubeAPI) WriteKubeconfig(path, token, namespace string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: k.URL, CertificateAuthorityData: k.CAData}
 	cfg.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: token}
@@ -332,9 +340,18 @@ func (k *KubeAPI) ApplyRBAC(t testing.TB, namespace, manifest string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	objs, err := DecodeManifest(manifest)
+	token, err := k.RBACToken(ctx, namespace, manifest)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return token
+}
+
+// RBACToken is ApplyRBAC for a program outside `go test` (the bench).
+func (k *KubeAPI) RBACToken(ctx context.Context, namespace, manifest string) (string, error) {
+	objs, err := DecodeManifest(manifest)
+	if err != nil {
+		return "", err
 	}
 	sa := ""
 	for _, obj := range objs {
@@ -352,22 +369,22 @@ func (k *KubeAPI) ApplyRBAC(t testing.TB, namespace, manifest string) string {
 			}
 			_, err = k.Admin.RbacV1().RoleBindings(namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
-			err = fmt.Errorf("unexpected %T in %s", obj, manifest)
+			err = fmt.Errorf("unexpected %T", obj)
 		}
 		if err != nil {
-			t.Fatalf("apply %s: %v", manifest, err)
+			return "", fmt.Errorf("apply %s: %w", manifest, err)
 		}
 	}
 	if sa == "" {
-		t.Fatalf("%s has no ServiceAccount", manifest)
+		return "", fmt.Errorf("%s has no ServiceAccount", manifest)
 	}
 	tr, err := k.Admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("token for service account %s: %v", sa, err)
+		return "", fmt.Errorf("token for service account %s: %w", sa, err)
 	}
-	return tr.Status.Token
+	return tr.Status.Token, nil
 }
 
 // DecodeManifest decodes every document of a YAML manifest file into

@@ -104,12 +104,32 @@ var (
 func StartKubeNode(t testing.TB) *KubeNode {
 	t.Helper()
 	api := StartKubeAPIServer(t)
-	image := SandboxImage(t)
-	nodeOnce.Do(func() { api.node, nodeErr = startNode(api, image) })
-	if nodeErr != nil {
-		t.Fatalf("start kube node: %v", nodeErr)
+	node, err := sharedNode(api, SandboxImage(t))
+	if err != nil {
+		t.Fatalf("start kube node: %v", err)
 	}
-	return api.node
+	return node
+}
+
+// StartKubeNodeMain is StartKubeNode for a program outside `go test` (the
+// bench), with image (BuildSandboxImage) imported into the node; stop
+// tears the node and the API server down.
+func StartKubeNodeMain(image string) (api *KubeAPI, node *KubeNode, stop func(), err error) {
+	if api, err = sharedKube(); err != nil {
+		return nil, nil, nil, fmt.Errorf("start kube-apiserver: %w", err)
+	}
+	if node, err = sharedNode(api, image); err != nil {
+		StopKubeAPIServer()
+		return nil, nil, nil, fmt.Errorf("start kube node: %w", err)
+	}
+	return api, node, StopKubeAPIServer, nil
+}
+
+// sharedNode starts the process's node on first use; later calls get it
+// (or its error), whatever image they name.
+func sharedNode(api *KubeAPI, image string) (*KubeNode, error) {
+	nodeOnce.Do(func() { api.node, nodeErr = startNode(api, image) })
+	return api.node, nodeErr
 }
 
 func startNode(api *KubeAPI, image string) (*KubeNode, error) {
@@ -118,7 +138,7 @@ func startNode(api *KubeAPI, image string) (*KubeNode, error) {
 		return nil, err
 	}
 	for name := range nodeComponents {
-		if err := api.writeKubeconfig(filepath.Join(dir, name+".kubeconfig"), api.tokens[name], ""); err != nil {
+		if err := api.WriteKubeconfig(filepath.Join(dir, name+".kubeconfig"), api.tokens[name], ""); err != nil {
 			return nil, err
 		}
 	}
@@ -305,11 +325,28 @@ func (k *KubeAPI) EnforcePodSecurity(t testing.TB, namespace, level string) {
 // Pods see a PVC, which the restricted Pod Security Standard allows.
 func (k *KubeAPI) HostPathPVC(t testing.TB, namespace, claim, dir string, readOnly bool) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	pv, err := k.BindHostPathPVC(ctx, namespace, claim, dir, readOnly)
+	if pv != "" {
+		t.Cleanup(func() {
+			_ = k.Admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
+		})
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BindHostPathPVC is HostPathPVC for a program outside `go test` (the
+// bench); it returns the PersistentVolume's name once made, which outlives
+// the namespace (the API server's end removes it).
+func (k *KubeAPI) BindHostPathPVC(ctx context.Context, namespace, claim, dir string, readOnly bool) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
 	if err := os.Chmod(dir, 0o1777); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	mode := corev1.ReadWriteMany
 	if readOnly {
@@ -335,25 +372,20 @@ func (k *KubeAPI) HostPathPVC(t testing.TB, namespace, claim, dir string, readOn
 			StorageClassName: new(""),
 		},
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	if _, err := k.Admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pv: %v", err)
+		return "", fmt.Errorf("create pv: %w", err)
 	}
-	t.Cleanup(func() {
-		_ = k.Admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
-	})
 	if _, err := k.Admin.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create pvc: %v", err)
+		return pv.Name, fmt.Errorf("create pvc: %w", err)
 	}
 	for {
 		got, err := k.Admin.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
 		if err == nil && got.Status.Phase == corev1.ClaimBound {
-			return
+			return pv.Name, nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("pvc %s not bound: %v", claim, ctx.Err())
+			return pv.Name, fmt.Errorf("pvc %s not bound: %w", claim, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -364,7 +396,7 @@ func (k *KubeAPI) HostPathPVC(t testing.TB, namespace, claim, dir string, readOn
 func (k *KubeAPI) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	kc := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	if err := k.writeKubeconfig(kc, k.adminToken, ""); err != nil {
+	if err := k.WriteKubeconfig(kc, k.adminToken, ""); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

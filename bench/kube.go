@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/kubernetes"
+	"github.com/sandgate/sandgate/internal/backend/process"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+func init() { register("kube", kubeSuite) }
+
+const (
+	// kubeWarmups are creates and first requests not counted: the image's
+	// layers in the page cache, the node's and the API server's caches warm.
+	kubeWarmups = 2
+	// kubeUserDataPVC and kubeSkillsPVC are the claims the Pods mount, as
+	// in the backend's real-node tests.
+	kubeUserDataPVC = "sandgate-data"
+	kubeSkillsPVC   = "skills"
+	// kubeBurner keeps one CPU busy in the frozen sandbox, detached from
+	// the exec that starts it.
+	kubeBurner = "setsid sh -c 'while :; do :; done' >/dev/null 2>&1 </dev/null &"
+
+	figKubeCreateP50 = "kube.create.p50_ms"
+	figKubeCreateP99 = "kube.create.p99_ms"
+	figKubeFreezeP50 = "kube.freeze.p50_ms"
+	figKubeThawP50   = "kube.thaw.p50_ms"
+	figKubeThawP99   = "kube.thaw.p99_ms"
+	figKubeFirstP50  = "kube.first_request.p50_ms"
+)
+
+// kubeBench is the suite's namespace on a real single node
+// (testutil.StartKubeNodeMain: containerd, runc, the CNI bridge, kubelet,
+// scheduler, controller manager), set up as the backend's real-node tests
+// set theirs up: the restricted Pod Security Standard enforced, a
+// kubeconfig restricted to deployments/kubernetes/rbac.yaml's Role, user
+// data and skills on hostPath-backed PVCs.
+type kubeBench struct {
+	env        *suiteEnv
+	api        *testutil.KubeAPI
+	node       *testutil.KubeNode
+	ns         string
+	kubeconfig string
+}
+
+// kubeSuite measures the kubernetes backend on the real node: cold create
+// to the first answer, freeze and thaw through Sandgate's server in the
+// Pod, and a new thread's first request through a gateway replica.
+func kubeSuite(ctx context.Context) (Result, error) {
+	env, err := startSuiteEnv(ctx, "kube")
+	if err != nil {
+		return Result{}, err
+	}
+	defer env.close()
+	image, err := testutil.BuildSandboxImage(ctx, process.SandboxBinary(env.bin))
+	if err != nil {
+		return Result{}, err
+	}
+	api, node, stop, err := testutil.StartKubeNodeMain(image)
+	if err != nil {
+		return Result{}, err
+	}
+	env.cleanup.push(func(context.Context) { stop() })
+	kb := &kubeBench{env: env, api: api, node: node}
+	if err := kb.setup(ctx); err != nil {
+		return Result{}, err
+	}
+	k, err := kubernetes.New(ctx, kb.config(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return Result{}, err
+	}
+	env.cleanup.push(func(context.Context) { _ = k.Close() })
+	be := k.Backend()
+
+	create, deleted, gone, err := kb.coldCreates(ctx, be)
+	if err != nil {
+		return Result{}, fmt.Errorf("cold create: %w", err)
+	}
+	ft, err := kb.freezeThaw(ctx, be)
+	if err != nil {
+		return Result{}, fmt.Errorf("freeze: %w", err)
+	}
+	first, err := kb.gatewayFirst(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("gateway: %w", err)
+	}
+
+	cs, fs, ts, gs := summarize(create), summarize(ft.freeze), summarize(ft.thaw), summarize(first)
+	res := Result{
+		Title:   "Kubernetes backend on a real node: cold create, freeze and thaw, first request",
+		Columns: statsColumns,
+		Rows: [][]string{
+			statsRow("Create: Secret + Pod + NetworkPolicy + Service → Pod Ready → first 200 from the server (pod-ip)", cs),
+			statsRow("Destroy: Pod deleted (the API server accepted it)", summarize(deleted)),
+			statsRow("Destroy → the Pod gone from the API (the kubelet stopped it)", summarize(gone)),
+			statsRow("Freeze through Sandgate's server in the Pod (SIGSTOP of its commands; a CPU burner runs)", fs),
+			statsRow("Thaw through Sandgate's server in the Pod (SIGCONT)", ts),
+			statsRow("new thread: first GET /threads/{t}/v1/sandbox through a gateway replica (kubernetes cold create)", gs),
+		},
+		Figures: map[string]float64{figKubeCreateP50: msF(cs.P50), figKubeCreateP99: msF(cs.P99),
+			figKubeFreezeP50: msF(fs.P50), figKubeThawP50: msF(ts.P50), figKubeThawP99: msF(ts.P99), figKubeFirstP50: msF(gs.P50)},
+	}
+	refs, missing := kubeReferences()
+	res.Rows = append(res.Rows, refs...)
+	res.Notes = append(res.Notes,
+		kb.versions(ctx),
+		fmt.Sprintf("%d cold creates after %d unmeasured warm-ups, each a fresh sandbox id, through the backend's Go API (kubernetes.New with "+
+			"a kubeconfig, as the gateway makes it): restricted Pod Security Standard enforced on the namespace, uid/gid 1000, read-only root, "+
+			"Sandgate's server (%s) in the small sandbox image, image pull policy Never, url mode pod-ip, user data and skills on PVCs "+
+			"(hostPath PersistentVolumes), a Role of deployments/kubernetes/rbac.yaml. Create returns once the Pod is Ready (TCP probe) "+
+			"and its server answered GET /v1/sandbox with the Pod's own secret; each sandbox is destroyed, and its Pod gone, before the next. "+
+			"Percentiles are nearest-rank: with %d samples p99 is the maximum.", opts.KubeRuns, kubeWarmups, sandboxspec.ServerImagePath, opts.KubeRuns),
+		fmt.Sprintf("Freeze and thaw: %d rounds on one sandbox whose background shell loop (`%s`, started through the sandbox's exec API) keeps "+
+			"a CPU busy, 100 ms apart, each through the backend's Freezer (POST %s and %s to the Pod's server, which stops and continues every "+
+			"process of its container but itself). Checked the same way: the sandbox used %.2f CPU-s/s running and %.2f frozen (its server's "+
+			"Stats, over 1 s each).", opts.KubeRuns, kubeBurner, sandboxspec.FreezePath, sandboxspec.ThawPath, ft.running, ft.frozen),
+		fmt.Sprintf("First request: %d new threads after %d unmeasured ones through one gateway replica (the run's build, "+
+			"`--backend kubernetes` with the flags of test/e2e's kubeCluster: the ServiceAccount's kubeconfig, pod-ip, the user-data PVC, "+
+			"restricted securityContext; a real redis-server); the row is the thread's first GET, from nothing to its 200. "+
+			"Each thread is destroyed, and its Pod gone, before the next.", opts.KubeRuns, kubeWarmups),
+		fmt.Sprintf("Create waits for the Pod's Ready condition, which the kubelet's readiness probe sets (a TCP connect every second: "+
+			"PeriodSeconds 1 in the backend's Pod spec), so a create's time moves in steps of the probe's period. "+
+			"Every sample, sorted, in ms: Create %s; gateway first request %s.", sortedMS(create), sortedMS(first)),
+		"Prewarmed claim and the 100 MB checkpoint: not measured: not implemented on kubernetes yet.",
+	)
+	if len(missing) > 0 {
+		res.Notes = append(res.Notes, "No reference row for: "+strings.Join(missing, "; ")+" (not in this results directory).")
+	}
+	return res, nil
+}
+
+// setup makes the namespace, its Role and ServiceAccount, and the PVCs.
+func (kb *kubeBench) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-kube-" + benchHex(4),
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
+	if _, err := kb.api.Admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	kb.ns = ns.Name
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	token, err := kb.api.RBACToken(ctx, kb.ns, filepath.Join(root, "deployments", "kubernetes", "rbac.yaml"))
+	if err != nil {
+		return err
+	}
+	kb.kubeconfig = filepath.Join(kb.env.tmp, "kubeconfig")
+	if err := kb.api.WriteKubeconfig(kb.kubeconfig, token, kb.ns); err != nil {
+		return err
+	}
+	for _, claim := range []struct {
+		name     string
+		readOnly bool
+	}{{kubeUserDataPVC, false}, {kubeSkillsPVC, true}} {
+		if _, err := kb.api.BindHostPathPVC(ctx, kb.ns, claim.name, filepath.Join(kb.env.tmp, "pvc", claim.name), claim.readOnly); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// config is the backend's real-node test configuration.
+func (kb *kubeBench) config() kubernetes.Config {
+	return kubernetes.Config{
+		Kubeconfig: kb.kubeconfig, Image: kb.node.SandboxImage, ImagePullPolicy: "Never", URLMode: kubernetes.URLPodIP,
+		Server: sandboxspec.ServerImagePath, RunAsNonRoot: true, RunAsUser: 1000, RunAsGroup: 1000, FSGroup: 1000,
+		ReadOnlyRootFS: true, UserDataPVC: kubeUserDataPVC, SkillsPVC: kubeSkillsPVC, Instance: "bench",
+	}
+}
+
+// kubeSpec is a new sandbox of the bench user's thread, with a secret of
+// its own as the pool mints one.
+func kubeSpec(thread string) backend.Spec {
+	s := backend.Spec{SandboxID: identity.SandboxID("bench", thread), User: "bench", Thread: thread, Secret: benchHex(32)}
+	s.Labels = backend.IdentityLabels(s, "bench", nil)
+	return s
+}
+
+// coldCreates times Create over fresh sandbox ids, then the Destroy of
+// each and the wait until its Pod is gone.
+func (kb *kubeBench) coldCreates(ctx context.Context, be backend.Backend) (create, deleted, gone []time.Duration, err error) {
+	for i := range kubeWarmups + opts.KubeRuns {
+		t0 := time.Now()
+		info, err := be.Create(ctx, kubeSpec(fmt.Sprintf("cold-%d", i)))
+		c := time.Since(t0)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		t0 = time.Now()
+		if err := be.Destroy(ctx, info); err != nil {
+			return nil, nil, nil, err
+		}
+		d := time.Since(t0)
+		if err := kb.waitNoPods(ctx); err != nil {
+			return nil, nil, nil, err
+		}
+		if i >= kubeWarmups {
+			create, deleted, gone = append(create, c), append(deleted, d), append(gone, time.Since(t0))
+		}
+	}
+	return create, deleted, gone, nil
+}
+
+// waitNoPods waits until the namespace has no Pod left: the next
+// measurement starts on a quiet node.
+func (kb *kubeBench) waitNoPods(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		pods, err := kb.api.Admin.CoreV1().Pods(kb.ns).List(ctx, metav1.ListOptions{})
+		if err == nil && len(pods.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pods still in namespace %s: %w", kb.ns, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+type kubeFreezeTimes struct {
+	freeze, thaw []time.Duration
+	// running and frozen are the sandbox's CPU-seconds per second.
+	running, frozen float64
+}
+
+// freezeThaw times the Freezer on a sandbox running a CPU burner, and
+// checks with the sandbox's Stats that a freeze stops it.
+func (kb *kubeBench) freezeThaw(ctx context.Context, be backend.Backend) (kubeFreezeTimes, error) {
+	var ft kubeFreezeTimes
+	fz, ok := be.(backend.Freezer)
+	st, sok := be.(backend.Statter)
+	if !ok || !sok {
+		return ft, errors.New("with kubernetes_server set the backend is no Freezer and Statter")
+	}
+	info, err := be.Create(ctx, kubeSpec("freeze"))
+	if err != nil {
+		return ft, err
+	}
+	defer func() {
+		_ = be.Destroy(context.WithoutCancel(ctx), info)
+		_ = kb.waitNoPods(context.WithoutCancel(ctx))
+	}()
+	if _, err := sandboxExec(ctx, info, kubeBurner); err != nil {
+		return ft, err
+	}
+	if ft.running, err = cpuRate(ctx, st, info); err != nil {
+		return ft, err
+	}
+	for range opts.KubeRuns {
+		t0 := time.Now()
+		if err := fz.Freeze(ctx, info); err != nil {
+			return ft, err
+		}
+		ft.freeze = append(ft.freeze, time.Since(t0))
+		time.Sleep(100 * time.Millisecond)
+		t0 = time.Now()
+		if err := fz.Thaw(ctx, info); err != nil {
+			return ft, err
+		}
+		ft.thaw = append(ft.thaw, time.Since(t0))
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := fz.Freeze(ctx, info); err != nil {
+		return ft, err
+	}
+	ft.frozen, err = cpuRate(ctx, st, info)
+	if terr := fz.Thaw(ctx, info); err == nil {
+		err = terr
+	}
+	if err != nil {
+		return ft, err
+	}
+	// Timings of a freeze that stops nothing would mean nothing.
+	if ft.running < 0.2 || ft.frozen > ft.running/4 {
+		return ft, fmt.Errorf("the burner used %.2f CPU-s/s running and %.2f frozen: it did not run, or the freeze did not stop it",
+			ft.running, ft.frozen)
+	}
+	return ft, nil
+}
+
+// cpuRate is the sandbox's CPU-seconds per second over one second.
+func cpuRate(ctx context.Context, st backend.Statter, info backend.Info) (float64, error) {
+	a, err := st.Stats(ctx, info)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(time.Second)
+	b, err := st.Stats(ctx, info)
+	if err != nil {
+		return 0, err
+	}
+	return (b.CPUSeconds - a.CPUSeconds) / b.At.Sub(a.At).Seconds(), nil
+}
+
+// sandboxExec runs command through the sandbox's own exec API.
+func sandboxExec(ctx context.Context, info backend.Info, command string) (string, error) {
+	b, _ := json.Marshal(map[string]string{"command": command})
+	body, err := call(ctx, "POST", info.URL+"/v1/shell/exec", string(b),
+		[][2]string{{"Content-Type", "application/json"}, {sandboxspec.SecretHeader, info.Secret}})
+	if err != nil {
+		return "", err
+	}
+	var env struct {
+		Data struct {
+			Output string `json:"output"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return "", fmt.Errorf("exec %q: %w", command, err)
+	}
+	return env.Data.Output, nil
+}
+
+// gatewayFirst times new threads' first GET through a gateway replica
+// running the kubernetes backend as test/e2e's kubeCluster runs it.
+func (kb *kubeBench) gatewayFirst(ctx context.Context) ([]time.Duration, error) {
+	gs, gaddr, err := startGatewayEnv(ctx, kb.env.bin, kb.env.redisAddr, filepath.Join(kb.env.tmp, "gw"),
+		filepath.Join(kb.env.tmp, "gateway.log"), nil,
+		"--backend", "kubernetes",
+		"--kubernetes-kubeconfig", kb.kubeconfig,
+		"--kubernetes-url-mode", "pod-ip",
+		"--kubernetes-user-data-pvc", kubeUserDataPVC,
+		"--image", kb.node.SandboxImage,
+		"--kubernetes-image-pull-policy", "Never",
+		"--kubernetes-server", sandboxspec.ServerImagePath,
+		"--kubernetes-run-as-non-root", "--kubernetes-run-as-user", "1000", "--kubernetes-run-as-group", "1000",
+		"--kubernetes-read-only-root")
+	if err != nil {
+		return nil, err
+	}
+	defer gs.stop(syscall.SIGTERM, 10*time.Second)
+	base := "http://" + gaddr
+	var first []time.Duration
+	for i := range kubeWarmups + opts.KubeRuns {
+		thread := fmt.Sprintf("first-%d", i)
+		t0 := time.Now()
+		_, err := call(ctx, "GET", base+"/threads/"+thread+"/v1/sandbox", "", nil)
+		took := time.Since(t0)
+		destroyThreads(context.WithoutCancel(ctx), base, []string{thread})
+		if err != nil {
+			log, _ := os.ReadFile(filepath.Join(kb.env.tmp, "gateway.log"))
+			return nil, fmt.Errorf("%w\n%s", err, tailLines(string(log), 20))
+		}
+		if err := kb.waitNoPods(ctx); err != nil {
+			return nil, err
+		}
+		if i >= kubeWarmups {
+			first = append(first, took)
+		}
+	}
+	return first, nil
+}
+
+// sortedMS lists samples, sorted, in whole milliseconds.
+func sortedMS(samples []time.Duration) string {
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	out := make([]string, len(s))
+	for i, d := range s {
+		out[i] = fmt.Sprint(d.Round(time.Millisecond).Milliseconds())
+	}
+	return strings.Join(out, ", ")
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// versions says what the node ran: the API server's and the kubelet's
+// version, etcd, containerd, runc, the kernel and the cgroup version.
+func (kb *kubeBench) versions(ctx context.Context) string {
+	apiVersion := "unknown"
+	if v, err := kb.api.Admin.Discovery().ServerVersion(); err == nil {
+		apiVersion = v.GitVersion
+	}
+	kubelet := "unknown"
+	if n, err := kb.api.Admin.CoreV1().Nodes().Get(ctx, kb.node.Name, metav1.GetOptions{}); err == nil {
+		ni := n.Status.NodeInfo
+		kubelet = fmt.Sprintf("%s, runtime %s, %s", ni.KubeletVersion, ni.ContainerRuntimeVersion, ni.OSImage)
+	}
+	cgroup := "cgroup v1"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cgroup = "cgroup v2"
+	}
+	return fmt.Sprintf("One node on this machine (scripts/kube-node.sh): kube-apiserver %s, kubelet %s (kube-scheduler and "+
+		"kube-controller-manager of the same build), %s; `%s`; `%s`; CNI bridge plugin; %s, %s. No kube-proxy: Pods are reached on the "+
+		"node's bridge by Pod IP. The machine is shared: see the load average above.",
+		apiVersion, kubelet, toolVersion(ctx, filepath.Join(kb.api.BinDir, "etcd"), "--version"),
+		toolVersion(ctx, "containerd", "--version"), toolVersion(ctx, "runc", "--version"), kernel(), cgroup)
+}
+
+// kubeReferences are rows of other suites' last results in resultsDir
+// that the kube rows stand beside, relabelled with their run; missing
+// names those not found.
+func kubeReferences() (rows [][]string, missing []string) {
+	refs := []struct{ suite, prefix, label string }{
+		{"process-cold-create", "Create, isolated", "process backend: Create, isolated → first 200"},
+		{"docker-cold-create", "Create:", "docker backend: Create → first 200"},
+		{"docker-cold-create", "Destroy:", "docker backend: Destroy (stop + remove)"},
+		{"freeze", "process, 1 GiB touched: freeze", "process backend: Freeze (cgroup freezer / SIGSTOP, 1 GiB sandbox)"},
+		{"freeze", "process, 1 GiB touched: thaw", "process backend: Thaw (1 GiB sandbox)"},
+		{"freeze", "docker, 1 GiB touched: freeze", "docker backend: Freeze (engine pause, 1 GiB sandbox)"},
+		{"freeze", "docker, 1 GiB touched: thaw", "docker backend: Thaw (engine unpause, 1 GiB sandbox)"},
+		{"lifecycle", "new thread: first GET /threads/{t}/v1/sandbox (process cold create)", "process backend: new thread's first GET through a gateway"},
+	}
+	results, err := readResults(resultsDir)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	byName := map[string]Result{}
+	for _, r := range results {
+		byName[r.Name] = r
+	}
+	for _, ref := range refs {
+		row := referenceRow(byName[ref.suite], ref.prefix)
+		if row == nil {
+			missing = append(missing, ref.suite+": "+ref.prefix)
+			continue
+		}
+		row[0] = fmt.Sprintf("reference, `%s` (%s): %s", ref.suite, runLabel(byName[ref.suite]), ref.label)
+		rows = append(rows, row)
+	}
+	return rows, missing
+}
+
+// referenceRow is a copy of r's first statsColumns row whose label starts
+// with prefix, or nil.
+func referenceRow(r Result, prefix string) []string {
+	if len(r.Columns) != len(statsColumns) {
+		return nil
+	}
+	for _, row := range r.Rows {
+		if len(row) == len(statsColumns) && strings.HasPrefix(row[0], prefix) {
+			return append([]string(nil), row...)
+		}
+	}
+	return nil
+}
