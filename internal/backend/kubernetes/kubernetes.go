@@ -368,7 +368,12 @@ func ownedBy(obj metav1.Object, uid types.UID) bool {
 }
 
 // waitReady waits, through the informer, for the Pod's Ready condition,
-// failing at once when the Pod finishes or goes away.
+// failing at once when the Pod finishes or goes away. In pod-ip mode it
+// waits only until the sandbox's container runs and the Pod has its IP:
+// the caller then asks the sandbox itself, every few milliseconds, where
+// the kubelet's readiness probe runs once a second (creates took 1.1 s or
+// 2.0 s, by which probe caught the server). Service and nodePort traffic
+// goes to Ready Pods only, so those modes wait for the condition.
 func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	var ready *corev1.Pod
 	seen := false
@@ -386,6 +391,11 @@ func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Po
 		case podReady:
 			ready = p
 			return true, nil
+		case podStarting:
+			if k.cfg.URLMode == URLPodIP && containerRuns(p) {
+				ready = p
+				return true, nil
+			}
 		case podFinished:
 			return false, fmt.Errorf("pod finished before it was ready (%s)", last)
 		case podDeleting:

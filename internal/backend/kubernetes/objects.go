@@ -405,6 +405,19 @@ func stuck(pod *corev1.Pod) bool {
 	return false
 }
 
+// containerRuns: the sandbox container has started and the Pod has its IP.
+func containerRuns(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == containerName {
+			return cs.State.Running != nil
+		}
+	}
+	return false
+}
+
 func isReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
