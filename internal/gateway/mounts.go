@@ -53,10 +53,12 @@ func threadMeter(cfg config.Config, backendName string, log *slog.Logger) router
 
 // threadCheckpoints keeps workspace checkpoints where the gateway reaches
 // the thread data and can freeze the sandbox around the copy (process,
-// docker); nil elsewhere (the routes answer 501).
+// docker; kubernetes on a volume data_dir is the root of); nil elsewhere
+// (the routes answer 501).
 func threadCheckpoints(ctx context.Context, cfg config.Config, backendName string, log *slog.Logger) (*checkpoint.Threads, error) {
-	switch backendName {
-	case "process", "docker":
+	switch {
+	case backendName == "process", backendName == "docker":
+	case backendName == "kubernetes" && cfg.Kubernetes.SharedDataDir:
 	default:
 		return nil, nil
 	}

@@ -50,7 +50,7 @@ func decodeOptional(c echo.Context, dst any) error {
 // keeps its data here.
 func (rt *Router) checkpointsFor(c echo.Context, p *auth.Principal) (string, error) {
 	if rt.checkpoints == nil || rt.holder == nil {
-		return "", backend.Unsupported("checkpoints, restore and fork", "they need thread data on the gateway host (process, docker)")
+		return "", backend.Unsupported("checkpoints, restore and fork", "they need thread data on the gateway host (process, docker; kubernetes with kubernetes_shared_data_dir)")
 	}
 	return threadParam(c, p)
 }

@@ -112,6 +112,12 @@ type Config struct {
 	// lost with the sandbox.
 	UserDataPVC      string
 	UserDataHostPath string
+	// SharedDataDir: the gateway's data_dir is the root of that same volume
+	// (the PVC mounted in the gateway Pods too, or the node directory of a
+	// gateway on the node), so the gateway reaches every thread's files and
+	// checkpoints, restore and fork work as with docker; the checkpoints
+	// live on the volume, where every replica finds them.
+	SharedDataDir bool
 	// Skills are mounted read-only at /mnt/skills from a PVC or a node directory.
 	SkillsPVC      string
 	SkillsHostPath string
@@ -267,6 +273,9 @@ func (c Config) Validate() error {
 		if err := t.validate(); err != nil {
 			bad("kubernetes_tolerations: %v", err)
 		}
+	}
+	if c.SharedDataDir && c.UserDataPVC == "" && c.UserDataHostPath == "" {
+		bad("kubernetes_shared_data_dir: needs kubernetes_user_data_pvc or kubernetes_user_data_host_path (the volume data_dir is the root of)")
 	}
 	if c.Server != "" && (!path.IsAbs(c.Server) || path.Clean(c.Server) != c.Server) {
 		bad("kubernetes_server: %q is not a clean absolute path", c.Server)
