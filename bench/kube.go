@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 	"github.com/sandgate/sandgate/internal/backend/process"
@@ -109,7 +110,7 @@ func kubeSuite(ctx context.Context) (Result, error) {
 		Title:   "Kubernetes backend on a real node: cold create, freeze and thaw, first request",
 		Columns: statsColumns,
 		Rows: [][]string{
-			statsRow("Create: Secret + Pod + NetworkPolicy + Service → Pod Ready → first 200 from the server (pod-ip)", cs),
+			statsRow("Create: Secret + Pod + NetworkPolicy + Service → container running → first 200 from the server (pod-ip)", cs),
 			statsRow("Destroy: Pod deleted (the API server accepted it)", summarize(deleted)),
 			statsRow("Destroy → the Pod gone from the API (the kubelet stopped it)", summarize(gone)),
 			statsRow("Freeze through Sandgate's server in the Pod (SIGSTOP of its commands; a CPU burner runs)", fs),
@@ -382,6 +383,8 @@ func (kb *kubeBench) gatewayFirst(ctx context.Context) (first, ckpt []time.Durat
 	return first, ckpt, err
 }
 
+var jsonBody = [][2]string{{"Content-Type", "application/json"}}
+
 // kubeCheckpointRuns: each a new thread whose workspace gets 100 MB of
 // random bytes, then its first checkpoint (a full copy).
 const kubeCheckpointRuns = 5
@@ -394,15 +397,19 @@ func kubeCheckpoints(ctx context.Context, base string) ([]time.Duration, error) 
 	for i := range kubeCheckpointRuns {
 		thread := fmt.Sprintf("ckpt-%d", i)
 		fill := `{"command":"head -c 104857600 /dev/urandom > /mnt/user-data/workspace/blob && echo filled"}`
-		if body, err := call(ctx, "POST", base+"/threads/"+thread+"/v1/shell/exec", fill, nil); err != nil || !strings.Contains(string(body), "filled") {
+		if body, err := call(ctx, "POST", base+"/threads/"+thread+"/v1/shell/exec", fill, jsonBody); err != nil || !strings.Contains(string(body), "filled") {
 			return nil, fmt.Errorf("fill the workspace: %v %s", err, body)
 		}
 		t0 := time.Now()
-		_, err := call(ctx, "POST", base+"/threads/"+thread+"/checkpoints", `{"label":"bench"}`, nil)
+		body, err := call(ctx, "POST", base+"/threads/"+thread+"/checkpoints", `{"label":"bench"}`, jsonBody)
 		out = append(out, time.Since(t0))
 		destroyThreads(context.WithoutCancel(ctx), base, []string{thread})
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		var ck api.Checkpoint
+		if err := json.Unmarshal(body, &ck); err != nil || ck.Size < 100<<20 {
+			return nil, fmt.Errorf("checkpoint of the 100 MB workspace holds %d bytes (%v): %s", ck.Size, err, body)
 		}
 	}
 	return out, nil
