@@ -261,8 +261,10 @@ func (k *Kubernetes) createPod(ctx context.Context, want *corev1.Pod, secret str
 		return nil, false, apiErr("create pod", err)
 	}
 	if sname != "" {
+		// Unowned, the Secret outlives a Pod deleted by others; prune
+		// takes it then (Leftovers). Not a reason to fail the sandbox.
 		if err := k.ownSecret(ctx, pod); err != nil {
-			return pod, true, err
+			k.log.Warn("make the pod its secret's owner", "sandbox_id", want.Labels[backend.LabelSandboxID], "err", err)
 		}
 	}
 	return pod, true, nil
