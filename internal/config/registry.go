@@ -234,7 +234,7 @@ func (c *Config) sections() []section {
 			{"kubernetes-read-only-root", "mount the sandbox image read-only (/tmp becomes an emptyDir)", "", (*boolValue)(&k.ReadOnlyRootFS)},
 			{"kubernetes-server", "path of Sandgate's sandbox server in the image: each Pod runs it with a secret of its own, and freeze and stats work", "the image's entrypoint, the shared sandbox_api_key", (*stringValue)(&k.Server)},
 			{"kubernetes-user-data-pvc", "PVC holding thread data at users/{user}/threads/{thread}/user-data", "no PVC (see the host path)", (*stringValue)(&k.UserDataPVC)},
-			{"kubernetes-shared-data-dir", "data_dir is the root of the user-data volume (mounted in the gateway too): checkpoints, restore and fork work", "checkpoints answer 501", (*boolValue)(&k.SharedDataDir)},
+			{"kubernetes-shared-data-dir", "data_dir is the root of the user-data volume (mounted in the gateway too): checkpoints, restore and fork work; off, they answer 501", "", (*boolValue)(&k.SharedDataDir)},
 			{"kubernetes-user-data-host-path", "node directory holding thread data, instead of a PVC", "no host path; with no PVC either, an emptyDir lost with each Pod", (*stringValue)(&k.UserDataHostPath)},
 			{"kubernetes-skills-pvc", "PVC mounted read-only at /mnt/skills", "none mounted", (*stringValue)(&k.SkillsPVC)},
 			{"kubernetes-skills-host-path", "node directory mounted read-only at /mnt/skills", "none mounted", (*stringValue)(&k.SkillsHostPath)},

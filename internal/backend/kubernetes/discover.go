@@ -12,9 +12,9 @@ import (
 	"github.com/sandgate/sandgate/internal/identity"
 )
 
-// Discover finds a Ready, answering sandbox by id. Finished Pods (Failed,
-// Succeeded) and Pods still starting are not found: Create replaces the
-// former and waits for the latter.
+// Discover finds a reachable, answering sandbox by id. Finished
+// Pods (Failed, Succeeded) and Pods still starting are not found: Create
+// replaces the former and waits for the latter.
 func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bool, error) {
 	if !identity.ValidSandboxID(sid) {
 		return backend.Info{}, false, fmt.Errorf("invalid sandbox id %q", sid)
@@ -27,7 +27,7 @@ func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bo
 	if err != nil {
 		return backend.Info{}, false, apiErr("get pod", err)
 	}
-	if pod.Labels[backend.LabelManagedBy] != backend.ManagedByValue || stateOf(pod) != podReady {
+	if pod.Labels[backend.LabelManagedBy] != backend.ManagedByValue || !k.reachable(pod) {
 		return backend.Info{}, false, nil
 	}
 	svc, err := k.api.getService(ctx, name)
@@ -57,7 +57,7 @@ func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bo
 	return info, true, nil
 }
 
-// List returns the Ready sandboxes of this deployment (its name prefix),
+// List returns the reachable sandboxes of this deployment (its name prefix),
 // and removes finished Pods on the way: nothing else would, and
 // DeerFlow's provisioner leaves them forever.
 func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
@@ -89,14 +89,14 @@ func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
 		if pod.Name != k.name(sid) || !identity.ValidSandboxID(sid) {
 			continue // another deployment's prefix, or not ours
 		}
-		switch stateOf(pod) {
-		case podFinished:
+		switch {
+		case stateOf(pod) == podFinished:
 			k.log.Info("removing finished sandbox pod", "sandbox_id", sid, "thread", pod.Annotations[AnnotationThread],
 				"pod", pod.Name, "status", why(pod))
 			if err := k.remove(ctx, pod.Name, pod.UID); err != nil {
 				k.log.Warn("remove finished sandbox pod", "sandbox_id", sid, "err", err)
 			}
-		case podReady:
+		case k.reachable(pod):
 			svc := services[pod.Name]
 			if svc == nil || !ownedBy(svc, pod.UID) {
 				continue

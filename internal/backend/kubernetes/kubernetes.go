@@ -389,15 +389,11 @@ func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Po
 		}
 		seen = true
 		last = why(p)
-		switch stateOf(p) {
-		case podReady:
+		if k.reachable(p) {
 			ready = p
 			return true, nil
-		case podStarting:
-			if k.cfg.URLMode == URLPodIP && containerRuns(p) {
-				ready = p
-				return true, nil
-			}
+		}
+		switch stateOf(p) {
 		case podFinished:
 			return false, fmt.Errorf("pod finished before it was ready (%s)", last)
 		case podDeleting:
@@ -409,6 +405,19 @@ func (k *Kubernetes) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Po
 		return nil, fmt.Errorf("pod %s not ready: %w (last: %s)", pod.Name, err, last)
 	}
 	return ready, nil
+}
+
+// reachable: the Pod can be asked directly: Ready, or in pod-ip mode its
+// sandbox container runs (waitReady). Create, Discover and List agree on
+// it, so a sandbox one replica made is found by the next at once.
+func (k *Kubernetes) reachable(pod *corev1.Pod) bool {
+	switch stateOf(pod) {
+	case podReady:
+		return true
+	case podStarting:
+		return k.cfg.URLMode == URLPodIP && containerRuns(pod)
+	}
+	return false
 }
 
 // remove deletes the Pod of that UID, its NetworkPolicy and its Service.

@@ -301,3 +301,33 @@ func TestStateOf(t *testing.T) {
 		}
 	}
 }
+
+// In pod-ip mode a Pod whose sandbox container runs is asked directly (the
+// readiness probe lags by up to its period); Service and nodePort traffic
+// goes to Ready Pods only.
+func TestReachable(t *testing.T) {
+	t.Parallel()
+	running := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.2.0.7", ContainerStatuses: []corev1.ContainerStatus{
+		{Name: containerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+	noIP := *running.DeepCopy()
+	noIP.Status.PodIP = ""
+	ready := *running.DeepCopy()
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	tests := []struct {
+		mode string
+		pod  corev1.Pod
+		want bool
+	}{
+		{URLPodIP, running, true},
+		{URLPodIP, noIP, false},
+		{URLPodIP, corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, false},
+		{URLService, running, false},
+		{URLNodePort, running, false},
+		{URLService, ready, true},
+	}
+	for i, tt := range tests {
+		if got := newForSpec(t, Config{URLMode: tt.mode, NodeHost: "10.0.0.1"}).reachable(&tt.pod); got != tt.want {
+			t.Errorf("case %d (%s): reachable = %v, want %v", i, tt.mode, got, tt.want)
+		}
+	}
+}
