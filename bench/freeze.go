@@ -202,8 +202,14 @@ func freezeHogged(ctx context.Context, base string, be backend.Freezer) (hogTime
 
 // execIn runs command in thread's sandbox through the gateway at base.
 func execIn(ctx context.Context, base, thread, command string) (string, error) {
+	return execAt(ctx, base+"/threads/"+thread, command)
+}
+
+// execAt runs command through the sandbox exec API under prefix (a
+// thread's route on a gateway, or a sandbox's own URL), with headers.
+func execAt(ctx context.Context, prefix, command string, headers ...[2]string) (string, error) {
 	b, _ := json.Marshal(map[string]string{"command": command})
-	body, err := call(ctx, "POST", base+"/threads/"+thread+"/v1/shell/exec", string(b), [][2]string{{"Content-Type", "application/json"}})
+	body, err := call(ctx, "POST", prefix+"/v1/shell/exec", string(b), append([][2]string{{"Content-Type", "application/json"}}, headers...))
 	if err != nil {
 		return "", err
 	}

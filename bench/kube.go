@@ -323,21 +323,7 @@ func cpuRate(ctx context.Context, st backend.Statter, info backend.Info) (float6
 
 // sandboxExec runs command through the sandbox's own exec API.
 func sandboxExec(ctx context.Context, info backend.Info, command string) (string, error) {
-	b, _ := json.Marshal(map[string]string{"command": command})
-	body, err := call(ctx, "POST", info.URL+"/v1/shell/exec", string(b),
-		[][2]string{{"Content-Type", "application/json"}, {sandboxspec.SecretHeader, info.Secret}})
-	if err != nil {
-		return "", err
-	}
-	var env struct {
-		Data struct {
-			Output string `json:"output"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		return "", fmt.Errorf("exec %q: %w", command, err)
-	}
-	return env.Data.Output, nil
+	return execAt(ctx, info.URL, command, [2]string{sandboxspec.SecretHeader, info.Secret})
 }
 
 // gatewayFirst times new threads' first GET through a gateway replica
@@ -383,8 +369,6 @@ func (kb *kubeBench) gatewayFirst(ctx context.Context) (first, ckpt []time.Durat
 	return first, ckpt, err
 }
 
-var jsonBody = [][2]string{{"Content-Type", "application/json"}}
-
 // kubeCheckpointRuns: each a new thread whose workspace gets 100 MB of
 // random bytes, then its first checkpoint (a full copy).
 const kubeCheckpointRuns = 5
@@ -396,12 +380,11 @@ func kubeCheckpoints(ctx context.Context, base string) ([]time.Duration, error) 
 	var out []time.Duration
 	for i := range kubeCheckpointRuns {
 		thread := fmt.Sprintf("ckpt-%d", i)
-		fill := `{"command":"head -c 104857600 /dev/urandom > /mnt/user-data/workspace/blob && echo filled"}`
-		if body, err := call(ctx, "POST", base+"/threads/"+thread+"/v1/shell/exec", fill, jsonBody); err != nil || !strings.Contains(string(body), "filled") {
-			return nil, fmt.Errorf("fill the workspace: %v %s", err, body)
+		if out, err := execIn(ctx, base, thread, "head -c 104857600 /dev/urandom > /mnt/user-data/workspace/blob && echo filled"); err != nil || !strings.Contains(out, "filled") {
+			return nil, fmt.Errorf("fill the workspace: %v %s", err, out)
 		}
 		t0 := time.Now()
-		body, err := call(ctx, "POST", base+"/threads/"+thread+"/checkpoints", `{"label":"bench"}`, jsonBody)
+		body, err := call(ctx, "POST", base+"/threads/"+thread+"/checkpoints", `{"label":"bench"}`, [][2]string{{"Content-Type", "application/json"}})
 		out = append(out, time.Since(t0))
 		destroyThreads(context.WithoutCancel(ctx), base, []string{thread})
 		if err != nil {
