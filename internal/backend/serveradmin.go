@@ -76,12 +76,11 @@ func callServer[T any](ctx context.Context, info Info, method, path string) (T, 
 	var zero T
 	ctx, cancel := context.WithTimeout(ctx, serverAdminTimeout)
 	defer cancel()
-	client, base := serverAdminClient, info.URL
-	if b, socket := HTTPBase(info.URL); socket != "" {
-		client, base = unixClient(socket, serverAdminTimeout), b
+	client := serverAdminClient
+	base, socket := HTTPBase(info.URL)
+	if socket != "" {
+		client = unixClient(socket, serverAdminTimeout)
 		defer client.CloseIdleConnections()
-	} else {
-		base = b
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {

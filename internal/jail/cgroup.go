@@ -145,7 +145,7 @@ func openV2(root string) (cgroupDir, error) {
 }
 
 func openV1(root string) ([]cgroupDir, error) {
-	own := ownCgroups()
+	own := OwnCgroups()
 	memory := []limitFile{
 		{name: "memory.limit_in_bytes", value: func(l Limits) string { return limitValue(l.Memory, "-1") }},
 		// Memory plus swap, so swapping out cannot dodge the limit.
@@ -181,7 +181,7 @@ func openV1Freezer(root string) (cgroupDir, error) {
 	if _, err := os.Stat(filepath.Join(hierarchy, "cgroup.procs")); err != nil {
 		return cgroupDir{}, err
 	}
-	if own := ownCgroups()["freezer"]; own != "" && isDir(filepath.Join(hierarchy, own)) {
+	if own := OwnCgroups()["freezer"]; own != "" && isDir(filepath.Join(hierarchy, own)) {
 		hierarchy = filepath.Join(hierarchy, own)
 	}
 	parent := filepath.Join(hierarchy, cgroupParent)
@@ -191,9 +191,10 @@ func openV1Freezer(root string) (cgroupDir, error) {
 	return cgroupDir{path: parent}, nil
 }
 
-// ownCgroups maps each v1 controller to this process's cgroup path in it,
-// from /proc/self/cgroup ("4:memory:/a/b").
-func ownCgroups() map[string]string {
+// OwnCgroups maps each v1 controller to this process's cgroup path in it,
+// from /proc/self/cgroup ("4:memory:/a/b"); "" maps to its cgroup v2 path
+// ("0::/a/b"), if any.
+func OwnCgroups() map[string]string {
 	own := map[string]string{}
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {

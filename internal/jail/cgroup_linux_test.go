@@ -33,7 +33,7 @@ func fakeFiles(t *testing.T, root string, files map[string]string) {
 
 func TestOpenCgroups(t *testing.T) {
 	t.Parallel()
-	own := ownCgroups()
+	own := OwnCgroups()
 	tests := []struct {
 		name    string
 		files   map[string]string

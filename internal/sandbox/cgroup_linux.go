@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/proctree"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
@@ -56,22 +57,8 @@ func (s *Server) cgroupStats(me proctree.Proc) (sandboxspec.Stats, bool) {
 // process backend's isolated sandbox); a server run in its launcher's
 // cgroup (isolation none, a test) has none of its own.
 func ownCgroup(mount string, me proctree.Proc) *cgroupSource {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil
-	}
-	v2, hasV2 := "", false
-	v1 := map[string]string{} // a v1 hierarchy's directory, named by its controllers: the path in it
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		switch {
-		case len(parts) != 3:
-		case parts[0] == "0":
-			v2, hasV2 = parts[2], true
-		default:
-			v1[parts[1]] = parts[2]
-		}
-	}
+	own := jail.OwnCgroups()
+	v2, hasV2 := own[""]
 	var found []*cgroupSource
 	if hasV2 && exists(filepath.Join(mount, "cgroup.controllers")) {
 		for _, dir := range candidates(mount, v2) {
@@ -81,8 +68,8 @@ func ownCgroup(mount string, me proctree.Proc) *cgroupSource {
 				procs:  []string{filepath.Join(dir, "cgroup.procs")}})
 		}
 	} else {
-		cpuDirs := v1Dirs(mount, v1, "cpuacct")
-		memDirs := v1Dirs(mount, v1, "memory")
+		cpuDirs := v1Dirs(mount, own, "cpuacct")
+		memDirs := v1Dirs(mount, own, "memory")
 		for i := range min(len(cpuDirs), len(memDirs)) {
 			found = append(found, &cgroupSource{version: sandboxspec.StatsCgroupV1,
 				cpu:    filepath.Join(cpuDirs[i], "cpuacct.usage"),
@@ -108,14 +95,14 @@ func candidates(mount, path string) []string {
 	return []string{dir, mount}
 }
 
-// v1Dirs are the candidates for controller's v1 hierarchy.
-func v1Dirs(mount string, v1 map[string]string, controller string) []string {
-	for name, p := range v1 {
-		if strings.Contains(","+name+",", ","+controller+",") {
-			return candidates(filepath.Join(mount, name), p)
-		}
+// v1Dirs are the candidates for controller's v1 hierarchy, mounted (or,
+// for one mounted with others, linked) at mount/controller.
+func v1Dirs(mount string, own map[string]string, controller string) []string {
+	p, ok := own[controller]
+	if !ok {
+		return nil
 	}
-	return nil
+	return candidates(filepath.Join(mount, controller), p)
 }
 
 func exists(path string) bool {

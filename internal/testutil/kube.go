@@ -195,8 +195,11 @@ func (k *KubeAPI) command(path, logName string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-func (k *KubeAPI) log(name string) string {
-	b, _ := os.ReadFile(filepath.Join(k.dir, name))
+func (k *KubeAPI) log(name string) string { return tailFile(filepath.Join(k.dir, name)) }
+
+// tailFile is the last lines of a server's log file, for failures.
+func tailFile(path string) string {
+	b, _ := os.ReadFile(path)
 	return tailString(string(b), 30)
 }
 

@@ -184,9 +184,9 @@ func (n *KubeNode) waitReady(ctx context.Context, api *KubeAPI) error {
 		}
 		select {
 		case <-n.done:
-			return fmt.Errorf("scripts/kube-node.sh exited:\n%s", n.log("kube-node.log"))
+			return fmt.Errorf("scripts/kube-node.sh exited:\n%s", n.Log("kube-node.log"))
 		case <-ctx.Done():
-			return fmt.Errorf("node not ready: %w\n%s\n%s", ctx.Err(), n.log("kube-node.log"), n.log("kubelet.log"))
+			return fmt.Errorf("node not ready: %w\n%s\n%s", ctx.Err(), n.Log("kube-node.log"), n.Log("kubelet.log"))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -222,14 +222,9 @@ func (n *KubeNode) readEnv() error {
 	return sc.Err()
 }
 
-func (n *KubeNode) log(name string) string {
-	b, _ := os.ReadFile(filepath.Join(n.dir, name))
-	return tailString(string(b), 30)
-}
-
 // Log is the tail of one of the node's logs (kubelet.log, containerd.log,
 // scheduler.log, controller-manager.log, kube-node.log), for failures.
-func (n *KubeNode) Log(name string) string { return n.log(name) }
+func (n *KubeNode) Log(name string) string { return tailFile(filepath.Join(n.dir, name)) }
 
 // stop asks the script to tear the node down and waits for it.
 func (n *KubeNode) stop() {

@@ -73,6 +73,45 @@ func (f *fleet) userData(thread string) string {
 	return filepath.Join(f.dataDir, "users", "default", "threads", thread, "user-data")
 }
 
+// workspaceBuild makes a workspace of every kind of entry a checkpoint
+// keeps; workspaceMutation then changes it every way.
+var (
+	workspaceBuild = strings.Join([]string{
+		"cd /mnt/user-data/workspace",
+		"mkdir -p src/deep/er empty",
+		"printf 'package main\\n' > src/main.go",
+		"head -c 200000 /dev/urandom > src/blob.bin",
+		": > zero",
+		"printf secret > src/deep/er/key; chmod 600 src/deep/er/key",
+		"printf '#!/bin/sh\\n' > run.sh; chmod 755 run.sh",
+		"ln -s src/main.go link; ln -s /etc/hostname abs; ln -s missing dangling",
+		"chmod 700 empty",
+		"echo built",
+	}, " && ")
+	workspaceMutation = strings.Join([]string{
+		"cd /mnt/user-data/workspace",
+		"printf 'package evil\\n' >> src/main.go",
+		"rm -rf src/deep empty zero",
+		"chmod 644 run.sh",
+		"rm link; ln -s run.sh link",
+		"echo new > added; mkdir newdir; echo x > newdir/f",
+		"echo mutated",
+	}, " && ")
+)
+
+// checkRestored fails unless thread's user data ws is want again, and its
+// sandbox sees that (workspaceBuild's file, not workspaceMutation's).
+func checkRestored(t *testing.T, base, thread, ws string, want map[string]string) {
+	t.Helper()
+	if d := diffManifests(want, manifest(t, ws)); len(d) > 0 {
+		t.Fatalf("restored tree differs from the checkpoint:\n%s", strings.Join(d, "\n"))
+	}
+	if out := shell(t, base, thread, "cat /mnt/user-data/workspace/src/main.go; ls /mnt/user-data/workspace/added 2>&1 || true"); !strings.Contains(out.Output, "package main") ||
+		strings.Contains(out.Output, "evil") || !strings.Contains(out.Output, "No such file") {
+		t.Fatalf("the sandbox does not see the restored tree: %q", out.Output)
+	}
+}
+
 type checkpointInfo struct {
 	ID     string `json:"id"`
 	Label  string `json:"label"`
@@ -104,19 +143,7 @@ func TestCheckpointRestoreAndFork(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	g1, g2 := f.start(), f.start()
-	build := strings.Join([]string{
-		"cd /mnt/user-data/workspace",
-		"mkdir -p src/deep/er empty",
-		"printf 'package main\\n' > src/main.go",
-		"head -c 200000 /dev/urandom > src/blob.bin",
-		": > zero",
-		"printf secret > src/deep/er/key; chmod 600 src/deep/er/key",
-		"printf '#!/bin/sh\\n' > run.sh; chmod 755 run.sh",
-		"ln -s src/main.go link; ln -s /etc/hostname abs; ln -s missing dangling",
-		"chmod 700 empty",
-		"echo built",
-	}, " && ")
-	if out := shell(t, g1.URL, "ck", build); !strings.Contains(out.Output, "built") {
+	if out := shell(t, g1.URL, "ck", workspaceBuild); !strings.Contains(out.Output, "built") {
 		t.Fatalf("build workspace: %+v", out)
 	}
 	ws := f.userData("ck")
@@ -127,16 +154,7 @@ func TestCheckpointRestoreAndFork(t *testing.T) {
 		t.Fatalf("checkpoint: %+v", ck)
 	}
 
-	mutate := strings.Join([]string{
-		"cd /mnt/user-data/workspace",
-		"printf 'package evil\\n' >> src/main.go",
-		"rm -rf src/deep empty zero",
-		"chmod 644 run.sh",
-		"rm link; ln -s run.sh link",
-		"echo new > added; mkdir newdir; echo x > newdir/f",
-		"echo mutated",
-	}, " && ")
-	shell(t, g1.URL, "ck", mutate)
+	shell(t, g1.URL, "ck", workspaceMutation)
 	if len(diffManifests(want, manifest(t, ws))) == 0 {
 		t.Fatal("the mutation changed nothing")
 	}
@@ -154,13 +172,7 @@ func TestCheckpointRestoreAndFork(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("forced restore: %d %s", code, body)
 	}
-	if d := diffManifests(want, manifest(t, ws)); len(d) > 0 {
-		t.Fatalf("restored tree differs from the checkpoint:\n%s", strings.Join(d, "\n"))
-	}
-	if out := shell(t, g1.URL, "ck", "cat /mnt/user-data/workspace/src/main.go; ls /mnt/user-data/workspace/added 2>&1 || true"); !strings.Contains(out.Output, "package main") ||
-		strings.Contains(out.Output, "evil") || !strings.Contains(out.Output, "No such file") {
-		t.Fatalf("the sandbox does not see the restored tree: %q", out.Output)
-	}
+	checkRestored(t, g1.URL, "ck", ws, want)
 	shell(t, g1.URL, "ck", "pkill sleep || true")
 
 	// Bad ids are refused, unknown ones are 404.

@@ -69,15 +69,24 @@ func hostPids(t *testing.T, marker string) []int {
 // procStat is a process's state letter and its CPU time in clock ticks.
 func procStat(t *testing.T, pid int) (byte, uint64) {
 	t.Helper()
+	state, ticks, ok := procStatOf(pid)
+	if !ok {
+		t.Fatalf("no stat of process %d", pid)
+	}
+	return state, ticks
+}
+
+// procStatOf is procStat of a process that may be gone (ok false).
+func procStatOf(pid int) (state byte, ticks uint64, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		t.Fatalf("read stat of %d: %v", pid, err)
+		return 0, 0, false
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	utime, _ := strconv.ParseUint(f[11], 10, 64)
 	stime, _ := strconv.ParseUint(f[12], 10, 64)
-	return f[0][0], utime + stime
+	return f[0][0], utime + stime, true
 }
 
 // stopped says whether pid cannot run: SIGSTOPped (state T), or in a

@@ -17,17 +17,7 @@ func TestKubernetesCheckpointRestoreAndFork(t *testing.T) {
 	c := newKubeCluster(t)
 	f := newFleet(t, append(c.flags(t), "--data-dir", c.userData, "--kubernetes-shared-data-dir")...)
 	g1, g2 := f.start(), f.start()
-	build := strings.Join([]string{
-		"cd /mnt/user-data/workspace",
-		"mkdir -p src/deep/er empty",
-		"printf 'package main\\n' > src/main.go",
-		"head -c 200000 /dev/urandom > src/blob.bin",
-		"printf secret > src/deep/er/key; chmod 600 src/deep/er/key",
-		"printf '#!/bin/sh\\n' > run.sh; chmod 755 run.sh",
-		"ln -s src/main.go link; ln -s missing dangling",
-		"echo built",
-	}, " && ")
-	if out := shell(t, g1.URL, "kck", build); !strings.Contains(out.Output, "built") {
+	if out := shell(t, g1.URL, "kck", workspaceBuild); !strings.Contains(out.Output, "built") {
 		t.Fatalf("build workspace: %+v", out)
 	}
 	ws := backend.ThreadDir(c.userData, "default", "kck")
@@ -37,20 +27,14 @@ func TestKubernetesCheckpointRestoreAndFork(t *testing.T) {
 		t.Fatalf("checkpoint: %+v", ck)
 	}
 
-	shell(t, g1.URL, "kck", "cd /mnt/user-data/workspace && printf 'package evil\\n' >> src/main.go && rm -rf src/deep && chmod 644 run.sh && echo new > added && echo mutated")
+	shell(t, g1.URL, "kck", workspaceMutation)
 	if len(diffManifests(want, manifest(t, ws))) == 0 {
 		t.Fatal("the mutation changed nothing")
 	}
 	if code, body, _ := call(t, "POST", g2.URL+"/threads/kck/checkpoints/"+ck.ID+"/restore", nil); code != 200 {
 		t.Fatalf("restore: %d %s", code, body)
 	}
-	if d := diffManifests(want, manifest(t, ws)); len(d) > 0 {
-		t.Fatalf("restored tree differs from the checkpoint:\n%s", strings.Join(d, "\n"))
-	}
-	if out := shell(t, g1.URL, "kck", "cat /mnt/user-data/workspace/src/main.go; ls /mnt/user-data/workspace/added 2>&1 || true"); !strings.Contains(out.Output, "package main") ||
-		strings.Contains(out.Output, "evil") || !strings.Contains(out.Output, "No such file") {
-		t.Fatalf("the Pod does not see the restored tree: %q", out.Output)
-	}
+	checkRestored(t, g1.URL, "kck", ws, want)
 
 	code, body, _ := call(t, "POST", g2.URL+"/threads/kck/fork", map[string]any{"thread": "kck-fork", "checkpoint": ck.ID})
 	if code != 201 {

@@ -41,10 +41,12 @@ func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bo
 	if !ownedBy(svc, pod.UID) || url == "" {
 		return backend.Info{}, false, nil
 	}
-	info, err := k.withSecret(ctx, pod, k.infoOf(pod, url))
+	secret, err := k.podSecret(ctx, pod)
 	if err != nil {
 		return backend.Info{}, false, err
 	}
+	info := k.infoOf(pod, url)
+	info.Secret = secret
 	rctx, cancel := context.WithTimeout(ctx, discoverReadyTimeout)
 	defer cancel()
 	if err := backend.WaitReadySecret(rctx, url, info.Secret); err != nil {

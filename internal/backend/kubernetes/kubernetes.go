@@ -178,7 +178,11 @@ func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Inf
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
-	info, err := k.finish(ctx, pod)
+	minted := ""
+	if fresh {
+		minted = spec.Secret // what the Secret createPod just made holds
+	}
+	info, err := k.finish(ctx, pod, minted)
 	if err != nil {
 		// A Pod that did not come up is removed, a taken-over one too: the
 		// pool's lock means no other replica is waiting for it, and nothing
@@ -282,8 +286,9 @@ func (k *Kubernetes) waitGone(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // finish makes sure the Pod has its NetworkPolicy and Service, waits for
-// Ready and for the sandbox to answer, and describes it.
-func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info, error) {
+// it to be reachable and for the sandbox to answer, and describes it with
+// its secret (minted: the one Create gave a Pod it made).
+func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod, minted string) (backend.Info, error) {
 	// The policy first: until it is there the Pod has no egress at all.
 	if _, err := k.ensureOwned(ctx, pod, "networkpolicies", k.policyFor(pod)); err != nil {
 		return backend.Info{}, err
@@ -293,9 +298,12 @@ func (k *Kubernetes) finish(ctx context.Context, pod *corev1.Pod) (backend.Info,
 		return backend.Info{}, err
 	}
 	svc := obj.(*corev1.Service)
-	secret, err := k.podSecret(ctx, pod)
-	if err != nil {
-		return backend.Info{}, err
+	// A Pod this call made holds minted; another's Secret is read.
+	secret := minted
+	if secret == "" || secretName(pod) == "" {
+		if secret, err = k.podSecret(ctx, pod); err != nil {
+			return backend.Info{}, err
+		}
 	}
 	ready, err := k.waitReady(ctx, pod)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
@@ -152,14 +151,4 @@ func secretOf(s *corev1.Secret, pod *corev1.Pod) (string, error) {
 		return "", fmt.Errorf("secret %s belongs to another pod", s.Name)
 	}
 	return string(s.Data[secretKey]), nil
-}
-
-// withSecret is info with the Pod's secret.
-func (k *Kubernetes) withSecret(ctx context.Context, pod *corev1.Pod, info backend.Info) (backend.Info, error) {
-	secret, err := k.podSecret(ctx, pod)
-	if err != nil {
-		return backend.Info{}, err
-	}
-	info.Secret = secret
-	return info, nil
 }
