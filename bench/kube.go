@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,12 +18,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -47,6 +50,8 @@ const (
 	figKubeThawP99   = "kube.thaw.p99_ms"
 	figKubeFirstP50  = "kube.first_request.p50_ms"
 	figKubeCkptP50   = "kube.checkpoint_100mb.p50_ms"
+	figKubeClaimP50  = "kube.prewarmed_first_request.p50_ms"
+	figKubeClaimP99  = "kube.prewarmed_first_request.p99_ms"
 )
 
 // kubeBench is the suite's namespace on a real single node
@@ -104,8 +109,12 @@ func kubeSuite(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("gateway: %w", err)
 	}
+	claims, err := kb.prewarmedFirst(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("prewarmed: %w", err)
+	}
 
-	cs, fs, ts, gs, ks := summarize(create), summarize(ft.freeze), summarize(ft.thaw), summarize(first), summarize(ckpt)
+	cs, fs, ts, gs, ks, ps := summarize(create), summarize(ft.freeze), summarize(ft.thaw), summarize(first), summarize(ckpt), summarize(claims)
 	res := Result{
 		Title:   "Kubernetes backend on a real node: cold create, freeze and thaw, first request",
 		Columns: statsColumns,
@@ -116,10 +125,12 @@ func kubeSuite(ctx context.Context) (Result, error) {
 			statsRow("Freeze through Sandgate's server in the Pod (SIGSTOP of its commands; a CPU burner runs)", fs),
 			statsRow("Thaw through Sandgate's server in the Pod (SIGCONT)", ts),
 			statsRow("new thread: first GET /threads/{t}/v1/sandbox through a gateway replica (kubernetes cold create)", gs),
+			statsRow(fmt.Sprintf("new thread: first GET /threads/{t}/v1/sandbox claiming a pre-started Pod (--prewarm %d)", kubePrewarm), ps),
 			statsRow("checkpoint of a 100 MB workspace through the gateway (freeze, copy on the volume, thaw)", ks),
 		},
 		Figures: map[string]float64{figKubeCreateP50: msF(cs.P50), figKubeCreateP99: msF(cs.P99),
-			figKubeFreezeP50: msF(fs.P50), figKubeThawP50: msF(ts.P50), figKubeThawP99: msF(ts.P99), figKubeFirstP50: msF(gs.P50), figKubeCkptP50: msF(ks.P50)},
+			figKubeFreezeP50: msF(fs.P50), figKubeThawP50: msF(ts.P50), figKubeThawP99: msF(ts.P99), figKubeFirstP50: msF(gs.P50), figKubeCkptP50: msF(ks.P50),
+			figKubeClaimP50: msF(ps.P50), figKubeClaimP99: msF(ps.P99)},
 	}
 	refs, missing := kubeReferences()
 	res.Rows = append(res.Rows, refs...)
@@ -145,7 +156,11 @@ func kubeSuite(ctx context.Context) (Result, error) {
 		fmt.Sprintf("Checkpoint: %d new threads through the same gateway, whose data_dir is the user-data volume's root "+
 			"(kubernetes_shared_data_dir); each workspace gets 100 MB of /dev/urandom in one file, then its first checkpoint (a full "+
 			"copy, no earlier one to link to) is timed from POST to 201. Samples, sorted, in ms: %s.", kubeCheckpointRuns, sortedMS(ckpt)),
-		"Prewarmed claim: not measured: a pre-started pool is refused on kubernetes (a Pod's thread volume is fixed when it starts).",
+		fmt.Sprintf("Prewarmed claim: a second gateway replica (`--prewarm %d`, its own Redis prefix, the same data_dir on the volume): before "+
+			"each of %d new threads (after %d unmeasured) the bench waits until the pool is full again, then times the thread's first GET: the "+
+			"claim's Lua script, the rename of the Pod's user-data dir to the thread's on the volume beneath its running subPath mounts, one "+
+			"conditional PATCH of the Pod's labels and annotations (sandgate.claimed-as), the active record, and the proxied request. "+
+			"Samples, sorted, in ms: %s.", kubePrewarm, opts.KubeRuns, kubeWarmups, sortedMS(claims)),
 	)
 	if len(missing) > 0 {
 		res.Notes = append(res.Notes, "No reference row for: "+strings.Join(missing, "; ")+" (not in this results directory).")
@@ -332,17 +347,7 @@ func (kb *kubeBench) gatewayFirst(ctx context.Context) (first, ckpt []time.Durat
 	// data_dir is the user-data volume's root (kubernetes_shared_data_dir):
 	// the checkpoints below.
 	gs, gaddr, err := startGatewayEnv(ctx, kb.env.bin, kb.env.redisAddr, filepath.Join(kb.env.tmp, "pvc", kubeUserDataPVC),
-		filepath.Join(kb.env.tmp, "gateway.log"), nil,
-		"--kubernetes-shared-data-dir",
-		"--backend", "kubernetes",
-		"--kubernetes-kubeconfig", kb.kubeconfig,
-		"--kubernetes-url-mode", "pod-ip",
-		"--kubernetes-user-data-pvc", kubeUserDataPVC,
-		"--image", kb.node.SandboxImage,
-		"--kubernetes-image-pull-policy", "Never",
-		"--kubernetes-server", sandboxspec.ServerImagePath,
-		"--kubernetes-run-as-non-root", "--kubernetes-run-as-user", "1000", "--kubernetes-run-as-group", "1000",
-		"--kubernetes-read-only-root")
+		filepath.Join(kb.env.tmp, "gateway.log"), nil, kb.gatewayFlags()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -367,6 +372,59 @@ func (kb *kubeBench) gatewayFirst(ctx context.Context) (first, ckpt []time.Durat
 	}
 	ckpt, err = kubeCheckpoints(ctx, base)
 	return first, ckpt, err
+}
+
+// kubePrewarm is the pre-started pool of the prewarmed first-request row.
+const kubePrewarm = 2
+
+// prewarmedFirst times new threads' first GET through a gateway replica
+// with a pool of pre-started Pods, each claimed once the pool is full
+// again; then every Pod goes.
+func (kb *kubeBench) prewarmedFirst(ctx context.Context) ([]time.Duration, error) {
+	const prefix = "bench:{kpw}:"
+	gs, gaddr, err := startGatewayEnv(ctx, kb.env.bin, kb.env.redisAddr, filepath.Join(kb.env.tmp, "pvc", kubeUserDataPVC),
+		filepath.Join(kb.env.tmp, "gateway-prewarm.log"), nil,
+		append(kb.gatewayFlags(), "--prewarm", strconv.Itoa(kubePrewarm), "--redis-prefix", prefix)...)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: kb.env.redisAddr})
+	defer rdb.Close()
+	base := "http://" + gaddr
+	var threads []string
+	out, err := prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), kubePrewarm, kubeWarmups+opts.KubeRuns, "prewarmed-", &threads)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	destroyThreads(dctx, base, threads)
+	gs.stop(syscall.SIGTERM, 10*time.Second)
+	// The pool's unclaimed Pods outlive the gateway by design.
+	derr := kb.api.Admin.CoreV1().Pods(kb.ns).DeleteCollection(dctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: backend.LabelPrewarm})
+	if err == nil {
+		err = errors.Join(derr, kb.waitNoPods(dctx))
+	}
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(kb.env.tmp, "gateway-prewarm.log"))
+		return nil, fmt.Errorf("%w\n%s", err, tailLines(string(log), 20))
+	}
+	return out[kubeWarmups:], nil
+}
+
+// gatewayFlags run a gateway replica's kubernetes backend as test/e2e's
+// kubeCluster does, with data_dir the user-data volume's root
+// (kubernetes_shared_data_dir): checkpoints and the prewarm pool.
+func (kb *kubeBench) gatewayFlags() []string {
+	return []string{
+		"--kubernetes-shared-data-dir",
+		"--backend", "kubernetes",
+		"--kubernetes-kubeconfig", kb.kubeconfig,
+		"--kubernetes-url-mode", "pod-ip",
+		"--kubernetes-user-data-pvc", kubeUserDataPVC,
+		"--image", kb.node.SandboxImage,
+		"--kubernetes-image-pull-policy", "Never",
+		"--kubernetes-server", sandboxspec.ServerImagePath,
+		"--kubernetes-run-as-non-root", "--kubernetes-run-as-user", "1000", "--kubernetes-run-as-group", "1000",
+		"--kubernetes-read-only-root",
+	}
 }
 
 // kubeCheckpointRuns: each a new thread whose workspace gets 100 MB of

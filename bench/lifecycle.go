@@ -186,21 +186,27 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 			fmt.Fprintf(os.Stderr, "bench: lifecycle: pre-started sandboxes left running: %v\n", err)
 		}
 	}()
-	keys := statedb.NewKeys(prefix, 0)
-	index := keys.Prewarm()
+	return prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), lifecyclePrewarm, opts.LifecycleColdRuns, "prewarmed-", &threads)
+}
+
+// prewarmedFirsts times runs new threads' first GET through the gateway
+// at base, whose pool of size pre-started sandboxes (Redis keys) is full
+// before each: the claim is timed alone, not beside a refill. Each thread
+// must get a pre-started sandbox. The threads are appended to threads.
+func prewarmedFirsts(ctx context.Context, base string, rdb *redis.Client, keys statedb.Keys, size, runs int, prefix string, threads *[]string) ([]time.Duration, error) {
 	var out []time.Duration
-	for i := range opts.LifecycleColdRuns {
-		deadline := time.Now().Add(30 * time.Second)
+	for i := range runs {
+		deadline := time.Now().Add(60 * time.Second)
 		for {
-			n, err := rdb.ZCard(ctx, index).Result()
+			n, err := rdb.ZCard(ctx, keys.Prewarm()).Result()
 			if err != nil {
 				return nil, err
 			}
-			if n >= lifecyclePrewarm { // the refill done: the claim is timed alone
+			if n >= int64(size) {
 				break
 			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("prewarm pool not refilled after 30s")
+				return nil, fmt.Errorf("prewarm pool not refilled after 60s")
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -208,8 +214,8 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 		if err != nil {
 			return nil, err
 		}
-		thread := "prewarmed-" + strconv.Itoa(i)
-		threads = append(threads, thread)
+		thread := prefix + strconv.Itoa(i)
+		*threads = append(*threads, thread)
 		t0 := time.Now()
 		if _, err := call(ctx, "GET", base+"/threads/"+thread+"/v1/sandbox", "", nil); err != nil {
 			return nil, err

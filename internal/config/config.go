@@ -365,8 +365,13 @@ func (c Config) Validate() error {
 	// provisioner URL) would refuse settings that suit the chosen one.
 	switch c.Backend {
 	case "kubernetes":
-		if err := c.KubernetesConfig().Validate(); err != nil {
+		k := c.KubernetesConfig()
+		if err := k.Validate(); err != nil {
 			return err
+		}
+		if c.Pool.Prewarm > 0 && !k.SharedDataDir && (k.UserDataPVC != "" || k.UserDataHostPath != "") {
+			return errors.New("prewarm: a pre-started Pod's user data moves to its thread on the user-data volume, " +
+				"which the gateway must see: set kubernetes_shared_data_dir (data_dir is that volume's root) or prewarm: 0")
 		}
 	case "remote":
 		if err := c.Remote.Validate(); err != nil {

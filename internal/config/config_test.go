@@ -144,6 +144,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{args: []string{"--backend", "kubernetes", "--container-prefix", "My_Prefix"}, field: "container_prefix"},
 		{args: []string{"--kubernetes-tolerations", "k:Sometimes"}, field: "kubernetes-tolerations"},
 		{args: []string{"--kubernetes-node-selector", "pool"}, field: "kubernetes-node-selector"},
+		{args: []string{"--backend", "kubernetes", "--prewarm", "2", "--kubernetes-user-data-pvc", "data"}, field: "kubernetes_shared_data_dir"},
 		{args: []string{"--backend", "remote"}, field: "provisioner_url"},
 		{yaml: "sandbox:\n  provisioner_url: provisioner:8002\nbackend: remote\n", field: "provisioner_url"},
 		{args: []string{"--auth-jwt-hs256-secret", "0123456789abcdef0123456789abcdef"}, field: "auth_jwt_audience"},

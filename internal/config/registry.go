@@ -139,7 +139,7 @@ func (c *Config) sections() []section {
 			{"max-lifetime", "destroy a sandbox this long after it was created, busy or not", "never", (*offDuration)(&p.MaxLifetime)},
 			{"busy-idle-after", "a running command that used no CPU and wrote no output this long no longer keeps its sandbox from being frozen or reaped; a stopped one never does", "only a stop ends busy", (*offDuration)(&p.BusyIdleAfter)},
 			{"freeze-after", "freeze a sandbox (process, docker) with no request and no running command for this long: processes stopped, memory kept, thawed by its next request on any replica", "never", (*durationValue)(&p.FreezeAfter)},
-			{"prewarm", "pre-started sandboxes kept ready fleet-wide for new threads' first requests (process and docker backends)", "none", (*intValue)(&p.Prewarm)},
+			{"prewarm", "pre-started sandboxes kept ready fleet-wide for new threads' first requests (process, docker, kubernetes)", "none", (*intValue)(&p.Prewarm)},
 			{"pause-warm", "pause warm sandboxes (process, docker) and unpause them on reclaim", "", (*boolValue)(&p.PauseWarm)},
 			{"cache-ttl", "how long a replica trusts a cached route", "the default, 5s", (*durationValue)(&p.CacheTTL)},
 			{"touch-interval", "how often activity is flushed to Redis", "the default, 1s", (*durationValue)(&p.TouchInterval)},

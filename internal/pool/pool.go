@@ -144,7 +144,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	binder, _ := d.Backend.(backend.Binder)
 	if cfg.Prewarm > 0 && binder == nil {
 		return nil, fmt.Errorf("prewarm %d: %w", cfg.Prewarm, backend.Unsupported("a pre-started pool",
-			"backend "+d.BackendName+" cannot hand a running sandbox to a thread (kubernetes: a Pod's thread volume is fixed when it starts); set prewarm: 0"))
+			"backend "+d.BackendName+" cannot hand a running sandbox to a thread; set prewarm: 0"))
 	}
 	p := &Pool{
 		cfg:       cfg,

@@ -21,7 +21,7 @@ import (
 // claim time: the thread's sandbox id, labels and user data (their data dir
 // is renamed to the thread's, beneath the running bind mounts). Only
 // backends that bind host dirs and can rename a running sandbox implement
-// backend.Binder (process, docker).
+// backend.Binder (process, docker, kubernetes).
 
 // prewarmLock is the lock id (not a sandbox id) of the fleet's refill: one
 // replica at a time tops the pool up, so replicas never overshoot it.

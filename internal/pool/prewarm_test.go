@@ -184,8 +184,8 @@ func TestPrewarmNeedsABinder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{Prewarm: 2})
 	rdb := e.rdb()
-	_, err := New(e.cfg, Deps{Store: statedb.NewStore(rdb, ""), Backend: struct{ backend.Backend }{e.be}, BackendName: "kubernetes", Clock: e.clock})
-	if !errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "kubernetes") {
+	_, err := New(e.cfg, Deps{Store: statedb.NewStore(rdb, ""), Backend: struct{ backend.Backend }{e.be}, BackendName: "remote", Clock: e.clock})
+	if !errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "remote") {
 		t.Fatalf("New = %v, want a named not-supported error", err)
 	}
 }

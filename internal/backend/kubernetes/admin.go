@@ -37,21 +37,21 @@ func (k *Kubernetes) Logs(ctx context.Context, info backend.Info, opts backend.L
 	if !identity.ValidSandboxID(info.SandboxID) {
 		return nil, fmt.Errorf("invalid sandbox id %q", info.SandboxID)
 	}
-	name := k.name(info.SandboxID)
-	pod, err := k.api.getPod(ctx, name)
+	pod, err := k.podOf(ctx, info.SandboxID, info.Incarnation)
 	if err != nil {
-		return nil, apiErr("get pod", err)
+		return nil, err
 	}
-	if info.Incarnation != "" && string(pod.UID) != info.Incarnation {
-		return nil, fmt.Errorf("logs of sandbox %s: its pod was replaced: %w", info.SandboxID, apierrors.NewNotFound(corev1.Resource("pods"), name))
+	if pod == nil {
+		return nil, fmt.Errorf("logs of sandbox %s: no pod of that incarnation: %w", info.SandboxID,
+			apierrors.NewNotFound(corev1.Resource("pods"), k.name(info.SandboxID)))
 	}
 	lo := &corev1.PodLogOptions{Container: containerName, Follow: opts.Follow}
 	if opts.Tail > 0 {
 		lo.TailLines = new(int64(opts.Tail))
 	}
-	rc, err := k.api.logs(ctx, name, lo)
+	rc, err := k.api.logs(ctx, pod.Name, lo)
 	if err != nil {
-		return nil, apiErr("logs of pod "+name, err)
+		return nil, apiErr("logs of pod "+pod.Name, err)
 	}
 	return rc, nil
 }
@@ -74,13 +74,12 @@ func (k *Kubernetes) Leftovers(ctx context.Context, fleet string) ([]backend.Lef
 	var out []backend.Leftover
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		sid := pod.Labels[backend.LabelSandboxID]
-		if pod.Name != k.name(sid) || !identity.ValidSandboxID(sid) || !backend.InFleet(pod.Labels, fleet) {
+		if !k.ours(pod) || !backend.InFleet(pod.Labels, fleet) {
 			continue
 		}
 		held[secretName(pod)] = true // removing a finished Pod removes its Secret
 		if stateOf(pod) == podFinished {
-			out = append(out, backend.Leftover{Kind: "pod", Name: pod.Name, SandboxID: sid})
+			out = append(out, backend.Leftover{Kind: "pod", Name: pod.Name, SandboxID: sandboxOf(pod)})
 		}
 	}
 	for i := range secrets.Items {

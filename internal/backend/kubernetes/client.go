@@ -24,7 +24,7 @@ import (
 // in deployments/kubernetes/rbac.yaml must match; apiClient refuses any
 // call not listed here, and a test checks the Role against it.
 var APIVerbs = map[string][]string{
-	"pods":            {"create", "delete", "get", "list", "watch"},
+	"pods":            {"create", "delete", "get", "list", "patch", "watch"},
 	"pods/log":        {"get"},
 	"services":        {"create", "delete", "get", "list"},
 	"networkpolicies": {"create", "delete", "get"},
@@ -125,12 +125,17 @@ func (c *apiClient) delete(ctx context.Context, resource, name string, opts meta
 	return r.Name(name).Body(&opts).Do(ctx).Error()
 }
 
-func (c *apiClient) patch(ctx context.Context, resource, name string, pt types.PatchType, body []byte) error {
+// patch patches resource/name, reading the result into into (nil: not read).
+func (c *apiClient) patch(ctx context.Context, resource, name string, pt types.PatchType, body []byte, into runtime.Object) error {
 	r, err := c.req("patch", resource)
 	if err != nil {
 		return err
 	}
-	return r.Name(name).SetHeader("Content-Type", string(pt)).Body(body).Do(ctx).Error()
+	res := r.Name(name).SetHeader("Content-Type", string(pt)).Body(body).Do(ctx)
+	if into == nil {
+		return res.Error()
+	}
+	return res.Into(into)
 }
 
 func (c *apiClient) list(ctx context.Context, resource string, opts metav1.ListOptions, into runtime.Object) error {

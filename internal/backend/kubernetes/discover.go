@@ -19,18 +19,14 @@ func (k *Kubernetes) Discover(ctx context.Context, sid string) (backend.Info, bo
 	if !identity.ValidSandboxID(sid) {
 		return backend.Info{}, false, fmt.Errorf("invalid sandbox id %q", sid)
 	}
-	name := k.name(sid)
-	pod, err := k.api.getPod(ctx, name)
-	if apierrors.IsNotFound(err) {
-		return backend.Info{}, false, nil
-	}
+	pod, err := k.podOf(ctx, sid, "")
 	if err != nil {
-		return backend.Info{}, false, apiErr("get pod", err)
+		return backend.Info{}, false, err
 	}
-	if pod.Labels[backend.LabelManagedBy] != backend.ManagedByValue || !k.reachable(pod) {
+	if pod == nil || !k.reachable(pod) {
 		return backend.Info{}, false, nil
 	}
-	svc, err := k.api.getService(ctx, name)
+	svc, err := k.api.getService(ctx, pod.Name)
 	if apierrors.IsNotFound(err) {
 		return backend.Info{}, false, nil // Create makes it
 	}
@@ -87,10 +83,10 @@ func (k *Kubernetes) List(ctx context.Context) ([]backend.Info, error) {
 	var out []backend.Info
 	for i := range podList.Items {
 		pod := &podList.Items[i]
-		sid := pod.Labels[backend.LabelSandboxID]
-		if pod.Name != k.name(sid) || !identity.ValidSandboxID(sid) {
+		if !k.ours(pod) {
 			continue // another deployment's prefix, or not ours
 		}
+		sid := sandboxOf(pod)
 		switch {
 		case stateOf(pod) == podFinished:
 			k.log.Info("removing finished sandbox pod", "sandbox_id", sid, "thread", pod.Annotations[AnnotationThread],

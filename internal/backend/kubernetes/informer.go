@@ -42,6 +42,7 @@ func newPods(c *apiClient) *pods {
 		ns: c.ns,
 		informer: cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{
 			ObjectDescription: "sandgate sandbox pods",
+			Indexers:          cache.Indexers{bySandbox: indexBySandbox},
 		}),
 		changed: map[string]chan struct{}{},
 	}
@@ -80,7 +81,7 @@ func (p *pods) end(pod *corev1.Pod) {
 	fns := p.ended
 	p.mu.Unlock()
 	for _, fn := range fns {
-		fn(pod.Labels[backend.LabelSandboxID], string(pod.UID))
+		fn(sandboxOf(pod), string(pod.UID))
 	}
 }
 
@@ -125,6 +126,32 @@ func (p *pods) get(name string) *corev1.Pod {
 	}
 	pod, _ := obj.(*corev1.Pod)
 	return pod
+}
+
+// bySandbox indexes the cached Pods by the sandbox id they answer to.
+const bySandbox = "sandbox"
+
+func indexBySandbox(obj any) ([]string, error) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return []string{sandboxOf(pod)}, nil
+	}
+	return nil, nil
+}
+
+// of returns the cached Pod of sandbox sid's incarnation ("" = one not
+// ended), or nil. The object is shared: read only.
+func (p *pods) of(sid, incarnation string) *corev1.Pod {
+	objs, err := p.informer.GetIndexer().ByIndex(bySandbox, sid)
+	if err != nil {
+		return nil
+	}
+	for _, obj := range objs {
+		pod, ok := obj.(*corev1.Pod)
+		if ok && (string(pod.UID) == incarnation || incarnation == "" && (stateOf(pod) == podStarting || stateOf(pod) == podReady)) {
+			return pod
+		}
+	}
+	return nil
 }
 
 // waitFor waits until done accepts the cached Pod (nil when it is gone),

@@ -141,6 +141,29 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// TestContractPrewarmed runs the contract on Pods started without a
+// thread and claimed (the prewarm pool, kubernetes_shared_data_dir): the
+// specs' data dir is the user-data PVC's root, as the gateway's is, so a
+// claim moves the pre-started Pod's files to the thread beneath its
+// running subPath mounts, and a claimed Pod must be indistinguishable from
+// a created one, from any instance.
+func TestContractPrewarmed(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	cfg := e.config()
+	cfg.SharedDataDir = true
+	dataDir := filepath.Join(e.pvcRoot, "sandgate-data")
+	backendtest.Run(t, backendtest.Harness{
+		Name:      Name,
+		Instance:  "test",
+		Prewarmed: true,
+		New:       func(t *testing.T) backend.Backend { return e.backend(t, cfg) },
+		Spec: func(t *testing.T, user, thread string) backend.Spec {
+			return backendtest.Spec(t, backend.MountConfig{DataDir: dataDir}, user, thread)
+		},
+	})
+}
+
 func TestCreateExecDestroy(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t)

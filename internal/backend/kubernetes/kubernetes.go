@@ -174,7 +174,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Inf
 	}
 	log := k.log.With("sandbox_id", spec.SandboxID, "thread", spec.Thread, "pod", want.Name)
 	began := time.Now()
-	pod, fresh, err := k.claimPod(ctx, want, spec.Secret, log)
+	pod, fresh, err := k.livePod(ctx, spec.SandboxID, want, spec.Secret, log)
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", spec.SandboxID, err)
 	}
@@ -188,7 +188,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Inf
 		// pool's lock means no other replica is waiting for it, and nothing
 		// else would ever clean it up.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		if rerr := k.remove(cctx, want.Name, pod.UID); rerr != nil {
+		if rerr := k.remove(cctx, pod.Name, pod.UID); rerr != nil {
 			log.Warn("remove sandbox pod after failed create", "err", rerr)
 		}
 		cancel()
@@ -202,19 +202,17 @@ func (k *Kubernetes) Create(ctx context.Context, spec backend.Spec) (backend.Inf
 	return info, nil
 }
 
-// claimPod returns a live Pod of that name: the one there, or a new one
-// (fresh). Finished Pods are removed, and deleting ones waited out.
-func (k *Kubernetes) claimPod(ctx context.Context, want *corev1.Pod, secret string, log *slog.Logger) (*corev1.Pod, bool, error) {
+// livePod returns a live Pod answering to sid: the one there (made by
+// Create, or a pre-started one claimed as sid), or a new one (fresh).
+// Finished Pods are removed, and deleting ones waited out.
+func (k *Kubernetes) livePod(ctx context.Context, sid string, want *corev1.Pod, secret string, log *slog.Logger) (*corev1.Pod, bool, error) {
 	for {
-		pod, err := k.api.getPod(ctx, want.Name)
-		if apierrors.IsNotFound(err) {
-			return k.createPod(ctx, want, secret)
-		}
+		pod, err := k.podOf(ctx, sid, "")
 		if err != nil {
-			return nil, false, apiErr("get pod", err)
+			return nil, false, err
 		}
-		if pod.Labels[backend.LabelManagedBy] != backend.ManagedByValue {
-			return nil, false, fmt.Errorf("pod %s exists and was not made by Sandgate", pod.Name)
+		if pod == nil {
+			return k.createPod(ctx, want, secret)
 		}
 		switch stateOf(pod) {
 		case podFinished:
@@ -258,6 +256,9 @@ func (k *Kubernetes) createPod(ctx context.Context, want *corev1.Pod, secret str
 		pod, err = k.api.getPod(ctx, want.Name) // another replica was quicker: take its Pod
 		if err != nil {
 			return nil, false, apiErr("get pod", err)
+		}
+		if !k.ours(pod) || sandboxOf(pod) != sandboxOf(want) {
+			return nil, false, fmt.Errorf("pod %s exists and is not this sandbox's", pod.Name)
 		}
 		return pod, false, nil
 	}
@@ -496,11 +497,14 @@ func (k *Kubernetes) Destroy(ctx context.Context, info backend.Info) error {
 	if !identity.ValidSandboxID(info.SandboxID) {
 		return fmt.Errorf("invalid sandbox id %q", info.SandboxID)
 	}
-	name, uid := k.name(info.SandboxID), types.UID(info.Incarnation)
-	if err := k.remove(ctx, name, uid); err != nil {
+	pod, err := k.podOf(ctx, info.SandboxID, info.Incarnation)
+	if err != nil || pod == nil {
+		return err
+	}
+	if err := k.remove(ctx, pod.Name, pod.UID); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", info.SandboxID, err)
 	}
-	k.log.Info("sandbox destroyed", "sandbox_id", info.SandboxID, "thread", info.Thread, "pod", name, "uid", uid)
+	k.log.Info("sandbox destroyed", "sandbox_id", info.SandboxID, "thread", info.Thread, "pod", pod.Name, "uid", pod.UID)
 	return nil
 }
 
@@ -511,20 +515,12 @@ func (k *Kubernetes) Alive(ctx context.Context, info backend.Info) (bool, error)
 	if err := k.pods.synced(ctx); err != nil {
 		return false, err
 	}
-	name := k.name(info.SandboxID)
-	pod := k.pods.get(name)
-	if pod == nil || (info.Incarnation != "" && string(pod.UID) != info.Incarnation) {
+	pod := k.pods.of(info.SandboxID, info.Incarnation)
+	if pod == nil {
 		var err error
-		pod, err = k.api.getPod(ctx, name)
-		if apierrors.IsNotFound(err) {
-			return false, nil
+		if pod, err = k.podOf(ctx, info.SandboxID, info.Incarnation); err != nil || pod == nil {
+			return false, err
 		}
-		if err != nil {
-			return false, apiErr("get pod", err)
-		}
-	}
-	if info.Incarnation != "" && string(pod.UID) != info.Incarnation {
-		return false, nil
 	}
 	s := stateOf(pod)
 	return s == podStarting || s == podReady, nil

@@ -180,8 +180,9 @@ func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password str
 	if err := k.pods.synced(ctx); err != nil {
 		return backend.EgressIdentity{}, err
 	}
+	// The proxy credential names the Pod's runtime id, which a claim keeps.
 	pod := k.pods.get(k.name(sandboxID))
-	if pod == nil || pod.Labels[LabelEgress] != string(backend.EgressProxy) ||
+	if pod == nil || !k.ours(pod) || pod.Labels[LabelEgress] != string(backend.EgressProxy) ||
 		(stateOf(pod) != podStarting && stateOf(pod) != podReady) || !proxyPasswordIs(pod, sandboxID, password) || !podAt(pod, source) {
 		return backend.EgressIdentity{}, ErrEgressDenied
 	}
@@ -192,7 +193,7 @@ func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password str
 		}
 	}
 	return backend.EgressIdentity{
-		SandboxID: sandboxID, User: pod.Annotations[AnnotationUser], Thread: pod.Annotations[AnnotationThread], Egress: e,
+		SandboxID: sandboxOf(pod), User: pod.Annotations[AnnotationUser], Thread: pod.Annotations[AnnotationThread], Egress: e,
 	}, nil
 }
 

@@ -245,7 +245,10 @@ func ownerRefs(pod *corev1.Pod) []metav1.OwnerReference {
 // mounts) are node directories (hostPath): their host paths must exist on
 // the nodes, as with DeerFlow's provisioner.
 func (k *Kubernetes) volumes(spec backend.Spec) ([]corev1.Volume, []corev1.VolumeMount, error) {
-	if identity.ValidUser(spec.User) != nil || identity.ValidThread(spec.Thread) != nil {
+	// A pre-started sandbox has no thread yet: its user data waits in
+	// PrewarmDir until a claim moves it to the thread's.
+	prewarm := spec.Labels[backend.LabelPrewarm] != "" && spec.User == "" && spec.Thread == ""
+	if !prewarm && (identity.ValidUser(spec.User) != nil || identity.ValidThread(spec.Thread) != nil) {
 		return nil, nil, fmt.Errorf("sandbox %s: user and thread must be path-safe ids", spec.SandboxID)
 	}
 	userData := corev1.Volume{Name: volUserData}
@@ -260,7 +263,11 @@ func (k *Kubernetes) volumes(spec backend.Spec) ([]corev1.Volume, []corev1.Volum
 	volumes := []corev1.Volume{userData}
 	var mounts []corev1.VolumeMount
 	threadDir := ""
-	if userData.EmptyDir == nil {
+	switch {
+	case userData.EmptyDir != nil:
+	case prewarm:
+		threadDir = backend.PrewarmDir("", spec.SandboxID) // prewarm/{sandbox id}/user-data
+	default:
 		threadDir = backend.ThreadDir("", spec.User, spec.Thread) // users/{user}/threads/{thread}/user-data
 	}
 	for _, sub := range []string{"workspace", "uploads", "outputs"} {
@@ -352,7 +359,7 @@ func (k *Kubernetes) infoOf(pod *corev1.Pod, url string) backend.Info {
 		labels = maps.Clone(pod.Labels) // made by hand or by an older version: take what there is
 	}
 	return backend.Info{
-		SandboxID:   pod.Labels[backend.LabelSandboxID],
+		SandboxID:   sandboxOf(pod),
 		User:        pod.Annotations[AnnotationUser],
 		Thread:      pod.Annotations[AnnotationThread],
 		URL:         url,

@@ -74,7 +74,7 @@ func TestRBACMatchesAPIVerbs(t *testing.T) {
 func TestClientRefusesUnlistedVerbs(t *testing.T) {
 	t.Parallel()
 	c := &apiClient{}
-	for _, call := range [][2]string{{"patch", "pods"}, {"update", "services"}, {"update", "secrets"}, {"watch", "secrets"}, {"watch", "services"}, {"list", "networkpolicies"}, {"update", "networkpolicies"}} {
+	for _, call := range [][2]string{{"update", "pods"}, {"patch", "services"}, {"update", "services"}, {"update", "secrets"}, {"watch", "secrets"}, {"watch", "services"}, {"list", "networkpolicies"}, {"update", "networkpolicies"}} {
 		if _, err := c.req(call[0], call[1]); err == nil {
 			t.Errorf("req(%s %s) allowed; it is not in APIVerbs", call[0], call[1])
 		}

@@ -124,7 +124,7 @@ func (k *Kubernetes) serverArgs() []string {
 func (k *Kubernetes) ownSecret(ctx context.Context, pod *corev1.Pod) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}]}}`,
 		pod.Name, pod.UID)
-	if err := k.api.patch(ctx, "secrets", secretName(pod), types.MergePatchType, patch); err != nil {
+	if err := k.api.patch(ctx, "secrets", secretName(pod), types.MergePatchType, patch, nil); err != nil {
 		return apiErr("own secret", err)
 	}
 	return nil
