@@ -159,7 +159,8 @@ func kubeSuite(ctx context.Context) (Result, error) {
 		fmt.Sprintf("Prewarmed claim: a second gateway replica (`--prewarm %d`, its own Redis prefix, the same data_dir on the volume): before "+
 			"each of %d new threads (after %d unmeasured) the bench waits until the pool is full again, then times the thread's first GET: the "+
 			"claim's Lua script, the rename of the Pod's user-data dir to the thread's on the volume beneath its running subPath mounts, one "+
-			"conditional PATCH of the Pod's labels and annotations (sandgate.claimed-as), the active record, and the proxied request. "+
+			"conditional PATCH of the Pod's labels and annotations (sandgate.claimed-as), the active record, and the proxied request; "+
+			"each thread is destroyed once measured. "+
 			"Samples, sorted, in ms: %s.", kubePrewarm, opts.KubeRuns, kubeWarmups, sortedMS(claims)),
 	)
 	if len(missing) > 0 {
@@ -178,6 +179,9 @@ func (kb *kubeBench) setup(ctx context.Context) error {
 		return fmt.Errorf("create namespace: %w", err)
 	}
 	kb.ns = ns.Name
+	if err := kb.api.DefaultServiceAccount(ctx, kb.ns); err != nil {
+		return err
+	}
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return err
@@ -392,7 +396,10 @@ func (kb *kubeBench) prewarmedFirst(ctx context.Context) ([]time.Duration, error
 	defer rdb.Close()
 	base := "http://" + gaddr
 	var threads []string
-	out, err := prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), kubePrewarm, kubeWarmups+opts.KubeRuns, "prewarmed-", &threads)
+	// Each thread's Pod goes once measured: 22 of them at 100m of CPU each
+	// would not fit the 2-core node beside the pool.
+	destroy := func(thread string) { destroyThreads(context.WithoutCancel(ctx), base, []string{thread}) }
+	out, err := prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), kubePrewarm, kubeWarmups+opts.KubeRuns, "prewarmed-", &threads, destroy)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	destroyThreads(dctx, base, threads)
@@ -404,9 +411,22 @@ func (kb *kubeBench) prewarmedFirst(ctx context.Context) ([]time.Duration, error
 	}
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(kb.env.tmp, "gateway-prewarm.log"))
-		return nil, fmt.Errorf("%w\n%s", err, tailLines(string(log), 20))
+		return nil, fmt.Errorf("%w\n%s\n%s", err, tailLines(string(log), 60), kb.events(dctx))
 	}
 	return out[kubeWarmups:], nil
+}
+
+// events lists the namespace's events, for a failure's context.
+func (kb *kubeBench) events(ctx context.Context) string {
+	list, err := kb.api.Admin.CoreV1().Events(kb.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "events: " + err.Error()
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		fmt.Fprintf(&b, "%s %s/%s %s: %s\n", e.LastTimestamp.Format(time.TimeOnly), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	return b.String()
 }
 
 // gatewayFlags run a gateway replica's kubernetes backend as test/e2e's

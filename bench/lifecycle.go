@@ -186,14 +186,17 @@ func firstRequestsPrewarmed(ctx context.Context, env *suiteEnv, rdb *redis.Clien
 			fmt.Fprintf(os.Stderr, "bench: lifecycle: pre-started sandboxes left running: %v\n", err)
 		}
 	}()
-	return prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), lifecyclePrewarm, opts.LifecycleColdRuns, "prewarmed-", &threads)
+	return prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), lifecyclePrewarm, opts.LifecycleColdRuns, "prewarmed-", &threads, nil)
 }
 
 // prewarmedFirsts times runs new threads' first GET through the gateway
 // at base, whose pool of size pre-started sandboxes (Redis keys) is full
 // before each: the claim is timed alone, not beside a refill. Each thread
-// must get a pre-started sandbox. The threads are appended to threads.
-func prewarmedFirsts(ctx context.Context, base string, rdb *redis.Client, keys statedb.Keys, size, runs int, prefix string, threads *[]string) ([]time.Duration, error) {
+// must get a pre-started sandbox. The threads are appended to threads;
+// after, when set, is called with each once it is checked (a node's CPU
+// may not hold them all).
+func prewarmedFirsts(ctx context.Context, base string, rdb *redis.Client, keys statedb.Keys, size, runs int, prefix string,
+	threads *[]string, after func(thread string)) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := range runs {
 		deadline := time.Now().Add(60 * time.Second)
@@ -225,6 +228,9 @@ func prewarmedFirsts(ctx context.Context, base string, rdb *redis.Client, keys s
 		inc, err := rdb.HGet(ctx, keys.Sandbox(identity.SandboxID("default", thread)), "incarnation").Result()
 		if err != nil || !ready[inc] {
 			return nil, fmt.Errorf("thread %s was not given a pre-started sandbox (incarnation %q, %v)", thread, inc, err)
+		}
+		if after != nil {
+			after(thread)
 		}
 	}
 	return out, nil

@@ -22,9 +22,9 @@ want+=(chromium:chromium docker-registry:docker-registry)
 # mkfs.xfs: internal/checkpoint's reflink test mounts an XFS image made
 # with reflink=1 (as root); under CI=true it fails without it.
 want+=(mkfs.xfs:xfsprogs)
-# containerd, runc and the CNI plugins: scripts/kube-node.sh runs a real Kubernetes node on them
+# containerd, runc, the CNI plugins and iptables (Pod to Pod on its bridge): scripts/kube-node.sh runs a real Kubernetes node on them
 # (Docker's own packages bring the first two on most machines).
-want+=(containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins)
+want+=(containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}

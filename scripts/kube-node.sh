@@ -54,6 +54,7 @@ sock=$dir/containerd/containerd.sock
 pids=()
 
 log() { echo "kube-node[$slot]: $*" >&2; }
+forward_rule=(-i "$bridge" -o "$bridge" -m comment --comment "sandgate-kube-node-$slot" -j ACCEPT)
 
 # teardown removes everything a node of this slot made, whichever run (this one, or one killed with
 # SIGKILL before it could clean up, whose DIR the slot records) made it.
@@ -79,6 +80,7 @@ teardown() {
 	for cg in /sys/fs/cgroup/*/"${cgroup_root#/}"; do
 		[ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
 	done
+	while iptables -D FORWARD "${forward_rule[@]}" 2>/dev/null; do :; done
 	ip link del "$bridge" 2>/dev/null || true
 	rm -rf "$d/containerd" "$d/kubelet" "$d/cni" "$d/pod-logs" "$d/ready" 2>/dev/null || true
 }
@@ -127,6 +129,9 @@ fi
 ip link add "$bridge" type bridge
 ip addr add "$node_ip/24" dev "$bridge"
 ip link set "$bridge" up
+# Pod to Pod on this bridge (the in-cluster gateway reaching Redis and its sandboxes): Docker's FORWARD
+# policy is DROP, and bridged frames pass it (br_netfilter). Only this bridge to itself: nothing leaves.
+iptables -I FORWARD "${forward_rule[@]}"
 
 pause_image=sandgate.local/pause:1
 cat >"$dir/containerd.toml" <<EOF

@@ -105,32 +105,48 @@ func BuildSandboxImage(ctx context.Context, serverBin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files := []struct{ name, path string }{
+	var files []imageFile
+	for _, f := range []struct{ name, path string }{
 		{"Dockerfile", filepath.Join(ModuleRoot(), "deployments", "sandbox-image", "Dockerfile")},
 		{"busybox", busybox},
 		{sandboxspec.ServerBinary, serverBin},
-	}
-	h := sha256.New()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range files {
+	} {
 		data, err := os.ReadFile(f.path)
 		if err != nil {
 			return "", fmt.Errorf("build context: %w", err)
 		}
-		fmt.Fprintf(h, "%s %d\n", f.name, len(data))
-		h.Write(data)
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o755, Size: int64(len(data))}); err != nil {
+		files = append(files, imageFile{f.name, data})
+	}
+	return buildTestImage(ctx, "sandgate-sandbox", files)
+}
+
+// imageFile is a file of a build context.
+type imageFile struct {
+	name string
+	data []byte
+}
+
+// buildTestImage builds files (a Dockerfile among them) as repo:test-{the
+// content hash} unless that image exists, labelled TestImageLabel, and
+// returns the tag; older builds of repo are pruned.
+func buildTestImage(ctx context.Context, repo string, files []imageFile) (string, error) {
+	h := sha256.New()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		fmt.Fprintf(h, "%s %d\n", f.name, len(f.data))
+		h.Write(f.data)
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o755, Size: int64(len(f.data))}); err != nil {
 			return "", err
 		}
-		if _, err := tw.Write(data); err != nil {
+		if _, err := tw.Write(f.data); err != nil {
 			return "", err
 		}
 	}
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	tag := "sandgate-sandbox:test-" + hex.EncodeToString(h.Sum(nil))[:16]
+	tag := repo + ":test-" + hex.EncodeToString(h.Sum(nil))[:16]
 
 	c, err := newDockerClient()
 	if err != nil {
@@ -158,18 +174,20 @@ func BuildSandboxImage(ctx context.Context, serverBin string) (string, error) {
 	if err := buildResult(resp.Body); err != nil {
 		return "", fmt.Errorf("build %s: %w", tag, err)
 	}
-	pruneSandboxImages(ctx, c, tag)
+	pruneTestImages(ctx, c, tag)
 	return tag, nil
 }
 
-// pruneSandboxImages removes sandbox images earlier test runs built (other
-// content tags, more than an hour old, so a concurrent run of another
-// checkout keeps its own); one in use by a container is left alone.
-func pruneSandboxImages(ctx context.Context, c *client.Client, keep string) {
+// pruneTestImages removes the images of keep's repository earlier test
+// runs built (other content tags, more than an hour old, so a concurrent
+// run of another checkout keeps its own); one in use by a container is
+// left alone.
+func pruneTestImages(ctx context.Context, c *client.Client, keep string) {
 	imgs, err := c.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", TestImageLabel+"=true"))})
 	if err != nil {
 		return
 	}
+	repo, _, _ := strings.Cut(keep, ":")
 	for _, img := range imgs {
 		if time.Since(time.Unix(img.Created, 0)) < time.Hour {
 			continue
@@ -179,7 +197,7 @@ func pruneSandboxImages(ctx context.Context, c *client.Client, keep string) {
 			_, _ = c.ImageRemove(ctx, img.ID, image.RemoveOptions{PruneChildren: true})
 		}
 		for _, tag := range tags {
-			if tag != keep && strings.HasPrefix(tag, "sandgate-sandbox:test-") {
+			if tag != keep && strings.HasPrefix(tag, repo+":test-") {
 				_, _ = c.ImageRemove(ctx, tag, image.RemoveOptions{PruneChildren: true})
 			}
 		}

@@ -34,6 +34,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
@@ -167,7 +168,6 @@ func (k *KubeAPI) start(bin string) error {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--token-auth-file="+filepath.Join(k.dir, "tokens.csv"),
 		"--allow-privileged=true",
-		"--disable-admission-plugins=ServiceAccount",
 		// A loopback advertise address needs this: the endpoint reconciler
 		// refuses to publish 127.0.0.1 for the kubernetes Service.
 		"--endpoint-reconciler-type=none")
@@ -247,7 +247,7 @@ func (k *KubeAPI) writeCredentials() error {
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		IPAddresses: servingIPs(), DNSNames: []string{"localhost"},
 	}, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
 		return err
@@ -284,6 +284,17 @@ func (k *KubeAPI) writeCredentials() error {
 		}
 	}
 	return nil
+}
+
+// servingIPs are the serving certificate's addresses: loopback, and every
+// node slot's bridge address (scripts/kube-node.sh), where Pods reach the
+// API server through KubeNode.ServeAPIToPods.
+func servingIPs() []net.IP {
+	ips := []net.IP{net.IPv4(127, 0, 0, 1)}
+	for slot := range nodeSlots {
+		ips = append(ips, net.IPv4(10, 244, byte(slot), 1))
+	}
+	return ips
 }
 
 // config is a client config for the API server with a bearer token.
@@ -333,7 +344,22 @@ func (k *KubeAPI) Namespace(t testing.TB) string {
 	if _, err := k.Admin.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
+	if err := k.DefaultServiceAccount(ctx, ns.Name); err != nil {
+		t.Fatal(err)
+	}
 	return ns.Name
+}
+
+// DefaultServiceAccount makes the namespace's "default" ServiceAccount,
+// which Pods that name none run as: the ServiceAccount admission plugin
+// refuses them until it exists, and the controller manager that makes it
+// runs only with a node, some time after the namespace.
+func (k *KubeAPI) DefaultServiceAccount(ctx context.Context, namespace string) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := k.Admin.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the default service account: %w", err)
+	}
+	return nil
 }
 
 // ApplyRBAC creates the ServiceAccount, Role and RoleBinding of an RBAC

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,10 @@ var nodeComponents = map[string]string{
 
 // nodeName is what scripts/kube-node.sh registers its kubelet as.
 const nodeName = "sandgate-node"
+
+// nodeSlots is how many nodes scripts/kube-node.sh runs at once; slot i
+// has the bridge address 10.244.i.1.
+const nodeSlots = 32
 
 // componentTokens mints the node components' tokens and returns their
 // lines of the token file.
@@ -260,6 +265,63 @@ func saveImage(ctx context.Context, image, path string) error {
 	return f.Close()
 }
 
+// ImportImage imports a Docker image into the node's containerd, for Pods
+// to run with no registry (pull policy IfNotPresent or Never).
+func (n *KubeNode) ImportImage(t testing.TB, image string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	tarball := filepath.Join(t.TempDir(), "image.tar")
+	if err := saveImage(ctx, image, tarball); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(n.dir, "containerd", "containerd.sock")
+	if out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", tarball).CombinedOutput(); err != nil {
+		t.Fatalf("import %s into the node: %v\n%s", image, err, out)
+	}
+}
+
+// ServeAPIToPods makes the API server reachable from the node's Pods: a
+// TCP relay on the node's bridge address (in the serving certificate) to
+// its loopback listener, until the test ends. In-cluster clients get it
+// through KUBERNETES_SERVICE_HOST and _PORT, as there is no kube-proxy for
+// the kubernetes Service.
+func (n *KubeNode) ServeAPIToPods(t testing.TB, api *KubeAPI) (host, port string) {
+	t.Helper()
+	target := strings.TrimPrefix(api.URL, "https://")
+	ln, err := net.Listen("tcp", net.JoinHostPort(n.IP, "0"))
+	if err != nil {
+		t.Fatalf("listen on the node's address: %v", err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go relay(c, target)
+		}
+	}()
+	host, port, _ = net.SplitHostPort(ln.Addr().String())
+	return host, port
+}
+
+// relay copies between c and a new connection to target, both ways, until
+// either side ends.
+func relay(c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+}
+
 // Crash kills the processes of the Pod of that UID from the host (SIGKILL),
 // but its Pod sandbox (pause): the container dies as in an OOM kill or a
 // crash, and the kubelet reports it.
@@ -274,6 +336,29 @@ func (n *KubeNode) Crash(t testing.TB, uid string) {
 	if killed == 0 {
 		t.Fatalf("crash pod %s: no process of it found", uid)
 	}
+}
+
+// MemoryCgroup reads, on the host, the memory cgroup (v1) of the
+// containers of the Pod of that UID: its peak usage in bytes and its
+// memory.oom_control (which counts OOM kills: "oom_kill N").
+func (n *KubeNode) MemoryCgroup(t testing.TB, uid string) (peak int64, oomControl string) {
+	t.Helper()
+	var cgroup string
+	for _, pid := range n.Pids(t, uid) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+		for line := range strings.Lines(string(b)) {
+			if _, path, ok := strings.Cut(strings.TrimSpace(line), ":memory:"); ok {
+				cgroup = "/sys/fs/cgroup/memory" + path
+			}
+		}
+	}
+	if cgroup == "" {
+		t.Fatalf("pod %s: no memory cgroup of its containers found", uid)
+	}
+	b, _ := os.ReadFile(cgroup + "/memory.max_usage_in_bytes")
+	peak, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	oom, _ := os.ReadFile(cgroup + "/memory.oom_control")
+	return peak, string(oom)
 }
 
 // Pids are the host pids of the processes of the Pod of that UID (its

@@ -236,21 +236,12 @@ func redisMounts(t *testing.T) []mount.Mount {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("ldd", real).Output()
+	libs, err := testutil.SharedLibs(real)
 	if err != nil {
-		t.Fatalf("ldd %s: %v", real, err)
+		t.Fatal(err)
 	}
 	mounts := []mount.Mount{{Type: mount.TypeBind, Source: real, Target: "/usr/bin/redis-server", ReadOnly: true}}
-	for line := range strings.Lines(string(out)) {
-		var lib string
-		if _, after, ok := strings.Cut(line, "=>"); ok {
-			lib = strings.Fields(after)[0]
-		} else if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "/") {
-			lib = f[0] // the dynamic loader
-		}
-		if !strings.HasPrefix(lib, "/") {
-			continue // linux-vdso
-		}
+	for _, lib := range libs {
 		src, err := filepath.EvalSymlinks(lib)
 		if err != nil {
 			t.Fatal(err)

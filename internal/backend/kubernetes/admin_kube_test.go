@@ -205,20 +205,9 @@ func TestRestrictedPodLimitsOnTheRealNode(t *testing.T) {
 		t.Errorf("the sandbox after its hog was killed: %d", got)
 	}
 	// The kernel's account of the container's memory cgroup (v1 here).
-	var cgroup string
-	for _, pid := range e.node.Pids(t, info.Incarnation) {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-		for _, line := range strings.Split(string(b), "\n") {
-			if _, path, ok := strings.Cut(line, ":memory:"); ok {
-				cgroup = "/sys/fs/cgroup/memory" + path
-			}
-		}
-	}
-	peak, _ := os.ReadFile(cgroup + "/memory.max_usage_in_bytes")
-	oom, _ := os.ReadFile(cgroup + "/memory.oom_control")
-	peakBytes, _ := strconv.ParseInt(strings.TrimSpace(string(peak)), 10, 64)
-	if peakBytes == 0 || peakBytes > 64<<20 || !strings.Contains(string(oom), "oom_kill ") || strings.Contains(string(oom), "oom_kill 0") {
-		t.Errorf("memory cgroup %s: peak %d bytes (limit %d), oom_control %q", cgroup, peakBytes, 64<<20, oom)
+	peakBytes, oom := e.node.MemoryCgroup(t, info.Incarnation)
+	if peakBytes == 0 || peakBytes > 64<<20 || !strings.Contains(oom, "oom_kill ") || strings.Contains(oom, "oom_kill 0") {
+		t.Errorf("memory cgroup: peak %d bytes (limit %d), oom_control %q", peakBytes, 64<<20, oom)
 	}
 	t.Logf("hog OOM-killed after %v; container peak %d bytes of a %d limit", took.Round(time.Millisecond), peakBytes, 64<<20)
 }
