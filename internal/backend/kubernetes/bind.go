@@ -36,6 +36,10 @@ import (
 // LabelClaimedAs is the sandbox id a pre-started Pod was claimed as.
 const LabelClaimedAs = "sandgate.claimed-as"
 
+// claimAttempts bounds the check-and-patch rounds of one claim: each
+// round lost to a status update of the kubelet's is retried.
+const claimAttempts = 5
+
 var _ backend.Binder = (*Kubernetes)(nil)
 
 // sandboxOf is the sandbox id a Pod answers to.
@@ -102,30 +106,35 @@ func (k *Kubernetes) Bind(ctx context.Context, warm backend.Info, spec backend.S
 	if !k.cfg.SharedDataDir && (k.cfg.UserDataPVC != "" || k.cfg.UserDataHostPath != "") {
 		return backend.Info{}, fmt.Errorf("claim sandbox %s: %w", pw, errNoSharedDataDir)
 	}
-	pod, err := k.api.getPod(ctx, k.name(pw))
-	if err != nil {
-		return backend.Info{}, apiErr("claim sandbox "+pw+": get pod", err)
-	}
-	if !k.ours(pod) || string(pod.UID) != warm.Incarnation || pod.Labels[LabelClaimedAs] != "" || pod.Labels[backend.LabelPrewarm] == "" {
-		return backend.Info{}, fmt.Errorf("claim sandbox %s: pod %s is not that unclaimed pre-started sandbox", pw, pod.Name)
-	}
-	if !k.reachable(pod) {
-		return backend.Info{}, fmt.Errorf("claim sandbox %s: pod %s is not running (%s)", pw, pod.Name, why(pod))
-	}
-	patch, err := k.claimPatch(pod, spec)
-	if err != nil {
-		return backend.Info{}, fmt.Errorf("claim sandbox %s: %w", pw, err)
-	}
 	var claimed corev1.Pod
-	if err := k.api.patch(ctx, "pods", pod.Name, types.MergePatchType, patch, &claimed); err != nil {
-		if apierrors.IsConflict(err) {
-			return backend.Info{}, fmt.Errorf("claim sandbox %s: pod %s changed meanwhile (claimed by another replica?): %w", pw, pod.Name, err)
+	for attempt := 0; ; attempt++ {
+		pod, err := k.api.getPod(ctx, k.name(pw))
+		if err != nil {
+			return backend.Info{}, apiErr("claim sandbox "+pw+": get pod", err)
 		}
-		return backend.Info{}, apiErr("claim sandbox "+pw, err)
+		if !k.ours(pod) || string(pod.UID) != warm.Incarnation || pod.Labels[LabelClaimedAs] != "" || pod.Labels[backend.LabelPrewarm] == "" {
+			return backend.Info{}, fmt.Errorf("claim sandbox %s: pod %s is not that unclaimed pre-started sandbox", pw, pod.Name)
+		}
+		if !k.reachable(pod) {
+			return backend.Info{}, fmt.Errorf("claim sandbox %s: pod %s is not running (%s)", pw, pod.Name, why(pod))
+		}
+		patch, err := k.claimPatch(pod, spec)
+		if err != nil {
+			return backend.Info{}, fmt.Errorf("claim sandbox %s: %w", pw, err)
+		}
+		err = k.api.patch(ctx, "pods", pod.Name, types.MergePatchType, patch, &claimed)
+		if err == nil {
+			break
+		}
+		// The kubelet writes the Pod's status whenever a probe or container
+		// changes, which moves its resourceVersion too: check it again.
+		if !apierrors.IsConflict(err) || attempt == claimAttempts-1 {
+			return backend.Info{}, apiErr("claim sandbox "+pw, err)
+		}
 	}
 	info := k.infoOf(&claimed, warm.URL)
 	info.Secret = warm.Secret
-	k.log.Info("prewarmed sandbox claimed", "sandbox_id", sid, "thread", spec.Thread, "prewarm_id", pw, "pod", pod.Name)
+	k.log.Info("prewarmed sandbox claimed", "sandbox_id", sid, "thread", spec.Thread, "prewarm_id", pw, "pod", claimed.Name)
 	return info, nil
 }
 

@@ -1,0 +1,90 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/backend/backendtest"
+)
+
+// TestClaimRacesOnTheRealNode: two replicas claim one pre-started Pod for
+// two threads at once, while its object keeps changing under them (as the
+// kubelet's status writes change it): exactly one claim wins, the Pod
+// answers to the winner's id only, and the loser is told the Pod is taken.
+// A claim that gave up on the first write that moved the Pod's
+// resourceVersion would lose both.
+func TestClaimRacesOnTheRealNode(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t)
+	cfg := e.config()
+	cfg.SharedDataDir = true
+	k1, k2 := e.backend(t, cfg), e.backend(t, cfg)
+	warmSpec := backend.Spec{SandboxID: "feedfacefeedface", Secret: "warm-secret-0123456789abcdef0123456789abcdef"}
+	warmSpec.Labels = backend.IdentityLabels(warmSpec, "test", map[string]string{backend.LabelPrewarm: "race"})
+	warm := backendtest.MustCreate(t, k1, warmSpec)
+
+	ctx, stop := context.WithCancel(t.Context())
+	churned := make(chan int)
+	go func() { // a write to the Pod every 20 ms, as a status update would
+		n := 0
+		defer func() { churned <- n }()
+		for ctx.Err() == nil {
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test/churn":"%d"}}}`, n)
+			if _, err := e.api.Admin.CoreV1().Pods(e.ns).Patch(ctx, podName(warm.SandboxID), types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+				n++
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+
+	specs := []backend.Spec{spec("ann", "race"), spec("bob", "race")}
+	infos, errs := make([]backend.Info, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i, k := range []*Kubernetes{k1, k2} {
+		wg.Go(func() {
+			s := specs[i]
+			s.Secret = warm.Secret
+			infos[i], errs[i] = k.Bind(backendtest.Ctx(t), warm, s)
+		})
+	}
+	wg.Wait()
+	stop()
+	if n := <-churned; n < 3 {
+		t.Fatalf("only %d writes to the Pod during the claims: the race was not run", n)
+	}
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won < 0:
+			won = i
+		case err == nil:
+			t.Fatalf("both claims of one Pod succeeded: %+v and %+v", infos[0], infos[1])
+		case !strings.Contains(err.Error(), "not that unclaimed pre-started sandbox"):
+			t.Errorf("claim %d lost with %v, want the Pod reported taken", i, err)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("no claim succeeded: %v", errs)
+	}
+	pod, _ := e.pod(t, podName(warm.SandboxID))
+	if sandboxOf(pod) != specs[won].SandboxID || infos[won].SandboxID != specs[won].SandboxID || infos[won].Thread != "race" {
+		t.Fatalf("the Pod answers to %s, the claim returned %+v; want %s", sandboxOf(pod), infos[won], specs[won].SandboxID)
+	}
+	for i, k := range []*Kubernetes{k1, k2} {
+		if _, ok, err := k.Discover(backendtest.Ctx(t), specs[1-won].SandboxID); ok || err != nil {
+			t.Errorf("replica %d finds the loser's id %s: %v %v", i+1, specs[1-won].SandboxID, ok, err)
+		}
+		if got, ok, err := k.Discover(backendtest.Ctx(t), specs[won].SandboxID); !ok || err != nil || got.Incarnation != warm.Incarnation {
+			t.Errorf("replica %d: Discover(winner) = %+v %v %v, want the claimed Pod", i+1, got, ok, err)
+		}
+	}
+}
