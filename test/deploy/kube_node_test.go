@@ -196,7 +196,9 @@ func redisVolume(t *testing.T, api *testutil.KubeAPI, ns string) {
 	if _, err := api.Admin.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = api.Admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = api.Admin.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
 }
 
 // waitPodReady waits up to 3 minutes for the one Pod of selector to be
