@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,20 +32,7 @@ func TestKubernetesPrewarmedPodsAreClaimedByNewThreads(t *testing.T) {
 	pool := c.waitUnclaimed(t, 2)
 
 	threads := []string{"pa", "pb", "pc", "pd"}
-	outcomes := make([]string, len(threads))
-	var wg sync.WaitGroup
-	for i, thread := range threads {
-		wg.Go(func() {
-			code, body, _ := call(t, "PUT", replicas[i%2].URL+"/threads/"+thread+"/sandbox", nil)
-			var v sandboxView
-			_ = json.Unmarshal(body, &v)
-			if code != 200 {
-				t.Errorf("PUT %s: %d %s", thread, code, body)
-			}
-			outcomes[i] = v.Outcome
-		})
-	}
-	wg.Wait()
+	outcomes := putAll(t, replicas, threads)
 
 	claimedThread := ""
 	seen := map[string]string{} // pod UID -> thread

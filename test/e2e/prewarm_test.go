@@ -44,6 +44,27 @@ func waitPrewarmed(t *testing.T, f *fleet, n int) map[string]backend.Info {
 	}
 }
 
+// putAll sends each thread's first PUT at once, alternating between the
+// gateways, and returns each one's outcome (cold, prewarm, ...).
+func putAll(t *testing.T, gateways []*gateway, threads []string) []string {
+	t.Helper()
+	outcomes := make([]string, len(threads))
+	var wg sync.WaitGroup
+	for i, thread := range threads {
+		wg.Go(func() {
+			code, body, _ := call(t, "PUT", gateways[i%len(gateways)].URL+"/threads/"+thread+"/sandbox", nil)
+			var v sandboxView
+			_ = json.Unmarshal(body, &v)
+			if code != 200 {
+				t.Errorf("PUT %s: %d %s", thread, code, body)
+			}
+			outcomes[i] = v.Outcome
+		})
+	}
+	wg.Wait()
+	return outcomes
+}
+
 // A new thread's first request gets one of the pre-started sandboxes, bound
 // to the thread: its id, labels and user data, as if created for it; the
 // pool refills; another thread never sees the first one's files.
@@ -145,23 +166,7 @@ func TestConcurrentNewThreadsNeverShareAPrewarmedSandbox(t *testing.T) {
 	f := newFleet(t, "--prewarm", "2", "--max-sandboxes", "0")
 	a, b := f.start(), f.start()
 	waitPrewarmed(t, f, 2)
-	var wg sync.WaitGroup
-	outcomes := make([]string, 4)
-	for i := range outcomes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := []*gateway{a, b}[i%2]
-			code, body, _ := call(t, "PUT", g.URL+"/threads/race"+string(rune('a'+i))+"/sandbox", nil)
-			var v sandboxView
-			_ = json.Unmarshal(body, &v)
-			if code != 200 {
-				t.Errorf("PUT %d: %d %s", i, code, body)
-			}
-			outcomes[i] = v.Outcome
-		}()
-	}
-	wg.Wait()
+	outcomes := putAll(t, []*gateway{a, b}, []string{"racea", "raceb", "racec", "raced"})
 	seen := map[string]string{}
 	for _, s := range f.sandboxes() {
 		if s.Thread == "" {
