@@ -21,7 +21,9 @@ type entry struct {
 	body string
 }
 
-func dir(name string) entry { return entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755}} }
+func dir(name string) entry {
+	return entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755}}
+}
 
 func file(name, body string) entry {
 	return entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(body))}, body: body}

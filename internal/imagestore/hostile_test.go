@@ -74,6 +74,24 @@ func TestHostileLayers(t *testing.T) {
 		},
 		wantErr: []string{`"link/newdir/"`},
 	}, {
+		name: "whiteout through a symlink",
+		layers: func(out string) [][]entry {
+			return [][]entry{{symlink("link", out)}, {file("link/.wh.sentinel", "")}}
+		},
+		wantErr: []string{"layer 1", `"link/.wh.sentinel"`},
+	}, {
+		name: "opaque directory through a symlink",
+		layers: func(out string) [][]entry {
+			return [][]entry{{symlink("link", out), symlink("rel", "../../../.."+out)}, {
+				file("link/.wh..wh..opq", ""), file("rel/.wh..wh..opq", ""),
+			}}
+		},
+		check: func(t *testing.T, img Image, out string) {
+			if got := readLink(t, filepath.Join(img.RootFS, "link")); got != out {
+				t.Errorf("link -> %q, want %q", got, out)
+			}
+		},
+	}, {
 		name: "a file replaces a symlink to outside, not its target",
 		layers: func(out string) [][]entry {
 			return [][]entry{{symlink("evil", filepath.Join(out, "sentinel"))}, {file("evil", "pwned")}}

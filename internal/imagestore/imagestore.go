@@ -162,37 +162,27 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// store makes sure img's rootfs is in the store and describes it.
+// store makes sure img's rootfs is in the store and describes it. The ID
+// is the hash of the config as read and the rootfs name comes from its diff
+// IDs, which unpack checks against the layers, so no manifest is trusted
+// (nor computed: for an uncompressed docker save archive that would
+// compress every layer).
 func (s *Store) store(ctx context.Context, img v1.Image) (Image, error) {
-	manifest, err := img.Manifest()
-	if err != nil {
-		return Image{}, fmt.Errorf("imagestore: image manifest: %w", err)
-	}
-	raw, err := img.RawConfigFile()
+	id, err := img.ConfigName()
 	if err != nil {
 		return Image{}, fmt.Errorf("imagestore: image config: %w", err)
-	}
-	if sum := sha256.Sum256(raw); manifest.Config.Digest.Algorithm != "sha256" || manifest.Config.Digest.Hex != hex.EncodeToString(sum[:]) {
-		return Image{}, errors.New("imagestore: image config does not match its digest")
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return Image{}, fmt.Errorf("imagestore: image config: %w", err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		return Image{}, fmt.Errorf("imagestore: image layers: %w", err)
-	}
 	diffIDs := cf.RootFS.DiffIDs
-	if len(layers) != len(diffIDs) {
-		return Image{}, fmt.Errorf("imagestore: image has %d layers but its config %d diff IDs", len(layers), len(diffIDs))
-	}
 	chain, err := chainID(diffIDs)
 	if err != nil {
 		return Image{}, err
 	}
 	out := Image{
-		ID:         manifest.Config.Digest.String(),
+		ID:         id.String(),
 		RootFS:     filepath.Join(s.rootfs, chain),
 		Env:        cf.Config.Env,
 		Entrypoint: cf.Config.Entrypoint,
@@ -202,6 +192,13 @@ func (s *Store) store(ctx context.Context, img v1.Image) (Image, error) {
 	}
 	if fi, err := os.Lstat(out.RootFS); err == nil && fi.IsDir() {
 		return out, nil
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return Image{}, fmt.Errorf("imagestore: image layers: %w", err)
+	}
+	if len(layers) != len(diffIDs) {
+		return Image{}, fmt.Errorf("imagestore: image has %d layers but its config %d diff IDs", len(layers), len(diffIDs))
 	}
 	out.Skipped, err = s.unpack(ctx, layers, diffIDs, chain)
 	return out, err

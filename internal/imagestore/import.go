@@ -26,7 +26,7 @@ func (s *Store) ImportArchive(ctx context.Context, path string) (Image, error) {
 	// No manifest.json: an OCI layout archive, read once unpacked.
 	img2, cleanup, err2 := s.unpackLayoutArchive(ctx, path)
 	if err2 != nil {
-		return Image{}, fmt.Errorf("imagestore: %s is neither a docker save archive (%v) nor an OCI layout archive: %w", path, err, err2)
+		return Image{}, fmt.Errorf("imagestore: neither a docker save archive (%v) nor an OCI layout archive: %w", err, err2)
 	}
 	defer cleanup()
 	return s.store(ctx, img2)
@@ -34,6 +34,8 @@ func (s *Store) ImportArchive(ctx context.Context, path string) (Image, error) {
 
 // ImportLayout imports the image of an OCI image layout directory. When the
 // layout holds several images, the one for this machine's platform is taken.
+// The directory is the caller's (its symlinks are followed when reading
+// it); the layers in it are treated as hostile like any other.
 func (s *Store) ImportLayout(ctx context.Context, dir string) (Image, error) {
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
