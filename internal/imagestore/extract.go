@@ -105,6 +105,9 @@ func (e *extractor) entry(hdr *tar.Header, tr io.Reader) error {
 		return e.whiteout(path.Clean(dir), base)
 	}
 	kind := hdr.Typeflag
+	if kind == tar.TypeGNUSparse {
+		kind = tar.TypeReg // tar.Reader expands it; hdr.Size is the full size
+	}
 	if e.plain && kind != tar.TypeDir && kind != tar.TypeReg {
 		return fmt.Errorf("%w: an OCI layout archive holds only directories and regular files", errHostile)
 	}

@@ -371,7 +371,11 @@ func TestSandboxImage(t *testing.T) {
 	if _, err := s.ImportArchive(ctx, path); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("imported %s (%s): %v; again (stored): %v", tag, img.ID, took, time.Since(start))
+	var size int64
+	if fi, err := os.Stat(path); err == nil {
+		size = fi.Size()
+	}
+	t.Logf("imported %s (%s, a %d MB archive): %v; again (stored): %v", tag, img.ID, size>>20, took, time.Since(start))
 
 	for _, bin := range []string{"bin/busybox", "sandgate-sandbox"} {
 		fi, err := os.Lstat(filepath.Join(img.RootFS, bin))
