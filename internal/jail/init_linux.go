@@ -176,6 +176,18 @@ func build(spec *Spec) error {
 		}
 		m.FD = fd
 	}
+	host, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open host root: %w", err)
+	}
+	defer unix.Close(host)
+	system := host
+	if spec.SystemRoot != "" {
+		if system, err = openSystemRoot(spec); err != nil {
+			return fmt.Errorf("open system root: %w", err)
+		}
+		defer unix.Close(system)
+	}
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
 		return fmt.Errorf("mount root: %w", err)
 	}
@@ -183,9 +195,9 @@ func build(spec *Spec) error {
 		what string
 		do   func() error
 	}{
-		{"system dirs", systemDirs},
-		{"/etc", etc},
-		{"/dev", devices},
+		{"system dirs", func() error { return systemDirs(system, spec.SystemRoot != "") }},
+		{"/etc", func() error { return etc(system) }},
+		{"/dev", func() error { return devices(host) }},
 		{"/tmp", func() error { return tmpfs("/tmp", 0o1777, spec.Limits.TmpSize) }},
 		{"mounts", func() error { return bindMounts(spec.Mounts) }},
 		// The working directory exists even when no mount provides it.
@@ -238,37 +250,73 @@ func setAttr(path string, attr uint64) error {
 
 const readOnly = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
 
-// systemDirs binds the host's program and library dirs read-only, and
-// copies the symlinks a merged-/usr system has in their place.
-func systemDirs() error {
-	for _, name := range []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
-		if err := bindHost("/"+name, readOnly); err != nil {
+// openSystemRoot opens Spec.SystemRoot in this mount namespace, where a
+// bind must come from: a detached clone the parent made is attached on
+// newRoot first, where the root's tmpfs covers it and the pivot drops it.
+func openSystemRoot(spec *Spec) (int, error) {
+	dir := spec.SystemRoot
+	if spec.SystemRootFD != 0 {
+		err := unix.MoveMount(spec.SystemRootFD, "", unix.AT_FDCWD, newRoot, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		_ = unix.Close(spec.SystemRootFD)
+		if err != nil {
+			return -1, err
+		}
+		dir = newRoot
+	}
+	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// systemDirs binds the program and library dirs of the host or a system
+// root (from) read-only, and copies the symlinks a merged-/usr system has
+// in their place.
+func systemDirs(from int, image bool) error {
+	tops := hostTops
+	if image {
+		tops = systemTops
+	}
+	for _, name := range tops {
+		if err := bind(from, "/"+name, readOnly); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// bindHost binds a host path to the same path in the new root (a symlink
-// is recreated instead; a missing one is skipped).
-func bindHost(p string, attr uint64) error {
-	fi, err := os.Lstat(p)
+// bind binds p beneath the dir open at from (the host's root or a system
+// root) to p in the new root. A system root is an image's, so hostile: p is
+// resolved beneath from without following a symlink in any component, so
+// no symlink there (etc -> /root, lib -> ../../..) reaches the host. A
+// symlink at p is recreated with its target text, unresolved; a p that is
+// missing, or reached only through a symlink or a non-directory, is
+// skipped.
+func bind(from int, p string, attr uint64) error {
+	fd, err := unix.Openat2(from, p[1:], &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
+	})
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 		return nil
 	case err != nil:
-		return err
-	case fi.Mode()&os.ModeSymlink != 0:
-		target, err := os.Readlink(p)
+		return fmt.Errorf("open %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(fd, "", buf)
 		if err != nil {
-			return err
+			return fmt.Errorf("read link %s: %w", p, err)
 		}
-		return os.Symlink(target, inRoot(p))
+		return os.Symlink(string(buf[:n]), inRoot(p))
 	}
-	if err := mountPoint(inRoot(p), fi.IsDir()); err != nil {
+	if err := mountPoint(inRoot(p), st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
 		return err
 	}
-	if err := unix.Mount(p, inRoot(p), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), inRoot(p), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", p, err)
 	}
 	return setAttr(inRoot(p), attr)

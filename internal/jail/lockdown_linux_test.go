@@ -55,6 +55,9 @@ var testScenarios = map[string]func() int{
 var testLimits = Limits{Processes: 20, OpenFiles: 64, FileSize: 1 << 20, Memory: 128 << 20}.WithDefaults()
 
 func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == InitCommand {
+		os.Exit(runInit())
+	}
 	if name := os.Getenv(scenarioEnv); name != "" {
 		run, ok := testScenarios[name]
 		if !ok {

@@ -92,7 +92,16 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll(trees)
+	defer func() { closeAll(trees) }()
+	if spec.SystemRoot != "" {
+		// Detached like a mount: the child's host uid may not reach it.
+		sys := []Mount{{Target: "/", Source: spec.SystemRoot}}
+		tree, err := detach(sys, FirstFile+len(c.Files)+len(trees))
+		if err != nil {
+			return nil, fmt.Errorf("system root: %w", err)
+		}
+		trees, spec.SystemRootFD = append(trees, tree...), sys[0].FD
+	}
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}

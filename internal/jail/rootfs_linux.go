@@ -3,15 +3,15 @@ package jail
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
-// hostEtc lists what of the host's /etc a sandbox sees, read-only: what
-// shells, the dynamic linker, TLS, time zones and Debian's alternatives
-// need. Nothing else: an operator's config under /etc (the gateway's own
-// among it) may hold secrets a world-readable mode exposes.
+// hostEtc lists what of the host's /etc (or a system root's) a sandbox
+// sees, read-only: what shells, the dynamic linker, TLS, time zones and
+// Debian's alternatives need. Nothing else: an operator's config under
+// /etc (the gateway's own among it) may hold secrets a world-readable mode
+// exposes.
 var hostEtc = []string{
 	"alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "environment", "fonts",
 	"gai.conf", "host.conf", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias",
@@ -34,7 +34,9 @@ var sandboxEtc = map[string]string{
 	"hostname":    hostname + "\n",
 }
 
-func etc() error {
+// etc makes the sandbox's /etc: its own files, and the hostEtc entries of
+// the host's or a system root's (from) /etc.
+func etc(from int) error {
 	if err := os.MkdirAll(inRoot("/etc"), 0o755); err != nil {
 		return err
 	}
@@ -44,7 +46,7 @@ func etc() error {
 		}
 	}
 	for _, name := range hostEtc {
-		if err := bindHost(filepath.Join("/etc", name), readOnly); err != nil {
+		if err := bind(from, "/etc/"+name, readOnly); err != nil {
 			return err
 		}
 	}
@@ -54,12 +56,12 @@ func etc() error {
 // devices is a minimal /dev: the harmless character devices bound from the
 // host, a pty instance of the sandbox's own (the terminal API), a private
 // /dev/shm and the usual links.
-func devices() error {
+func devices(host int) error {
 	if err := tmpfs("/dev", 0o755, 1<<20); err != nil {
 		return err
 	}
 	for _, name := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		if err := bindHost("/dev/"+name, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
+		if err := bind(host, "/dev/"+name, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC); err != nil {
 			return err
 		}
 	}

@@ -64,6 +64,14 @@ type Spec struct {
 	// Files is how many descriptors from fd FirstFile on become the
 	// server's fds 3, 4, ...
 	Files int `json:"files"`
+	// SystemRoot is a directory (an image's rootfs) whose systemTops and
+	// hostEtc entries the sandbox sees, read-only, instead of the host's;
+	// "" = the host's. Nothing in it is trusted: no symlink under it is
+	// followed (bind).
+	SystemRoot string `json:"system_root,omitempty"`
+	// SystemRootFD is the child's descriptor of a detached clone of
+	// SystemRoot (as Mount.FD); 0 = the child opens SystemRoot itself.
+	SystemRootFD int `json:"system_root_fd,omitempty"`
 }
 
 // placedMark follows the spec on its pipe once the parent has placed the
@@ -77,22 +85,36 @@ const (
 	FirstFile = 4
 )
 
+// hostTops are the program and library dirs a sandbox gets of the host's;
+// systemTops those it gets of a SystemRoot.
+var (
+	hostTops   = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+	systemTops = append(slices.Clone(hostTops), "opt")
+)
+
 // reservedTops are the sandbox root's own top-level dirs, which no mount may
-// shadow.
-var reservedTops = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp", "sys"}
+// shadow (nor, with a SystemRoot, one of systemTops).
+var reservedTops = append(slices.Clone(hostTops), "etc", "proc", "dev", "tmp", "sys")
 
 // Validate checks what the child relies on.
 func (s Spec) Validate() error {
 	var errs []error
+	reserved := reservedTops
+	if s.SystemRoot != "" {
+		reserved = append(slices.Clone(reserved), systemTops...)
+	}
 	for _, m := range s.Mounts {
 		if !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {
 			errs = append(errs, fmt.Errorf("mount target %q: want a clean absolute path below /", m.Target))
-		} else if top := strings.SplitN(m.Target[1:], "/", 2)[0]; slices.Contains(reservedTops, top) {
+		} else if top := strings.SplitN(m.Target[1:], "/", 2)[0]; slices.Contains(reserved, top) {
 			errs = append(errs, fmt.Errorf("mount target %s: /%s is the sandbox's own", m.Target, top))
 		}
 		if m.FD == 0 && !path.IsAbs(m.Source) {
 			errs = append(errs, fmt.Errorf("mount %s: no source", m.Target))
 		}
+	}
+	if s.SystemRoot != "" && (!path.IsAbs(s.SystemRoot) || path.Clean(s.SystemRoot) != s.SystemRoot) {
+		errs = append(errs, errors.New("system root: want a clean absolute path"))
 	}
 	if len(s.Args) == 0 {
 		errs = append(errs, errors.New("no server command"))

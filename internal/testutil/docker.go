@@ -101,7 +101,7 @@ func SandboxImage(t testing.TB) string {
 // build of cmd/sandgate-sandbox (unless an image with the same content tag
 // exists), and returns its tag.
 func BuildSandboxImage(ctx context.Context, serverBin string) (string, error) {
-	busybox, err := staticBusybox()
+	busybox, err := StaticBusybox()
 	if err != nil {
 		return "", err
 	}
@@ -226,9 +226,9 @@ func buildResult(r io.Reader) error {
 	}
 }
 
-// staticBusybox finds a statically linked busybox (Debian's busybox-static);
+// StaticBusybox finds a statically linked busybox (Debian's busybox-static);
 // a dynamic one would not run in a FROM scratch image.
-func staticBusybox() (string, error) {
+func StaticBusybox() (string, error) {
 	path := "/bin/busybox"
 	if _, err := os.Stat(path); err != nil {
 		if path, err = exec.LookPath("busybox"); err != nil {
