@@ -165,6 +165,11 @@ type ProcessConfig struct {
 	Binary string
 	// Isolation is namespaces (the default) or none (see process.Config).
 	Isolation string
+	// Image is a container image archive (`docker save` or an OCI layout
+	// tarball) whose userland isolated sandboxes run instead of the host's
+	// programs and libraries; "" = the host's. Imported at start-up into
+	// {DataDir}/images.
+	Image string
 	// Limits bound each isolated sandbox.
 	Limits jail.Limits
 }
@@ -336,6 +341,10 @@ func (c Config) Validate() error {
 		return errors.New("process_isolation: none runs every sandbox as the gateway's own user, with its files and " +
 			"network, and authentication is configured (several users): refusing; keep process_isolation: namespaces " +
 			"or use a container backend")
+	}
+	if c.Process.Image != "" && c.Process.Isolation == process.IsolationNone {
+		return errors.New("process_image: the image's userland replaces the host's inside the jail, and " +
+			"process_isolation: none has no jail; keep process_isolation: namespaces or drop process_image")
 	}
 	if err := (process.Config{StateDir: c.DataDir, Isolation: c.Process.Isolation}).Validate(); err != nil {
 		return err

@@ -155,6 +155,8 @@ func TestValidationNamesTheField(t *testing.T) {
 		{args: []string{"--process-isolation", "chroot"}, field: "process_isolation"},
 		{args: []string{"--process-isolation", "none", "--auth-jwt-hs256-secret", "0123456789abcdef0123456789abcdef", "--auth-jwt-any-audience"}, field: "process_isolation"},
 		{args: []string{"--process-memory", "lots"}, field: "process-memory"},
+		{args: []string{"--process-isolation", "none", "--process-image", "/srv/image.tar"}, field: "process_image"},
+		{yaml: "process:\n  isolation: none\n  image: /srv/image.tar\n", field: "process_image"},
 	}
 	for _, c := range cases {
 		env := map[string]string{}

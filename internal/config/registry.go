@@ -186,6 +186,7 @@ func (c *Config) sections() []section {
 		{name: "process", title: "the process backend", settings: []setting{
 			{"process-binary", "sandbox server binary for the process backend", "this binary", (*stringValue)(&c.Process.Binary)},
 			{"process-isolation", "namespaces: each process sandbox in its own user, mount, PID, network, IPC and UTS namespaces with Landlock, seccomp and limits; none: a plain child process of the gateway's user (one trusted user only; refused with auth)", "namespaces", (*stringValue)(&c.Process.Isolation)},
+			{"process-image", "image archive (docker save or OCI layout tarball) whose programs and libraries isolated process sandboxes run instead of the host's", "the host's", (*stringValue)(&c.Process.Image)},
 			{"process-memory", "memory limit per isolated process sandbox (cgroup, else RLIMIT_AS), e.g. 512m, 2g", "none", (*offBytes)(&c.Process.Limits.Memory)},
 			{"process-pids-limit", "processes and threads per isolated process sandbox", "none", (*offInt)(&c.Process.Limits.Processes)},
 			{"process-open-files", "open files per process in an isolated process sandbox", "none", (*offInt)(&c.Process.Limits.OpenFiles)},

@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/backend/remote"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/imagestore"
 )
 
 // autoProbeTimeout bounds each runtime probe of `backend: auto`, so a
@@ -37,14 +38,22 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate b
 				"host processes (isolated by namespaces unless process_isolation: none) and the image is not used; set backend: "+
 				"docker (or kubernetes, applecontainer) to run them in containers, or drop image", "image", cfg.Docker.Image)
 		}
-		be, err := process.New(process.Config{
+		pc := process.Config{
 			Binary:    cfg.Process.Binary,
 			StateDir:  filepath.Join(cfg.DataDir, "sandboxes", "process"),
 			Instance:  cfg.Pool.Instance,
 			Isolation: cfg.Process.Isolation,
 			Limits:    cfg.Process.Limits,
 			Egress:    gate,
-		}, log)
+		}
+		if cfg.Process.Image != "" {
+			img, err := importProcessImage(ctx, cfg, log)
+			if err != nil {
+				return nil, "", err
+			}
+			pc.SystemRoot, pc.SystemEnv = img.RootFS, img.Env
+		}
+		be, err := process.New(pc, log)
 		if err != nil {
 			return nil, "", fmt.Errorf("process backend: %w", err)
 		}
@@ -120,6 +129,29 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate 
 		"why", "no container runtime answered", "docker_err", err, "image_ignored", cfg.ImageRequested())
 	cfg.Backend = "process"
 	return newBackend(ctx, cfg, log, gate)
+}
+
+// imageImportTimeout bounds the start-up import of process_image (a
+// multi-GB image unpacks in tens of seconds; one already stored, at once).
+const imageImportTimeout = 10 * time.Minute
+
+// importProcessImage imports process_image into {data_dir}/images, or finds
+// it stored there.
+func importProcessImage(ctx context.Context, cfg config.Config, log *slog.Logger) (imagestore.Image, error) {
+	store, err := imagestore.Open(imagestore.Config{Dir: filepath.Join(cfg.DataDir, "images")})
+	if err != nil {
+		return imagestore.Image{}, fmt.Errorf("process_image: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, imageImportTimeout)
+	defer cancel()
+	start := time.Now()
+	img, err := store.ImportArchive(ctx, cfg.Process.Image)
+	if err != nil {
+		return imagestore.Image{}, fmt.Errorf("process_image: %w", err)
+	}
+	log.Info("process_image imported: isolated sandboxes run its userland", "image", img.ID,
+		"took", time.Since(start).Round(time.Millisecond), "special_entries_skipped", img.Skipped)
+	return img, nil
 }
 
 // errAutoUnisolated refuses `auto` falling back to the process backend

@@ -125,6 +125,29 @@ func TestChildEnvTable(t *testing.T) {
 	}
 }
 
+// An image's variables replace the isolated defaults of the same name and
+// join the others; without an image the defaults stand.
+func TestIsolatedBase(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		image []string
+		want  []string
+	}{
+		{"no image", nil, isolatedEnv},
+		{"image PATH and its own", []string{"PATH=/opt/bin:/bin", "LANG_EXTRA=x"},
+			[]string{"PATH=/opt/bin:/bin", "LANG_EXTRA=x", "HOME=" + backend.VirtualWorkspace, "LANG=C.UTF-8", "TERM=xterm-256color"}},
+		{"a prefix is not a name", []string{"PATHX=1"}, append([]string{"PATHX=1"}, isolatedEnv...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := (Config{SystemEnv: tc.image}).isolatedBase(); !slices.Equal(got, tc.want) {
+				t.Errorf("isolatedBase = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // Shell sessions of the sandbox server run in their own process groups
 // (setsid); Destroy must still take them down.
 func TestDestroyKillsSessionsOutsideItsGroup(t *testing.T) {

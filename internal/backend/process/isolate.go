@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,9 +90,10 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 			Dir:            backend.VirtualWorkspace,
 			Args:           args,
-			Env:            childEnv(isolatedEnv, configured),
+			Env:            childEnv(p.cfg.isolatedBase(), configured),
 			HostNetwork:    hostNetwork,
 			Seccomp:        filter,
+			SystemRoot:     p.cfg.SystemRoot,
 		},
 		Files:  files,
 		UID:    uid,
@@ -160,6 +162,19 @@ var isolatedEnv = []string{
 	"TERM=xterm-256color",
 }
 
+// isolatedBase is isolatedEnv with the system root's variables in place
+// of those of the same name.
+func (c Config) isolatedBase() []string {
+	env := slices.Clone(c.SystemEnv)
+	for _, kv := range isolatedEnv {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.ContainsFunc(c.SystemEnv, func(s string) bool { return strings.HasPrefix(s, name+"=") }) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
 // probe builds one throwaway jail, the way every sandbox is built, and
 // reports why it could not: the start-up check that this kernel allows
 // what isolation needs. Its scratch dir is in the default temp dir, not the
@@ -187,6 +202,7 @@ func (p *Process) probe() error {
 			Mounts:  []jail.Mount{{Target: backend.VirtualWorkspace, Source: dir}},
 			Dir:     "/", Args: []string{"probe"}, Probe: true,
 			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
+			SystemRoot:     p.cfg.SystemRoot,
 		},
 		Output: out,
 	}

@@ -54,6 +54,8 @@ func TestConfig(t *testing.T) {
 		{"missing binary", Config{StateDir: t.TempDir(), Binary: "/nonexistent/gateway"}, false},
 		{"binary not executable", Config{StateDir: t.TempDir(), Binary: notExec}, false},
 		{"binary is a dir", Config{StateDir: t.TempDir(), Binary: t.TempDir()}, false},
+		{"system root without isolation", Config{StateDir: t.TempDir(), Isolation: IsolationNone, SystemRoot: t.TempDir()}, false},
+		{"bad system env", Config{StateDir: t.TempDir(), Binary: testutil.GatewayBinary(t), SystemEnv: []string{"PATH"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

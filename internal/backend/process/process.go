@@ -64,6 +64,15 @@ type Config struct {
 	// proxy mode then lets nothing out). IsolationNone cannot enforce an
 	// egress policy: its sandboxes share the gateway's network.
 	Egress backend.EgressGate
+	// SystemRoot is a directory, an image's rootfs (imagestore), whose
+	// programs, libraries and /etc entries isolated sandboxes run instead
+	// of the host's (jail.Spec.SystemRoot); "" = the host's. It needs
+	// IsolationNamespaces.
+	SystemRoot string
+	// SystemEnv is the image's environment (KEY=VALUE): it replaces the
+	// variables of the same name (PATH) in an isolated sandbox's base
+	// environment; configured env still wins over both.
+	SystemEnv []string
 
 	// signalFreeze pauses by SIGSTOP even where a cgroup freezer is
 	// available (tests of that path).
@@ -84,6 +93,14 @@ func (c Config) Validate() error {
 	}
 	if c.Isolation != "" && c.Isolation != IsolationNamespaces && c.Isolation != IsolationNone {
 		errs = append(errs, fmt.Errorf("process backend: process_isolation %q: want namespaces or none", c.Isolation))
+	}
+	if c.SystemRoot != "" && c.Isolation == IsolationNone {
+		errs = append(errs, errors.New("process backend: a system root (process_image) needs process_isolation: namespaces"))
+	}
+	for i, kv := range c.SystemEnv {
+		if !strings.Contains(kv, "=") || strings.ContainsRune(kv, 0) {
+			errs = append(errs, fmt.Errorf("process backend: system environment entry %d is not KEY=VALUE", i))
+		}
 	}
 	if c.ReadyTimeout < 0 {
 		errs = append(errs, fmt.Errorf("process backend: ready timeout %v is negative", c.ReadyTimeout))
