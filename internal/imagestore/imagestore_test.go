@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -340,25 +339,9 @@ func TestConcurrentImports(t *testing.T) {
 func TestSandboxImage(t *testing.T) {
 	t.Parallel()
 	tag := testutil.SandboxImage(t)
+	path := testutil.SaveImage(t, tag)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	rc, err := testutil.DockerClient(t).ImageSave(ctx, []string{tag})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "sandbox.tar")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.Copy(f, rc)
-	rc.Close()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatalf("export %s: %v", tag, err)
-	}
 
 	s := newStore(t, Config{})
 	start := time.Now()

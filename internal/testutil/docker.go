@@ -97,6 +97,32 @@ func SandboxImage(t testing.TB) string {
 	return imageTag
 }
 
+// SaveImage exports image from the engine as a `docker save` archive in a
+// temp dir of the test, and returns its path.
+func SaveImage(t testing.TB, image string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rc, err := DockerClient(t).ImageSave(ctx, []string{image})
+	if err != nil {
+		t.Fatalf("export %s: %v", image, err)
+	}
+	defer rc.Close()
+	path := filepath.Join(t.TempDir(), "image.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(f, rc)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("export %s: %v", image, err)
+	}
+	return path
+}
+
 // BuildSandboxImage builds the small sandbox image around serverBin, a
 // build of cmd/sandgate-sandbox (unless an image with the same content tag
 // exists), and returns its tag.
