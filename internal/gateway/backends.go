@@ -150,7 +150,7 @@ func importProcessImage(ctx context.Context, cfg config.Config, log *slog.Logger
 		return imagestore.Image{}, fmt.Errorf("process_image: %w", err)
 	}
 	log.Info("process_image imported: isolated sandboxes run its userland", "image", img.ID,
-		"took", time.Since(start).Round(time.Millisecond), "special_entries_skipped", img.Skipped)
+		"duration", time.Since(start).Round(time.Millisecond).String(), "special_entries_skipped", img.Skipped)
 	return img, nil
 }
 

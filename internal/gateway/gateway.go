@@ -104,6 +104,9 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 		return nil, err
 	}
 	g.backend = be
+	if name != "process" && cfg.Process.Image != "" {
+		log.Warn("process_image is set, but the backend is "+name+": its sandboxes do not use it", "process_image", cfg.Process.Image)
+	}
 	store := statedb.NewStoreBuckets(g.rdb, cfg.RedisPrefix, cfg.RedisBuckets)
 	keys := store.Keys()
 	g.layout = &layoutGate{store: store, log: log}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -44,5 +45,30 @@ func TestProcessImage(t *testing.T) {
 		case tc.want != "" && strings.TrimSpace(out) != tc.want:
 			t.Errorf("%s: %q printed %q, want %q", tc.name, tc.command, out, tc.want)
 		}
+	}
+}
+
+// A process_image the gateway cannot use stops it at start, naming the
+// setting: not an image archive, or with no jail to run it in.
+func TestProcessImageRefused(t *testing.T) {
+	t.Parallel()
+	notImage := filepath.Join(t.TempDir(), "image.tar")
+	if err := os.WriteFile(notImage, []byte("not a tar"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"not an archive", []string{"--backend", "process", "--process-image", notImage}},
+		{"missing", []string{"--backend", "process", "--process-image", filepath.Join(t.TempDir(), "none.tar")}},
+		{"no isolation", []string{"--backend", "process", "--process-image", notImage, "--process-isolation", "none"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if out := startFails(t, nil, tc.args...); !strings.Contains(out, "process_image") {
+				t.Errorf("refusal does not name process_image:\n%s", tail(out, 20))
+			}
+		})
 	}
 }
