@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,19 +31,13 @@ func runInit() int {
 	return 1
 }
 
-// runSystemRoot runs `sh -c script` in a full jail whose SystemRoot is root
-// and returns its output (the init's report included).
-func runSystemRoot(t *testing.T, root, script string) (string, error) {
-	t.Helper()
-	requireJail(t)
-	uid := sandboxUID()
-	log, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	c := Command{
-		Binary: jailedBinary(t),
+func init() { testScenarios["system-root"] = startSystemRoot }
+
+// systemRootCommand is the jail runSystemRoot starts: bin as its init,
+// `sh -c script` on the system root, uid its host uid.
+func systemRootCommand(bin, root, script string, uid int, out *os.File) Command {
+	return Command{
+		Binary: bin,
 		Spec: Spec{
 			SystemRoot:     root,
 			Dir:            "/",
@@ -51,9 +46,53 @@ func runSystemRoot(t *testing.T, root, script string) (string, error) {
 			MemoryByRlimit: true,
 			Seccomp:        testSeccomp(),
 		},
-		UID: uid, GID: uid, Output: log,
+		UID: uid, GID: uid, Output: out,
 	}
-	cmd, err := c.Start()
+}
+
+// startSystemRoot is the system-root scenario: a gateway that is not root
+// (the test runs it as nobody) starts the jail. It may not clone mounts, so
+// the child opens the system root by path.
+func startSystemRoot() int {
+	bin, err := os.Executable()
+	if err == nil {
+		c := systemRootCommand(bin, os.Getenv("JAIL_SYSTEM_ROOT"), os.Getenv("JAIL_SCRIPT"), os.Getuid(), os.Stdout)
+		var cmd *exec.Cmd
+		if cmd, err = c.Start(); err == nil {
+			err = cmd.Wait()
+		}
+	}
+	if err != nil {
+		fmt.Println("jail:", err)
+		return 1
+	}
+	return 0
+}
+
+// runSystemRoot runs `sh -c script` in a full jail whose SystemRoot is root
+// and returns its output (the init's report included). The jail is started
+// by this process (root: it hands the child a detached clone of root) or,
+// unprivileged, by the test binary run as nobody.
+func runSystemRoot(t *testing.T, root, script string, unprivileged bool) (string, error) {
+	t.Helper()
+	requireJail(t)
+	log, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	var cmd *exec.Cmd
+	if unprivileged {
+		cmd = exec.Command(jailedBinary(t))
+		cmd.Dir = "/"
+		cmd.Env = append(os.Environ(), scenarioEnv+"=system-root", "JAIL_SYSTEM_ROOT="+root, "JAIL_SCRIPT="+script)
+		cmd.Stdout, cmd.Stderr = log, log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		err = cmd.Start()
+	} else {
+		c := systemRootCommand(jailedBinary(t), root, script, sandboxUID(), log)
+		cmd, err = c.Start()
+	}
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -70,6 +109,9 @@ func runSystemRoot(t *testing.T, root, script string) (string, error) {
 	out, _ := os.ReadFile(log.Name())
 	return string(out), err
 }
+
+// nobody is the uid and gid of an unprivileged gateway.
+const nobody = 65534
 
 // applets are the busybox commands a test root links.
 var applets = []string{"sh", "ls", "cat", "echo", "test", "readlink", "rm", "mkdir", "chmod", "grep", "tr"}
@@ -133,7 +175,7 @@ func TestSystemRootIsTheImages(t *testing.T) {
 		if mkdir /usr/dir 2>/dev/null; then echo "WROTE /usr/dir"; fi
 		if chmod 777 /usr/bin/busybox 2>/dev/null; then echo "CHMOD"; fi
 		if rm /usr/bin/ls 2>/dev/null; then echo "REMOVED"; fi
-		echo done`)
+		echo done`, false)
 	if err != nil {
 		t.Fatalf("jail: %v\n%s", err, out)
 	}
@@ -167,7 +209,8 @@ func fileExists(p string) bool {
 // climbing out with "..", at a top-level dir or on the way to an /etc
 // entry, makes the jail bind a host path. The host's secret is
 // world-readable, so only the jail keeps it out; the control case, the same
-// file inside the root, shows the probe would see it.
+// file inside the root, shows the probe would see it. Both ways the child
+// gets the root: a detached clone (root gateway) and by path (unprivileged).
 func TestSystemRootSymlinksStayInside(t *testing.T) {
 	t.Parallel()
 	// Not under /tmp, where the sandbox's root is built: a link followed
@@ -201,37 +244,51 @@ func TestSystemRootSymlinksStayInside(t *testing.T) {
 		{name: "top dir climbing", links: map[string]string{"lib": up, "lib64": "../../../.."},
 			want: "lib: " + up},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			root := busyboxRoot(t, "bin")
-			for _, d := range tc.dirs {
-				must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+		for _, unprivileged := range []bool{false, true} {
+			name := "root gateway/" + tc.name
+			if unprivileged {
+				name = "unprivileged gateway/" + tc.name
 			}
-			if tc.name == "control" {
-				must(t, os.WriteFile(filepath.Join(root, "etc", "ssl", "mark"), []byte("INSIDE"), 0o644))
-			}
-			for link, target := range tc.links {
-				must(t, os.Symlink(target, filepath.Join(root, link)))
-			}
-			// Every path the secret could show up at, through each link.
-			out, err := runSystemRoot(t, root, `
-				for f in /etc/ssl/mark /lib/etc/ssl/mark /lib64/`+secret[1:]+`/etc/ssl/mark /usr/`+secret[1:]+`/etc/ssl/mark \
-					`+secret+`/etc/ssl/mark; do
-					cat $f 2>/dev/null && echo
-				done
-				echo "mark: $(cat /etc/ssl/mark 2>/dev/null)"
-				echo "etc/ssl: $(readlink /etc/ssl)"
-				echo "lib: $(readlink /lib)"
-				echo done`)
-			if err != nil {
-				t.Fatalf("jail: %v\n%s", err, out)
-			}
-			if strings.Contains(out, "HOST-SECRET") {
-				t.Fatalf("the host's file is readable in the sandbox:\n%s", out)
-			}
-			if !strings.Contains(out, "done\n") || !strings.Contains(out, tc.want) {
-				t.Fatalf("want %q in the output:\n%s", tc.want, out)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				hostileRoot(t, tc.dirs, tc.links, tc.name == "control", secret, tc.want, unprivileged)
+			})
+		}
+	}
+}
+
+// hostileRoot makes a busybox root with dirs and links (and the control's
+// own mark) and checks that the secret's content is nowhere in the sandbox
+// and want is in its output.
+func hostileRoot(t *testing.T, dirs []string, links map[string]string, control bool, secret, want string, unprivileged bool) {
+	t.Helper()
+	root := busyboxRoot(t, "bin")
+	for _, d := range dirs {
+		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	if control {
+		must(t, os.WriteFile(filepath.Join(root, "etc", "ssl", "mark"), []byte("INSIDE"), 0o644))
+	}
+	for link, target := range links {
+		must(t, os.Symlink(target, filepath.Join(root, link)))
+	}
+	// Every path the secret could show up at, through each link.
+	out, err := runSystemRoot(t, root, `
+		for f in /etc/ssl/mark /lib/etc/ssl/mark /lib64/`+secret[1:]+`/etc/ssl/mark /usr/`+secret[1:]+`/etc/ssl/mark \
+			`+secret+`/etc/ssl/mark; do
+			cat $f 2>/dev/null && echo
+		done
+		echo "mark: $(cat /etc/ssl/mark 2>/dev/null)"
+		echo "etc/ssl: $(readlink /etc/ssl)"
+		echo "lib: $(readlink /lib)"
+		echo done`, unprivileged)
+	if err != nil {
+		t.Fatalf("jail: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "HOST-SECRET") {
+		t.Fatalf("the host's file is readable in the sandbox:\n%s", out)
+	}
+	if !strings.Contains(out, "done\n") || !strings.Contains(out, want) {
+		t.Fatalf("want %q in the output:\n%s", want, out)
 	}
 }
