@@ -1,7 +1,8 @@
 // Package jail runs a program in a sandbox of its own on Linux without a
 // container engine: new user, mount, PID, network, IPC, UTS and cgroup
 // namespaces, a root of its own (pivot_root) built from read-only system
-// directories and the sandbox's bind mounts, an unprivileged uid inside,
+// directories (the host's, or an image's: Spec.SystemRoot) and the
+// sandbox's bind mounts, an unprivileged uid inside,
 // Landlock, a seccomp filter and resource limits. It is what the process
 // backend's default isolation (process_isolation: namespaces) is made of.
 //

@@ -21,7 +21,7 @@ import (
 
 // sandboxPath is the PATH of an isolated sandbox: the host's program dirs,
 // which are all it has, not the gateway's PATH (its entries need not exist
-// inside).
+// inside). A system root's image brings its own (Config.SystemEnv).
 const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // probeTimeout bounds the start-up check that this kernel can isolate.
