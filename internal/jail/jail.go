@@ -2,9 +2,9 @@
 // container engine: new user, mount, PID, network, IPC, UTS and cgroup
 // namespaces, a root of its own (pivot_root) built from read-only system
 // directories (the host's, or an image's: Spec.SystemRoot) and the
-// sandbox's bind mounts, an unprivileged uid inside,
-// Landlock, a seccomp filter and resource limits. It is what the process
-// backend's default isolation (process_isolation: namespaces) is made of.
+// sandbox's bind mounts, an unprivileged uid inside, Landlock, a seccomp
+// filter and resource limits. It is what the process backend's default
+// isolation (process_isolation: namespaces) is made of.
 //
 // The parent side (Command) prepares the clone flags, the id maps and the
 // mount sources; the child side (Init, the `gateway sandbox-init`
