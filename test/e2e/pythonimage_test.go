@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/internal/testutil"
+)
+
+// The Python sandbox image (scripts/sandbox-image.sh) as process_image: the
+// sandbox's python3, node, git and curl are the image's, and what pip
+// installs into the workspace outlives the sandbox (the thread keeps it).
+func TestPythonImage(t *testing.T) {
+	t.Parallel()
+	tag, archive := testutil.PythonImage(t)
+	// The image names itself in this file; the host has none, so reading it
+	// proves the sandbox's /usr is the image's.
+	const marker = "/usr/share/sandgate/image"
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatalf("%s exists on the host: the test could not tell the image's /usr from the host's", marker)
+	}
+	g := newFleet(t, "--process-image", archive).start()
+	const thread = "py"
+
+	for _, tc := range []struct {
+		name, command, want string // want: in the output
+	}{
+		{"image's python", `python3 -c 'import sys; print(sys.prefix, sys.version_info[:2], open("` + marker + `").read().strip())'`, "/usr (3, 11) " + tag},
+		{"pip", "python3 -m pip --version", "/usr/lib/python3/dist-packages/pip"},
+		{"node", `node -e 'console.log(process.version)'`, "v18."},
+		{"npm", "npm --version", ""},
+		{"git", "git --version", "git version"},
+		{"curl", "curl --version", "curl "},
+		{"cc", "cc --version && make --version", "GNU Make"},
+		{"home is the workspace", `echo "$HOME"`, "/mnt/user-data/workspace"},
+	} {
+		out, code := run(t, g, thread, tc.command)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: %q: exit %d, output %q, want %q in it", tc.name, tc.command, code, out, tc.want)
+		}
+	}
+
+	// A pip --user install from a local wheel (egress is closed) and a venv,
+	// both in the workspace; the destroy below ends the sandbox, not the
+	// thread's data.
+	whl := "sgprobe-1.0-py3-none-any.whl"
+	install := fmt.Sprintf("echo %s | base64 -d > %s && python3 -m pip install --user --no-index --break-system-packages %s",
+		base64.StdEncoding.EncodeToString(probeWheel(t)), whl, whl)
+	venv := "python3 -m venv .venv && .venv/bin/pip install --no-index " + whl + " && .venv/bin/python -c 'import sgprobe, sys; print(sys.prefix)'"
+	for _, cmd := range []string{install, venv} {
+		if out, code := run(t, g, thread, cmd); code != 0 {
+			t.Fatalf("%q: exit %d: %s", cmd, code, out)
+		}
+	}
+	if code, body, _ := call(t, "DELETE", g.URL+"/threads/"+thread+"/sandbox?destroy=true", nil); code/100 != 2 {
+		t.Fatalf("destroy: %d %s", code, body)
+	}
+	for _, cmd := range []string{
+		"python3 -c 'import sgprobe; print(sgprobe.MARK, sgprobe.__file__)'",
+		".venv/bin/python -c 'import sgprobe; print(sgprobe.MARK, sgprobe.__file__)'",
+	} {
+		out, code := run(t, g, thread, cmd)
+		if code != 0 || !strings.Contains(out, "sgprobe-ok /mnt/user-data/workspace/") {
+			t.Errorf("after the destroy, %q: exit %d: %s", cmd, code, out)
+		}
+	}
+}
+
+// probeWheel is a pure-Python wheel of package sgprobe: the zip pip
+// installs, with the RECORD of its files' hashes.
+func probeWheel(t *testing.T) []byte {
+	t.Helper()
+	const info = "sgprobe-1.0.dist-info/"
+	files := []struct{ name, data string }{
+		{"sgprobe/__init__.py", "MARK = 'sgprobe-ok'\n"},
+		{info + "METADATA", "Metadata-Version: 2.1\nName: sgprobe\nVersion: 1.0\n"},
+		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: sandgate-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	add := func(name, data string) {
+		w, err := zw.Create(name)
+		if err == nil {
+			_, err = w.Write([]byte(data))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var record strings.Builder
+	for _, f := range files {
+		sum := sha256.Sum256([]byte(f.data))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.data))
+		add(f.name, f.data)
+	}
+	add(info+"RECORD", record.String()+info+"RECORD,,\n")
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
