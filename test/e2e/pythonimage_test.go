@@ -19,15 +19,32 @@ import (
 func TestPythonImage(t *testing.T) {
 	t.Parallel()
 	tag, archive := testutil.PythonImage(t)
+	g := newFleet(t, "--process-image", archive).start()
+	checkPythonImage(t, g, tag)
+}
+
+// The same image on the docker backend: its server at /sandgate-sandbox
+// runs it, and the thread's pip installs outlive the container.
+func TestPythonImageDocker(t *testing.T) {
+	t.Parallel()
+	tag, _ := testutil.PythonImage(t)
+	d := newDockerEnv(t)
+	d.image = tag
+	checkPythonImage(t, d.fleet().start(), tag)
+}
+
+// checkPythonImage runs the image's tools in a sandbox of g, installs a
+// package with pip into the workspace (a --user install and a venv), and
+// imports it again after the sandbox was destroyed and recreated.
+func checkPythonImage(t *testing.T, g *gateway, tag string) {
+	t.Helper()
 	// The image names itself in this file; the host has none, so reading it
 	// proves the sandbox's /usr is the image's.
 	const marker = "/usr/share/sandgate/image"
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatalf("%s exists on the host: the test could not tell the image's /usr from the host's", marker)
 	}
-	g := newFleet(t, "--process-image", archive).start()
 	const thread = "py"
-
 	for _, tc := range []struct {
 		name, command, want string // want: in the output
 	}{
@@ -58,6 +75,10 @@ func TestPythonImage(t *testing.T) {
 			t.Fatalf("%q: exit %d: %s", cmd, code, out)
 		}
 	}
+	// A file in /tmp marks this sandbox: the recreated one has a /tmp of its own.
+	if out, code := run(t, g, thread, "touch /tmp/old-sandbox"); code != 0 {
+		t.Fatalf("mark the sandbox: %d %s", code, out)
+	}
 	if code, body, _ := call(t, "DELETE", g.URL+"/threads/"+thread+"/sandbox?destroy=true", nil); code/100 != 2 {
 		t.Fatalf("destroy: %d %s", code, body)
 	}
@@ -69,6 +90,9 @@ func TestPythonImage(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "sgprobe-ok /mnt/user-data/workspace/") {
 			t.Errorf("after the destroy, %q: exit %d: %s", cmd, code, out)
 		}
+	}
+	if out, code := run(t, g, thread, "test ! -e /tmp/old-sandbox"); code != 0 {
+		t.Errorf("the sandbox was not recreated: %s", out)
 	}
 }
 
