@@ -17,6 +17,14 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BINDIR)/gateway ./cmd/gateway
 	CGO_ENABLED=0 $(GO) build -o $(BINDIR)/sandgate-sandbox ./cmd/sandgate-sandbox
 
+# The Python sandbox image (Debian bookworm: python3, pip, venv, node, npm,
+# git, curl, build tools) built offline with mmdebstrap, no registry; prints
+# its tag and the `docker save` archive for process_image. Cached in
+# ~/.cache/sandgate by package list: ~2 min cold, under a second warm.
+.PHONY: sandbox-image
+sandbox-image:
+	./scripts/sandbox-image.sh
+
 deps:
 	./scripts/install-deps.sh
 	./scripts/kube-test-bins.sh >/dev/null  # etcd, kube-apiserver, kubectl and the node's kubelet, scheduler, controller-manager, cached by version in ~/.cache/sandgate (~8 min cold)

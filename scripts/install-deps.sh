@@ -25,6 +25,9 @@ want+=(mkfs.xfs:xfsprogs)
 # containerd, runc, the CNI plugins and iptables (Pod to Pod on its bridge): scripts/kube-node.sh runs a real Kubernetes node on them
 # (Docker's own packages bring the first two on most machines).
 want+=(containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables)
+# mmdebstrap: scripts/sandbox-image.sh (make sandbox-image, and the tests of
+# the Python sandbox image) builds the Debian rootfs with it.
+want+=(mmdebstrap:mmdebstrap)
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}

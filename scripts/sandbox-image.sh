@@ -34,7 +34,7 @@ if [ ! -s "$cache/rootfs.tar" ]; then
   # /usr/share/sandgate/image names the image inside it, so a sandbox can
   # tell the image's /usr from the host's. The /mnt/user-data mount points
   # match the small image's.
-  mmdebstrap --variant=apt --mode=root --format=tar \
+  mmdebstrap --variant=apt --format=tar \
     --aptopt='APT::Install-Recommends "false"' \
     --include="$(IFS=,; echo "${packages[*]}")" \
     --customize-hook='mkdir -p "$1/usr/share/sandgate" "$1/mnt/user-data/workspace" "$1/mnt/user-data/uploads" "$1/mnt/user-data/outputs" "$1/mnt/skills"' \
