@@ -3,13 +3,18 @@ package e2e
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sandgate/sandgate/internal/imagestore"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -19,8 +24,22 @@ import (
 func TestPythonImage(t *testing.T) {
 	t.Parallel()
 	tag, archive := testutil.PythonImage(t)
-	g := newFleet(t, "--process-image", archive).start()
-	checkPythonImage(t, g, tag)
+	f := newFleet(t, "--process-image", archive)
+	// The gateway imports the image at start-up, which for this one (~750 MB)
+	// can outlast the harness's start deadline on a loaded machine; imported
+	// into its data dir first, it finds the image stored.
+	store, err := imagestore.Open(imagestore.Config{Dir: filepath.Join(f.dataDir, "images")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if _, err := store.ImportArchive(ctx, archive); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image imported in %s", time.Since(start).Round(time.Millisecond))
+	checkPythonImage(t, f.start(), tag)
 }
 
 // The same image on the docker backend: its server at /sandgate-sandbox
@@ -63,14 +82,18 @@ func checkPythonImage(t *testing.T, g *gateway, tag string) {
 		}
 	}
 
-	// A pip --user install from a local wheel (egress is closed) and a venv,
-	// both in the workspace; the destroy below ends the sandbox, not the
-	// thread's data.
+	// A pip --user install from a local wheel (egress is closed), a venv
+	// and an npm -g install with the prefix ~/.local (/usr is read-only), all
+	// in the workspace; the destroy below ends the sandbox, not the thread's
+	// data.
 	whl := "sgprobe-1.0-py3-none-any.whl"
 	install := fmt.Sprintf("echo %s | base64 -d > %s && python3 -m pip install --user --no-index --break-system-packages %s",
 		base64.StdEncoding.EncodeToString(probeWheel(t)), whl, whl)
 	venv := "python3 -m venv .venv && .venv/bin/pip install --no-index " + whl + " && .venv/bin/python -c 'import sgprobe, sys; print(sys.prefix)'"
-	for _, cmd := range []string{install, venv} {
+	npm := `mkdir sgnode && cd sgnode && echo '{"name":"sgnode","version":"1.0.0","bin":{"sgnode":"i.js"}}' > package.json && ` +
+		`printf '#!/usr/bin/env node\nconsole.log("sgnode-ok", __filename)\n' > i.js && npm pack --offline && ` +
+		`npm install -g --offline --no-audit --no-fund --prefix ~/.local ./sgnode-1.0.0.tgz`
+	for _, cmd := range []string{install, venv, npm} {
 		if out, code := run(t, g, thread, cmd); code != 0 {
 			t.Fatalf("%q: exit %d: %s", cmd, code, out)
 		}
@@ -85,9 +108,10 @@ func checkPythonImage(t *testing.T, g *gateway, tag string) {
 	for _, cmd := range []string{
 		"python3 -c 'import sgprobe; print(sgprobe.MARK, sgprobe.__file__)'",
 		".venv/bin/python -c 'import sgprobe; print(sgprobe.MARK, sgprobe.__file__)'",
+		"~/.local/bin/sgnode",
 	} {
 		out, code := run(t, g, thread, cmd)
-		if code != 0 || !strings.Contains(out, "sgprobe-ok /mnt/user-data/workspace/") {
+		if code != 0 || !regexp.MustCompile(`sg(probe|node)-ok /mnt/user-data/workspace/`).MatchString(out) {
 			t.Errorf("after the destroy, %q: exit %d: %s", cmd, code, out)
 		}
 	}
