@@ -39,7 +39,6 @@ if [ ! -s "$cache/rootfs.tar" ]; then
     --include="$(IFS=,; echo "${packages[*]}")" \
     --customize-hook='mkdir -p "$1/usr/share/sandgate" "$1/mnt/user-data/workspace" "$1/mnt/user-data/uploads" "$1/mnt/user-data/outputs" "$1/mnt/skills"' \
     --customize-hook="echo $tag > \"\$1/usr/share/sandgate/image\"" \
-    --customize-hook='rm -rf "$1/var/cache/apt/archives/"*.deb "$1/var/lib/apt/lists/"*' \
     "$release" "$cache/rootfs.tar.tmp" \
     "deb $mirror $release main" \
     "deb $mirror $release-updates main" \
