@@ -39,7 +39,17 @@ func TestPythonImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("image imported in %s", time.Since(start).Round(time.Millisecond))
-	checkPythonImage(t, f.start(), tag)
+	g := f.start()
+	checkPythonImage(t, g, tag)
+	// Every thread's sandbox runs this one image: a thread writing into it
+	// (as the sandbox's root) would reach the others.
+	out, code := run(t, g, "py", "python3 -m pip install --no-index --break-system-packages --target /usr/lib/python3/dist-packages sgprobe-1.0-py3-none-any.whl")
+	if code == 0 || !strings.Contains(out, "Read-only file system") {
+		t.Errorf("pip into the image's /usr: exit %d, want a read-only refusal: %s", code, out)
+	}
+	if out, code := run(t, g, "other", "python3 -c 'import sgprobe'"); code == 0 {
+		t.Errorf("another thread imports the package pip put into /usr: %s", out)
+	}
 }
 
 // The same image on the docker backend: its server at /sandgate-sandbox
@@ -53,8 +63,9 @@ func TestPythonImageDocker(t *testing.T) {
 }
 
 // checkPythonImage runs the image's tools in a sandbox of g, installs a
-// package with pip into the workspace (a --user install and a venv), and
-// imports it again after the sandbox was destroyed and recreated.
+// package into the workspace (pip --user, a venv, npm -g), and uses it
+// again after the sandbox was destroyed and recreated; another thread does
+// not see it.
 func checkPythonImage(t *testing.T, g *gateway, tag string) {
 	t.Helper()
 	// The image names itself in this file; the host has none, so reading it
@@ -117,6 +128,12 @@ func checkPythonImage(t *testing.T, g *gateway, tag string) {
 	}
 	if out, code := run(t, g, thread, "test ! -e /tmp/old-sandbox"); code != 0 {
 		t.Errorf("the sandbox was not recreated: %s", out)
+	}
+	// The installs are the thread's: another thread's sandbox has none.
+	for _, cmd := range []string{"python3 -c 'import sgprobe'", "command -v sgnode || test -e ~/.local/bin/sgnode"} {
+		if out, code := run(t, g, "py-other", cmd); code == 0 {
+			t.Errorf("another thread: %q succeeded: %s", cmd, out)
+		}
 	}
 }
 
