@@ -293,6 +293,9 @@ func TestStateOf(t *testing.T) {
 		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("ErrImageNeverPull")}}}, podFinished},
 		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waiting("CreateContainerConfigError")}}}, podFinished},
 		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("ErrImagePull")}}}, podStarting},
+		// The kubelet's subPath mkdir race: it tries again on its next sync.
+		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "CreateContainerConfigError", Message: `failed to prepare subPath for volumeMount "user-data" of container "sandbox"`}}}}}}, podStarting},
 		{corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("PodInitializing")}}}, podStarting},
 	}
 	for i, tt := range tests {
