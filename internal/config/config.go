@@ -378,9 +378,8 @@ func (c Config) Validate() error {
 		if err := k.Validate(); err != nil {
 			return err
 		}
-		if c.Pool.Prewarm > 0 && !k.SharedDataDir && (k.UserDataPVC != "" || k.UserDataHostPath != "") {
-			return errors.New("prewarm: a pre-started Pod's user data moves to its thread on the user-data volume, " +
-				"which the gateway must see: set kubernetes_shared_data_dir (data_dir is that volume's root) or prewarm: 0")
+		if err := k.Prewarmable(); c.Pool.Prewarm > 0 && err != nil {
+			return fmt.Errorf("prewarm: %w, or prewarm: 0", err)
 		}
 	case "remote":
 		if err := c.Remote.Validate(); err != nil {

@@ -101,7 +101,7 @@ func (s Spec) Validate() error {
 	var errs []error
 	reserved := reservedTops
 	if s.SystemRoot != "" {
-		reserved = append(slices.Clone(reserved), systemTops...)
+		reserved = append(slices.Clone(reserved), systemTops[len(hostTops):]...)
 	}
 	for _, m := range s.Mounts {
 		if !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target || m.Target == "/" {

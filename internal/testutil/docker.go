@@ -103,22 +103,9 @@ func SaveImage(t testing.TB, image string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rc, err := DockerClient(t).ImageSave(ctx, []string{image})
-	if err != nil {
-		t.Fatalf("export %s: %v", image, err)
-	}
-	defer rc.Close()
 	path := filepath.Join(t.TempDir(), "image.tar")
-	f, err := os.Create(path)
-	if err != nil {
+	if err := saveImage(ctx, image, path); err != nil {
 		t.Fatal(err)
-	}
-	_, err = io.Copy(f, rc)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatalf("export %s: %v", image, err)
 	}
 	return path
 }

@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,7 +69,7 @@ func (k *Kubernetes) podOf(ctx context.Context, sid, incarnation string) (*corev
 		switch {
 		case incarnation != "":
 			return string(p.UID) == incarnation
-		case stateOf(p) == podStarting || stateOf(p) == podReady:
+		case live(p):
 			return true
 		}
 		ending = p
@@ -103,8 +102,8 @@ func (k *Kubernetes) Bind(ctx context.Context, warm backend.Info, spec backend.S
 	if !identity.ValidSandboxID(sid) || !identity.ValidSandboxID(pw) {
 		return backend.Info{}, fmt.Errorf("claim sandbox: invalid sandbox ids %q, %q", pw, sid)
 	}
-	if !k.cfg.SharedDataDir && (k.cfg.UserDataPVC != "" || k.cfg.UserDataHostPath != "") {
-		return backend.Info{}, fmt.Errorf("claim sandbox %s: %w", pw, errNoSharedDataDir)
+	if err := k.cfg.Prewarmable(); err != nil {
+		return backend.Info{}, fmt.Errorf("claim sandbox %s: %w", pw, err)
 	}
 	var claimed corev1.Pod
 	for attempt := 0; ; attempt++ {
@@ -137,11 +136,6 @@ func (k *Kubernetes) Bind(ctx context.Context, warm backend.Info, spec backend.S
 	k.log.Info("prewarmed sandbox claimed", "sandbox_id", sid, "thread", spec.Thread, "prewarm_id", pw, "pod", claimed.Name)
 	return info, nil
 }
-
-// errNoSharedDataDir: a pre-started Pod's files cannot follow the thread
-// when the gateway does not see the user-data volume.
-var errNoSharedDataDir = errors.New("a pre-started pod's user data moves to its thread on the user-data volume, " +
-	"which needs kubernetes_shared_data_dir")
 
 // claimPatch is the merge patch claiming pod for spec: the identity labels
 // spec's Pod would have (the runtime id and egress mode kept, every other

@@ -399,3 +399,14 @@ func FormatTolerations(ts []Toleration) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Prewarmable says why this configuration cannot hand out pre-started
+// Pods, or nil: a claim moves the Pod's user data to its thread on the
+// user-data volume, which the gateway must mount (SharedDataDir).
+func (c Config) Prewarmable() error {
+	if c.SharedDataDir || (c.UserDataPVC == "" && c.UserDataHostPath == "") {
+		return nil
+	}
+	return errors.New("a pre-started Pod's user data moves to its thread on the user-data volume, " +
+		"which the gateway must see: set kubernetes_shared_data_dir (data_dir is that volume's root)")
+}

@@ -147,7 +147,7 @@ func (p *pods) of(sid, incarnation string) *corev1.Pod {
 	}
 	for _, obj := range objs {
 		pod, ok := obj.(*corev1.Pod)
-		if ok && (string(pod.UID) == incarnation || incarnation == "" && (stateOf(pod) == podStarting || stateOf(pod) == podReady)) {
+		if ok && (string(pod.UID) == incarnation || incarnation == "" && live(pod)) {
 			return pod
 		}
 	}

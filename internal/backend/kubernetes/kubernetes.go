@@ -522,8 +522,7 @@ func (k *Kubernetes) Alive(ctx context.Context, info backend.Info) (bool, error)
 			return false, err
 		}
 	}
-	s := stateOf(pod)
-	return s == podStarting || s == podReady, nil
+	return live(pod), nil
 }
 
 // apiErr marks failures to reach the API server as backend.ErrUnavailable

@@ -183,7 +183,7 @@ func (k *Kubernetes) EgressIdentity(ctx context.Context, sandboxID, password str
 	// The proxy credential names the Pod's runtime id, which a claim keeps.
 	pod := k.pods.get(k.name(sandboxID))
 	if pod == nil || !k.ours(pod) || pod.Labels[LabelEgress] != string(backend.EgressProxy) ||
-		(stateOf(pod) != podStarting && stateOf(pod) != podReady) || !proxyPasswordIs(pod, sandboxID, password) || !podAt(pod, source) {
+		!live(pod) || !proxyPasswordIs(pod, sandboxID, password) || !podAt(pod, source) {
 		return backend.EgressIdentity{}, ErrEgressDenied
 	}
 	e := backend.Egress{Mode: backend.EgressProxy}

@@ -402,6 +402,12 @@ var stuckReasons = map[string]bool{
 	"CreateContainerConfigError": true, "CreateContainerError": true,
 }
 
+// live: the Pod has neither ended nor begun to (starting or ready).
+func live(pod *corev1.Pod) bool {
+	s := stateOf(pod)
+	return s == podStarting || s == podReady
+}
+
 // passingSubPath is how the kubelet reports a subPath mount it could not
 // prepare: intermittent (seen on the test node under concurrent first
 // requests of one user's threads, and reported on other clusters), and
