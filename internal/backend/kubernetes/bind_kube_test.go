@@ -2,7 +2,9 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +80,18 @@ func TestClaimRacesOnTheRealNode(t *testing.T) {
 	pod, _ := e.pod(t, podName(warm.SandboxID))
 	if sandboxOf(pod) != specs[won].SandboxID || infos[won].SandboxID != specs[won].SandboxID || infos[won].Thread != "race" {
 		t.Fatalf("the Pod answers to %s, the claim returned %+v; want %s", sandboxOf(pod), infos[won], specs[won].SandboxID)
+	}
+	// The egress credential, made for the Pod's own id, now speaks for the
+	// winner's thread on every replica, and from the Pod's address only.
+	podIP := netip.MustParseAddr(pod.Status.PodIP)
+	for i, k := range []*Kubernetes{k1, k2} {
+		id, err := k.EgressIdentity(t.Context(), warm.SandboxID, EgressPassword(warm.Secret), podIP)
+		if err != nil || id.SandboxID != specs[won].SandboxID || id.User != specs[won].User || id.Thread != "race" {
+			t.Errorf("replica %d: the claimed Pod's egress identity = %+v, %v; want the winner's", i+1, id, err)
+		}
+		if _, err := k.EgressIdentity(t.Context(), warm.SandboxID, EgressPassword(warm.Secret), netip.MustParseAddr("127.0.0.1")); !errors.Is(err, ErrEgressDenied) {
+			t.Errorf("replica %d: the claimed Pod's credential from another address: %v, want denied", i+1, err)
+		}
 	}
 	for i, k := range []*Kubernetes{k1, k2} {
 		if _, ok, err := k.Discover(backendtest.Ctx(t), specs[1-won].SandboxID); ok || err != nil {
