@@ -102,8 +102,6 @@ func runClusterFault(t *testing.T, inflict clusterFault) {
 	f := newFleetOn(t, c.URL(), "--max-sandboxes", "0", "--create-rate", "0", "--max-requests-per-user", "0",
 		"--reconcile-interval", "2s", "--reconcile-grace", "3s", "--log-level", "info")
 	gws := []*gateway{f.start(), f.start()}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 
 	acked := newAckLog()
 	var creates []<-chan execResult
@@ -119,6 +117,10 @@ func runClusterFault(t *testing.T, inflict clusterFault) {
 		acked.add(th)
 	}
 
+	// The fault's own budget starts once the threads exist: on a loaded
+	// CI machine the 30 creates alone once took much of a shared one.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	masters, err := c.Masters(ctx)
 	if err != nil || len(masters) != 3 {
 		t.Fatalf("masters %v: %v", masters, err)
