@@ -51,6 +51,28 @@ type Spec struct {
 	Secret string
 	// Egress is the sandbox's egress policy (zero = proxy, empty allow-list).
 	Egress Egress
+	// Template is what the sandbox is made from besides the backend's
+	// configuration (zero = that configuration alone).
+	Template Template
+}
+
+// Template is a template (config `templates`) as one backend runs it. Its
+// zero fields leave the backend's configured values: a gateway without
+// templates sends the zero Template.
+type Template struct {
+	// Name labels the sandbox (LabelTemplate); views show it.
+	Name string
+	// Image is the container image reference (docker, kubernetes,
+	// applecontainer); the process backend runs RootFS instead.
+	Image string
+	// RootFS is an imported image's read-only root (imagestore) that the
+	// process backend's jail shows instead of its configured system root.
+	RootFS string
+	// RootEnv is RootFS's image environment (KEY=VALUE, PATH first among
+	// them): the base of the commands' environment, as process.Config.SystemEnv.
+	RootEnv []string
+	// Memory caps the sandbox's memory in bytes (0 = the backend's limit).
+	Memory int64
 }
 
 // Info describes one running sandbox incarnation.

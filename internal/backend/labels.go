@@ -9,6 +9,9 @@ const (
 	LabelUser      = "sandgate.user"
 	LabelThread    = "sandgate.thread"
 	LabelInstance  = "sandgate.instance"
+	// LabelTemplate names the template a sandbox was made from (absent:
+	// none, the backend's configuration alone).
+	LabelTemplate = "sandgate.template"
 
 	// ManagedByValue is the value of LabelManagedBy on sandboxes Sandgate made.
 	ManagedByValue = "sandgate"
@@ -27,6 +30,9 @@ func IdentityLabels(spec Spec, instance string, extra map[string]string) map[str
 	labels[LabelThread] = spec.Thread
 	if instance != "" {
 		labels[LabelInstance] = instance
+	}
+	if spec.Template.Name != "" {
+		labels[LabelTemplate] = spec.Template.Name
 	}
 	return labels
 }
