@@ -323,7 +323,7 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if !set {
 		egress = p.cfg.Egress
 	}
-	spec := p.tmpl.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Secret: secret, Egress: egress})
+	spec := p.recipe.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Secret: secret, Egress: egress})
 	p.notes.publish(ctx, events.Starting, sid, user, thread, "")
 	cctx, cancel := context.WithTimeout(p.notes.withProgress(ctx, user, thread, sid), p.cfg.CreateTimeout)
 	defer cancel()

@@ -91,7 +91,7 @@ type Pool struct {
 	// warmPauser pauses warm sandboxes: nil without PauseWarm or a backend
 	// that can.
 	warmPauser backend.Freezer
-	tmpl       template
+	recipe recipe
 
 	// The helpers acquisition shares with the loops and admin types.
 	bg        *background
@@ -164,7 +164,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		tracer:    d.Tracer,
 		metrics:   d.Metrics,
 		refill:    make(chan struct{}, 1),
-		tmpl:      cfg.template(),
+		recipe:      cfg.recipe(),
 
 		leaseToken: cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
@@ -178,7 +178,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	p.stopper = &stopper{pz: pz, backend: d.BackendName, store: d.Store, cache: p.cache, probe: p.probe, obs: obs,
 		clock: d.Clock, log: log}
 	p.takes = &takes{binder: binder, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
-		tmpl: p.tmpl, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
+		recipe: p.recipe, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
 		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
 	p.capacity = &capacity{cfg: cfg, store: d.Store, takes: p.takes, locks: p.locks, destroyer: p.destroyer,
 		notes: p.notes, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log}

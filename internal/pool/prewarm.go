@@ -44,7 +44,7 @@ type prewarmerParams struct {
 	size                   int    // Config.Prewarm
 	fp                     string // prewarmFingerprint
 	canBind                bool   // the backend can hand a pre-started sandbox out (backend.Binder)
-	tmpl                   template
+	recipe recipe
 	maxSandboxes           int
 	createTimeout, lockTTL time.Duration
 	backend                prewarmBackend
@@ -183,7 +183,7 @@ func (w *Prewarmer) prewarmOne(ctx context.Context) (full bool, err error) {
 		if info.Incarnation != "" {
 			_ = p.backend.Destroy(uctx, info)
 		}
-		_ = backend.RemovePrewarmDirs(p.tmpl.mounts.DataDir, sid)
+		_ = backend.RemovePrewarmDirs(p.recipe.mounts.DataDir, sid)
 		return false, fmt.Errorf("prewarm sandbox %s: %w", sid, err)
 	}
 	p.log.InfoContext(ctx, "prewarmed sandbox ready", "sandbox_id", sid)
@@ -193,7 +193,7 @@ func (w *Prewarmer) prewarmOne(ctx context.Context) (full bool, err error) {
 // startPrewarm creates sid with the spec every sandbox gets, less a thread.
 func (w *Prewarmer) startPrewarm(ctx context.Context, sid string) (backend.Info, error) {
 	p := w.p
-	mounts, err := backend.PrewarmMounts(p.tmpl.mounts, sid)
+	mounts, err := backend.PrewarmMounts(p.recipe.mounts, sid)
 	if err != nil {
 		return backend.Info{}, err
 	}
@@ -201,7 +201,7 @@ func (w *Prewarmer) startPrewarm(ctx context.Context, sid string) (backend.Info,
 	if err != nil {
 		return backend.Info{}, err
 	}
-	spec := p.tmpl.build(backend.Spec{SandboxID: sid, Mounts: mounts, Secret: secret, Egress: p.tmpl.egress})
+	spec := p.recipe.build(backend.Spec{SandboxID: sid, Mounts: mounts, Secret: secret, Egress: p.recipe.egress})
 	spec.Labels[backend.LabelPrewarm] = p.fp
 	cctx, cancel := context.WithTimeout(ctx, p.createTimeout)
 	defer cancel()

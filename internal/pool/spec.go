@@ -8,26 +8,26 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 )
 
-// template is what every sandbox of the pool is made from besides its
-// identity, mounts and secret: the configured env, labels and egress
-// policy, and this replica's and fleet's names.
-type template struct {
+// recipe is what every sandbox of the pool is made from besides its
+// identity, mounts, secret and template: the configured env, labels and
+// egress policy, and this replica's and fleet's names.
+type recipe struct {
 	mounts          backend.MountConfig
 	env, labels     map[string]string
 	egress          backend.Egress
 	instance, fleet string
 }
 
-func (c Config) template() template {
-	return template{mounts: c.Mounts, env: c.Env, labels: c.Labels, egress: c.Egress, instance: c.Instance, fleet: c.Fleet}
+func (c Config) recipe() recipe {
+	return recipe{mounts: c.Mounts, env: c.Env, labels: c.Labels, egress: c.Egress, instance: c.Instance, fleet: c.Fleet}
 }
 
-// build completes spec (its id, identity, mounts, secret and egress set)
-// with the env and the labels every sandbox gets.
-func (t template) build(spec backend.Spec) backend.Spec {
-	spec.Env = t.env
-	spec.Labels = backend.IdentityLabels(spec, t.instance, t.labels)
-	spec.Labels[backend.LabelFleet] = t.fleet
+// build completes spec (its id, identity, mounts, secret, egress and
+// template set) with env and the labels every sandbox gets.
+func (r recipe) build(spec backend.Spec, env map[string]string) backend.Spec {
+	spec.Env = env
+	spec.Labels = backend.IdentityLabels(spec, r.instance, r.labels)
+	spec.Labels[backend.LabelFleet] = r.fleet
 	return spec
 }
 

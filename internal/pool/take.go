@@ -24,7 +24,7 @@ type takes struct {
 	be     backend.Backend
 	size   int    // Config.Prewarm
 	fp     string // prewarmFingerprint
-	tmpl   template
+	recipe recipe
 	// holdFor is how long a taken sandbox's reservation lasts (a create's).
 	holdFor time.Duration
 	lockTTL time.Duration
@@ -53,7 +53,7 @@ func (c *takes) takeable(user, thread string) bool {
 	if c.size <= 0 || c.binder == nil {
 		return false
 	}
-	unused, err := backend.ThreadDirUnused(c.tmpl.mounts.DataDir, user, thread)
+	unused, err := backend.ThreadDirUnused(c.recipe.mounts.DataDir, user, thread)
 	return err == nil && unused
 }
 
@@ -104,7 +104,7 @@ func (c *takes) take(ctx context.Context, rec state.Record, held *statedb.Held, 
 		if derr := c.be.Destroy(dctx, warm); derr != nil {
 			c.log.WarnContext(ctx, "destroy unclaimed prewarmed sandbox", "sandbox_id", pw, "err", derr)
 		}
-		_ = backend.RemovePrewarmDirs(c.tmpl.mounts.DataDir, pw)
+		_ = backend.RemovePrewarmDirs(c.recipe.mounts.DataDir, pw)
 		c.metrics.Destroyed(string(ReasonPrewarmTrim))
 	}
 	return r, err
@@ -114,15 +114,15 @@ func (c *takes) bind(ctx context.Context, rec state.Record, user, thread, sid st
 	if rec.Prewarm != c.fp {
 		return nil, errors.New("made from another configuration")
 	}
-	mounts, err := backend.ThreadMounts(c.tmpl.mounts, user, thread)
+	mounts, err := backend.ThreadMounts(c.recipe.mounts, user, thread)
 	if err != nil {
 		return nil, err
 	}
-	if err := backend.AdoptPrewarmDirs(c.tmpl.mounts.DataDir, rec.SandboxID, user, thread); err != nil {
+	if err := backend.AdoptPrewarmDirs(c.recipe.mounts.DataDir, rec.SandboxID, user, thread); err != nil {
 		return nil, err
 	}
-	spec := c.tmpl.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts,
-		Secret: rec.Secret, Egress: c.tmpl.egress})
+	spec := c.recipe.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts,
+		Secret: rec.Secret, Egress: c.recipe.egress})
 	ctx, span := c.obs.span(ctx, spanClaim, sid, thread)
 	info, err := c.binder.Bind(ctx, rec.Info(), spec)
 	end(span, err)
