@@ -22,6 +22,8 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Field names the request field refused, when one was.
+	Field string `json:"field,omitempty"`
 }
 
 // Health answers /healthz, /readyz and the provisioner's /health.

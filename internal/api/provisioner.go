@@ -12,6 +12,12 @@ type ProvisionerCreate struct {
 	// Egress (admins only) overrides the configured egress policy for this
 	// sandbox, now and in every later incarnation (a Sandgate extension).
 	Egress *Egress `json:"egress"`
+	// Image is DeerFlow's image: the template whose image (or name) it
+	// is makes the sandbox; any other image, the default template.
+	Image string `json:"image,omitempty"`
+	// Template names the template outright (a Sandgate extension; it wins
+	// over Image).
+	Template string `json:"template,omitempty"`
 }
 
 // ExtraMount is one entry of DeerFlow's extra_mounts.

@@ -9,9 +9,11 @@ type Sandbox struct {
 	Thread    string `json:"thread"`
 	User      string `json:"user"`
 	Backend   string `json:"backend"`
-	State     string `json:"state"`
-	Outcome   string `json:"outcome,omitempty"`
-	URL       string `json:"url"`
+	// Template names the template the sandbox was made from (absent: none).
+	Template string `json:"template,omitempty"`
+	State    string `json:"state"`
+	Outcome  string `json:"outcome,omitempty"`
+	URL      string `json:"url"`
 	// SandboxURL is the capability URL: it needs no other credential.
 	SandboxURL string    `json:"sandbox_url"`
 	CreatedAt  time.Time `json:"created_at"`
@@ -21,6 +23,49 @@ type Sandbox struct {
 	// Data is the thread's data on the gateway host (GET only; absent when
 	// the backend keeps it elsewhere).
 	Data *ThreadData `json:"data,omitempty"`
+	// Metadata is what the thread's create stored (CreateSandbox.Metadata).
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// CreateSandbox is the optional body of PUT /threads/{thread}/sandbox. It
+// is stored with the thread: every later incarnation is made from it, and
+// a body that changes it replaces a running sandbox made from another (the
+// thread's files stay). No body keeps what is stored; {} resets it.
+type CreateSandbox struct {
+	// Template names one of GET /api/templates; "" = the default.
+	Template string `json:"template,omitempty"`
+	// Env is set in the sandbox over the template's.
+	Env map[string]string `json:"env,omitempty"`
+	// Memory in bytes, at most the template's max_memory; 0 = the template's.
+	Memory int64 `json:"memory,omitempty"`
+	// Metadata is the client's own, shown with the sandbox.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Egress (admins only) overrides the egress policy, as on the
+	// provisioner API.
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// Template is one template of GET /api/templates. Env values and host
+// paths are the operator's and never shown.
+type Template struct {
+	Name    string `json:"name"`
+	Default bool   `json:"default"`
+	// Image is the container image reference, when the template names one.
+	Image string `json:"image,omitempty"`
+	// Memory is its sandboxes' memory limit in bytes (0 = the backend's);
+	// MaxMemory the most a create may ask for.
+	Memory    int64    `json:"memory,omitempty"`
+	MaxMemory int64    `json:"max_memory,omitempty"`
+	EnvNames  []string `json:"env_names,omitempty"`
+	// Egress is the mode of its own egress policy, absent = the fleet's.
+	Egress  string `json:"egress,omitempty"`
+	Prewarm int    `json:"prewarm,omitempty"`
+}
+
+// TemplateList answers GET /api/templates.
+type TemplateList struct {
+	Default   string     `json:"default,omitempty"`
+	Templates []Template `json:"templates"`
 }
 
 // ThreadData is a thread's data on the gateway host as last measured.
@@ -46,6 +91,7 @@ type SandboxRecord struct {
 	User      string    `json:"user"`
 	Thread    string    `json:"thread"`
 	Backend   string    `json:"backend"`
+	Template  string    `json:"template,omitempty"`
 	State     string    `json:"state"`
 	CreatedAt time.Time `json:"created_at"`
 }

@@ -115,6 +115,9 @@ type Config struct {
 	// Egress is the egress proxy's configuration; the policy itself is
 	// Pool.Egress (every sandbox's).
 	Egress EgressConfig
+	// Templates are the YAML `templates:` as written; Pool.Templates are
+	// the same, parsed, that the gateway completes with imported images.
+	Templates []TemplateConfig
 
 	// imageSet records that image was given (a DeerFlow config.yaml with
 	// image: asks for container sandboxes).
@@ -345,6 +348,12 @@ func (c Config) Validate() error {
 	if c.Process.Image != "" && c.Process.Isolation == process.IsolationNone {
 		return errors.New("process_image: the image's userland replaces the host's inside the jail, and " +
 			"process_isolation: none has no jail; keep process_isolation: namespaces or drop process_image")
+	}
+	if c.Backend == "process" && c.Process.Isolation == process.IsolationNone {
+		for name := range c.TemplateSources() {
+			return fmt.Errorf("templates: %s has an image, whose userland replaces the host's inside the jail, and "+
+				"process_isolation: none has no jail; keep process_isolation: namespaces", name)
+		}
 	}
 	if err := (process.Config{StateDir: c.DataDir, Isolation: c.Process.Isolation}).Validate(); err != nil {
 		return err

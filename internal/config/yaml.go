@@ -35,13 +35,14 @@ var deerflowIgnored = map[string]string{
 }
 
 // structuredKeys are the top-level YAML-only keys, decoded through yamlFile.
-var structuredKeys = []string{"mounts", "environment", "labels"}
+var structuredKeys = []string{"mounts", "environment", "labels", "templates"}
 
 // yamlFile holds what does not fit a scalar setting.
 type yamlFile struct {
 	Mounts      []backend.Mount   `yaml:"mounts"`
 	Environment map[string]string `yaml:"environment"`
 	Labels      map[string]string `yaml:"labels"`
+	Templates   []TemplateConfig  `yaml:"templates"`
 }
 
 // yamlValue is one value of the file: key is the setting's flat YAML name
@@ -161,7 +162,7 @@ func (c *Config) applyYAML(path string, sections []section, fromFlag map[string]
 	if len(part) > 0 {
 		b, _ := yaml.Marshal(part)
 		if err := yaml.Unmarshal(b, &structured); err != nil {
-			return nil, fmt.Errorf("config file %s: mounts/environment/labels: %w", path, err)
+			return nil, fmt.Errorf("config file %s: mounts/environment/labels/templates: %w", path, err)
 		}
 	}
 	c.Pool.Mounts.Extra = append(c.Pool.Mounts.Extra, structured.Mounts...)
@@ -170,6 +171,15 @@ func (c *Config) applyYAML(path string, sections []section, fromFlag map[string]
 	}
 	if len(structured.Labels) > 0 {
 		c.Pool.Labels = structured.Labels
+	}
+	c.Templates = structured.Templates
+	c.Pool.Templates = nil
+	for _, t := range structured.Templates {
+		pt, err := t.poolTemplate(lookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+		c.Pool.Templates = append(c.Pool.Templates, pt)
 	}
 
 	for _, g := range given {

@@ -131,26 +131,19 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate 
 	return newBackend(ctx, cfg, log, gate)
 }
 
-// imageImportTimeout bounds the start-up import of process_image (a
-// multi-GB image unpacks in tens of seconds; one already stored, at once).
-const imageImportTimeout = 10 * time.Minute
-
 // importProcessImage imports process_image into {data_dir}/images, or finds
 // it stored there.
 func importProcessImage(ctx context.Context, cfg config.Config, log *slog.Logger) (imagestore.Image, error) {
-	store, err := imagestore.Open(imagestore.Config{Dir: filepath.Join(cfg.DataDir, "images")})
+	store, err := openImageStore(cfg)
 	if err != nil {
 		return imagestore.Image{}, fmt.Errorf("process_image: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, imageImportTimeout)
-	defer cancel()
-	start := time.Now()
-	img, err := store.ImportArchive(ctx, cfg.Process.Image)
+	img, err := timedImport(ctx, log, "process_image", func(ctx context.Context) (imagestore.Image, error) {
+		return store.ImportArchive(ctx, cfg.Process.Image)
+	})
 	if err != nil {
 		return imagestore.Image{}, fmt.Errorf("process_image: %w", err)
 	}
-	log.Info("process_image imported: isolated sandboxes run its userland", "image", img.ID,
-		"duration", time.Since(start).Round(time.Millisecond).String(), "special_entries_skipped", img.Skipped)
 	return img, nil
 }
 

@@ -107,6 +107,12 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 	if name != "process" && cfg.Process.Image != "" {
 		log.Warn("process_image is set, but the backend is "+name+": its sandboxes do not use it", "process_image", cfg.Process.Image)
 	}
+	if name == "process" {
+		if err := importTemplateImages(ctx, &cfg, log); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
 	store := statedb.NewStoreBuckets(g.rdb, cfg.RedisPrefix, cfg.RedisBuckets)
 	keys := store.Keys()
 	g.layout = &layoutGate{store: store, log: log}

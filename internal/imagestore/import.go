@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -133,4 +135,46 @@ func pickImage(idx v1.ImageIndex) (v1.Image, error) {
 		return img, nil
 	}
 	return nil, fmt.Errorf("%d images for %s/%s; import one at a time", len(found), runtime.GOOS, runtime.GOARCH)
+}
+
+// Stored returns the rootfs of the image whose layers have diffIDs
+// ("sha256:…", bottom first) when the store already holds it: an importer
+// that can tell the diff IDs cheaply (the Docker engine's inspect) then
+// skips exporting the image.
+func (s *Store) Stored(diffIDs []string) (string, bool) {
+	hashes := make([]v1.Hash, len(diffIDs))
+	for i, d := range diffIDs {
+		h, err := v1.NewHash(d)
+		if err != nil {
+			return "", false
+		}
+		hashes[i] = h
+	}
+	chain, err := chainID(hashes)
+	if err != nil {
+		return "", false
+	}
+	dir := filepath.Join(s.rootfs, chain)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return "", false
+	}
+	return dir, true
+}
+
+// ImportWritten imports the archive (as ImportArchive takes it) that write
+// writes, kept in the store's temporary directory until imported.
+func (s *Store) ImportWritten(ctx context.Context, write func(io.Writer) error) (Image, error) {
+	f, err := os.CreateTemp(s.tmp, "archive-*.tar")
+	if err != nil {
+		return Image{}, fmt.Errorf("imagestore: %w", err)
+	}
+	defer os.Remove(f.Name())
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("imagestore: write archive: %w", err)
+	}
+	return s.ImportArchive(ctx, f.Name())
 }

@@ -282,17 +282,21 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	taken, takenLock, err := p.capacity.reserve(ctx, user, thread, sid, p.takes.takeable(user, thread))
+	t, o, err := p.createFrom(ctx, sid, thread)
+	if err != nil {
+		return nil, "", err
+	}
+	taken, takenLock, err := p.capacity.reserve(ctx, user, thread, sid, p.takes.takeable(user, thread, t, o))
 	if err != nil {
 		return nil, "", err
 	}
 	if takenLock != nil {
-		if r, err := p.takes.take(ctx, taken, takenLock, user, thread, sid); err == nil {
+		if r, err := p.takes.take(ctx, taken, takenLock, user, thread, sid, t); err == nil {
 			p.notes.ready(ctx, r)
 			return r, OutcomePrewarm, nil
 		}
 	}
-	r, err := p.create(ctx, user, thread, sid)
+	r, err := p.create(ctx, user, thread, sid, t, o)
 	if err != nil {
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer ucancel()
@@ -305,7 +309,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	return r, OutcomeCold, nil
 }
 
-func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, error) {
+func (p *Pool) create(ctx context.Context, user, thread, sid string, t Template, o Options) (*Route, error) {
 	// Only the paths: backends that bind host dirs create them in Create
 	// (backend.EnsureHostDirs); the others never need the gateway's disk.
 	mounts, err := backend.ThreadMounts(p.cfg.Mounts, user, thread)
@@ -320,10 +324,8 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !set {
-		egress = p.cfg.Egress
-	}
-	spec := p.recipe.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Secret: secret, Egress: egress})
+	spec := p.recipe.apply(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Secret: secret},
+		t, o, egress, set)
 	p.notes.publish(ctx, events.Starting, sid, user, thread, "")
 	cctx, cancel := context.WithTimeout(p.notes.withProgress(ctx, user, thread, sid), p.cfg.CreateTimeout)
 	defer cancel()
@@ -345,7 +347,7 @@ func (p *Pool) create(ctx context.Context, user, thread, sid string) (*Route, er
 	if err != nil {
 		return nil, err
 	}
-	p.log.InfoContext(ctx, "sandbox created", "sandbox_id", sid, "thread", thread,
+	p.log.InfoContext(ctx, "sandbox created", "sandbox_id", sid, "thread", thread, "template", t.Name,
 		"incarnation", info.Incarnation, "took_ms", time.Since(start).Milliseconds())
 	return r, nil
 }

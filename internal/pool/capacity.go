@@ -66,19 +66,20 @@ type reserveStore interface {
 // ErrCapacity. A user over a per-user limit or, at a full hard cap, over its
 // fair share gets a *QuotaError at once.
 //
-// With claim, a pre-started sandbox is offered before any capacity is
-// reserved: it is returned taken (its capacity unit now sid's reservation)
-// with its lock held, which the caller releases.
-func (p *capacity) reserve(ctx context.Context, user, thread, sid string, claim bool) (taken state.Record, held *statedb.Held, err error) {
+// With claim (a prewarmFingerprint), a pre-started sandbox made from it is
+// offered before any capacity is reserved: it is returned taken (its
+// capacity unit now sid's reservation) with its lock held, which the
+// caller releases.
+func (p *capacity) reserve(ctx context.Context, user, thread, sid, claim string) (taken state.Record, held *statedb.Held, err error) {
 	req := state.ReserveRequest{SandboxID: sid, User: user, Max: max(p.cfg.MaxSandboxes, 0), Hard: p.cfg.HardCap}
-	if claim {
-		req.Kind = state.KindTake
+	if claim != "" {
+		req.Kind, req.Prewarm = state.KindTake, claim
 	}
 	exempt := quotaExempt(ctx)
 	if !exempt {
 		req.MaxPerUser, req.MaxCreatesPerUser = p.cfg.MaxSandboxesPerUser, p.cfg.MaxCreatesPerUser
 	}
-	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 && !claim {
+	if req.Max == 0 && req.MaxPerUser == 0 && req.MaxCreatesPerUser == 0 && claim == "" {
 		return state.Record{}, nil, nil
 	}
 	ctx, span := p.obs.span(ctx, spanReserve, sid, thread)

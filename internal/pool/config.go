@@ -60,8 +60,10 @@ type Config struct {
 	// reap and reconcile it) outlives its last renewal. 0 = 15s.
 	BucketLeaseTTL time.Duration
 	// Prewarm is how many pre-started sandboxes the fleet keeps for new
-	// threads (backends that implement backend.Binder: process, docker).
-	// 0 = none.
+	// threads (backends that implement backend.Binder: process, docker,
+	// kubernetes), in all: with templates, each template's share follows
+	// its recent claims, at least its Template.Prewarm. 0 = the sum of the
+	// templates' Prewarm (none without templates).
 	Prewarm int
 	// PauseWarm freezes warm sandboxes (backends that implement
 	// backend.Freezer) and thaws them on reclaim.
@@ -96,6 +98,11 @@ type Config struct {
 	Labels map[string]string
 	// Egress is every sandbox's egress policy (zero: proxy, nothing allowed).
 	Egress backend.Egress
+	// Templates are what a create may choose from (Options.Template);
+	// DefaultTemplate names the one a thread gets without choosing ("" =
+	// none: the backend's configuration alone).
+	Templates       []Template
+	DefaultTemplate string
 }
 
 // validFleet: a value every backend accepts as a label (Kubernetes is the
@@ -165,7 +172,7 @@ func (c Config) Validate() error {
 	if c.Mounts.DataDir == "" {
 		return errors.New("data_dir: must be set")
 	}
-	return nil
+	return validateTemplates(c.Templates, c.DefaultTemplate)
 }
 
 func (c Config) withDefaults() Config {
@@ -188,6 +195,11 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxLifetime, DefaultMaxLifetime)
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes
+	}
+	if c.Prewarm == 0 {
+		for _, t := range c.Templates {
+			c.Prewarm += t.Prewarm
+		}
 	}
 	if c.Fleet == "" {
 		c.Fleet = backend.DefaultFleet

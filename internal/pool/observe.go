@@ -35,6 +35,7 @@ const (
 	ReasonAdmin       DestroyReason = "admin"           // the operator CLI (/admin/v1)
 	ReasonPrewarmTrim DestroyReason = "prewarm_trim"    // a pre-started sandbox over Config.Prewarm, stale or failing its claim
 	ReasonMaxLifetime DestroyReason = "max_lifetime"    // older than Config.MaxLifetime (the lifetime loop)
+	ReasonOptions     DestroyReason = "options"         // PUT /threads/{t}/sandbox changed the thread's template or options
 )
 
 // Span names: one trace explains a slow first call (acquire, lock wait,

@@ -91,7 +91,8 @@ type Pool struct {
 	// warmPauser pauses warm sandboxes: nil without PauseWarm or a backend
 	// that can.
 	warmPauser backend.Freezer
-	recipe recipe
+	recipe     recipe
+	templates  Templates
 
 	// The helpers acquisition shares with the loops and admin types.
 	bg        *background
@@ -164,7 +165,8 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		tracer:    d.Tracer,
 		metrics:   d.Metrics,
 		refill:    make(chan struct{}, 1),
-		recipe:      cfg.recipe(),
+		recipe:    cfg.recipe(),
+		templates: newTemplates(cfg.Templates, cfg.DefaultTemplate),
 
 		leaseToken: cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
@@ -177,7 +179,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 	p.probe = &prober{busyIdleAfter: cfg.BusyIdleAfter, newRT: d.NewTransport, store: d.Store, clock: d.Clock}
 	p.stopper = &stopper{pz: pz, backend: d.BackendName, store: d.Store, cache: p.cache, probe: p.probe, obs: obs,
 		clock: d.Clock, log: log}
-	p.takes = &takes{binder: binder, be: d.Backend, size: cfg.Prewarm, fp: prewarmFingerprint(cfg, d.BackendName),
+	p.takes = &takes{binder: binder, be: d.Backend, size: cfg.Prewarm, fps: prewarmFingerprints(cfg, d.BackendName),
 		recipe: p.recipe, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
 		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
 	p.capacity = &capacity{cfg: cfg, store: d.Store, takes: p.takes, locks: p.locks, destroyer: p.destroyer,
@@ -255,6 +257,7 @@ func (p *Pool) newRoute(rec state.Record) (*Route, error) {
 		Thread:      rec.Thread,
 		Incarnation: rec.Incarnation,
 		Backend:     rec.Backend,
+		Template:    rec.Template,
 		CreatedAt:   rec.CreatedAt,
 		// A path is kept: a remote provisioner may hand out http://host/sandboxes/{id}.
 		url:       &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/"), RawPath: strings.TrimSuffix(u.RawPath, "/")},

@@ -37,14 +37,19 @@ const prewarmInterval = 5 * time.Second
 // latency on 2 cores).
 const refillDelay = 250 * time.Millisecond
 
-// Prewarmer keeps the prewarm pool at Config.Prewarm sandboxes.
-type Prewarmer struct{ p prewarmerParams }
+// Prewarmer keeps the prewarm pool at Config.Prewarm sandboxes, shared
+// among the templates by their recent claims (demand.go).
+type Prewarmer struct {
+	p      prewarmerParams
+	demand *demand
+}
 
 type prewarmerParams struct {
-	size                   int    // Config.Prewarm
-	fp                     string // prewarmFingerprint
-	canBind                bool   // the backend can hand a pre-started sandbox out (backend.Binder)
-	recipe recipe
+	size                   int               // Config.Prewarm, the total
+	templates              []Template        // Config.prewarmTemplates
+	fps                    map[string]string // prewarmFingerprint by template name
+	canBind                bool              // the backend can hand a pre-started sandbox out (backend.Binder)
+	recipe                 recipe
 	maxSandboxes           int
 	createTimeout, lockTTL time.Duration
 	backend                prewarmBackend
@@ -73,9 +78,12 @@ type prewarmStore interface {
 	Reserve(ctx context.Context, req state.ReserveRequest) (state.ReserveResult, error)
 	Unreserve(ctx context.Context, sid, user string) error
 	PutPrewarm(ctx context.Context, rec state.Record, now time.Time) (bool, error)
+	PrewarmClaims(ctx context.Context) (map[string]int64, error)
 }
 
-func newPrewarmer(p prewarmerParams) *Prewarmer { return &Prewarmer{p: p} }
+func newPrewarmer(p prewarmerParams) *Prewarmer {
+	return &Prewarmer{p: p, demand: newDemand(p.templates, p.fps)}
+}
 
 // Run refills every prewarmInterval and refillDelay after a claim until ctx ends;
 // it returns at once when the pool is off or the backend cannot claim.
@@ -106,9 +114,10 @@ func (w *Prewarmer) Run(ctx context.Context) {
 	}
 }
 
-// Pass tops the pool up to Config.Prewarm, and destroys the sandboxes over
-// it or made from another configuration (fingerprint), oldest first. Another
-// replica refilling right now makes it a no-op.
+// Pass tops each template's share of the pool up (demand.targets), and
+// destroys the sandboxes over it or made from another configuration
+// (fingerprint), oldest first. Another replica refilling right now makes
+// it a no-op.
 func (w *Prewarmer) Pass(ctx context.Context) error {
 	p := w.p
 	held, err := p.locks.lock(ctx, prewarmLock, 0)
@@ -123,25 +132,42 @@ func (w *Prewarmer) Pass(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	kept := 0
+	claims, err := p.store.PrewarmClaims(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	w.demand.observe(claims, p.clock.Now())
+	want := w.demand.targets(p.size)
+	kept := make(map[string]int, len(want))
 	for _, rec := range recs {
-		if rec.Prewarm == p.fp && kept < p.size {
-			kept++
+		if kept[rec.Prewarm] < want[rec.Prewarm] {
+			kept[rec.Prewarm]++
 			continue
 		}
 		if err := p.destroy(ctx, rec.SandboxID, ReasonPrewarmTrim); err != nil && !errors.Is(err, ErrNotFound) {
 			p.log.WarnContext(ctx, "prewarm: destroy surplus", "sandbox_id", rec.SandboxID, "err", err)
 		}
 	}
-	for ; kept < p.size; kept++ {
-		select {
-		case <-held.Lost():
-			return nil
-		default:
-		}
-		full, err := w.prewarmOne(ctx)
-		if err != nil || full {
-			return err
+	// One per template in turn, so that a slow template does not keep the
+	// others' shares empty.
+	for started := true; started; {
+		started = false
+		for _, t := range p.templates {
+			fp := p.fps[t.Name]
+			if kept[fp] >= want[fp] {
+				continue
+			}
+			select {
+			case <-held.Lost():
+				return nil
+			default:
+			}
+			full, err := w.prewarmOne(ctx, t, fp)
+			if err != nil || full {
+				return err
+			}
+			kept[fp]++
+			started = true
 		}
 	}
 	return nil
@@ -149,7 +175,7 @@ func (w *Prewarmer) Pass(ctx context.Context) error {
 
 // prewarmOne starts one unclaimed sandbox in free capacity; full reports
 // that there was none (the pool never evicts for its own refill).
-func (w *Prewarmer) prewarmOne(ctx context.Context) (full bool, err error) {
+func (w *Prewarmer) prewarmOne(ctx context.Context, t Template, fp string) (full bool, err error) {
 	p := w.p
 	sid, err := newPrewarmID()
 	if err != nil {
@@ -164,10 +190,10 @@ func (w *Prewarmer) prewarmOne(ctx context.Context) (full bool, err error) {
 	if res.Outcome != "ok" {
 		return true, nil
 	}
-	info, err := w.startPrewarm(ctx, sid)
+	info, err := w.startPrewarm(ctx, sid, t, fp)
 	if err == nil {
 		rec := state.RecordFromInfo(info, state.StatePrewarm)
-		rec.User, rec.Thread, rec.Prewarm = "", "", p.fp
+		rec.User, rec.Thread, rec.Prewarm = "", "", fp
 		if rec.Backend == "" {
 			rec.Backend = p.backendName
 		}
@@ -186,12 +212,13 @@ func (w *Prewarmer) prewarmOne(ctx context.Context) (full bool, err error) {
 		_ = backend.RemovePrewarmDirs(p.recipe.mounts.DataDir, sid)
 		return false, fmt.Errorf("prewarm sandbox %s: %w", sid, err)
 	}
-	p.log.InfoContext(ctx, "prewarmed sandbox ready", "sandbox_id", sid)
+	p.log.InfoContext(ctx, "prewarmed sandbox ready", "sandbox_id", sid, "template", t.Name)
 	return false, nil
 }
 
-// startPrewarm creates sid with the spec every sandbox gets, less a thread.
-func (w *Prewarmer) startPrewarm(ctx context.Context, sid string) (backend.Info, error) {
+// startPrewarm creates sid with the spec every sandbox of t gets, less a
+// thread.
+func (w *Prewarmer) startPrewarm(ctx context.Context, sid string, t Template, fp string) (backend.Info, error) {
 	p := w.p
 	mounts, err := backend.PrewarmMounts(p.recipe.mounts, sid)
 	if err != nil {
@@ -201,8 +228,8 @@ func (w *Prewarmer) startPrewarm(ctx context.Context, sid string) (backend.Info,
 	if err != nil {
 		return backend.Info{}, err
 	}
-	spec := p.recipe.build(backend.Spec{SandboxID: sid, Mounts: mounts, Secret: secret, Egress: p.recipe.egress})
-	spec.Labels[backend.LabelPrewarm] = p.fp
+	spec := p.recipe.apply(backend.Spec{SandboxID: sid, Mounts: mounts, Secret: secret}, t, Options{}, backend.Egress{}, false)
+	spec.Labels[backend.LabelPrewarm] = fp
 	cctx, cancel := context.WithTimeout(ctx, p.createTimeout)
 	defer cancel()
 	info, err := p.backend.Create(cctx, spec)

@@ -22,6 +22,7 @@ type Route struct {
 	Thread      string
 	Incarnation string
 	Backend     string
+	Template    string
 	CreatedAt   time.Time
 	url         *url.URL
 	transport   http.RoundTripper
@@ -92,13 +93,14 @@ type Identity struct {
 	Thread      string
 	Incarnation string
 	Backend     string
+	Template    string
 	CreatedAt   time.Time
 }
 
 // Identity returns the route's identity by value (no allocation).
 func (r *Route) Identity() Identity {
 	return Identity{SandboxID: r.SandboxID, User: r.User, Thread: r.Thread, Incarnation: r.Incarnation,
-		Backend: r.Backend, CreatedAt: r.CreatedAt}
+		Backend: r.Backend, Template: r.Template, CreatedAt: r.CreatedAt}
 }
 
 // SpanAttributes describes the route on the proxy's spans.

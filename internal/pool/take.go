@@ -22,8 +22,8 @@ import (
 type takes struct {
 	binder backend.Binder // nil: the backend cannot hand one out
 	be     backend.Backend
-	size   int    // Config.Prewarm
-	fp     string // prewarmFingerprint
+	size   int               // Config.Prewarm
+	fps    map[string]string // prewarmFingerprint by template name
 	recipe recipe
 	// holdFor is how long a taken sandbox's reservation lasts (a create's).
 	holdFor time.Duration
@@ -46,15 +46,20 @@ type prewarmTaker interface {
 	TakePrewarmRecord(ctx context.Context, pw, sid, user string, deadline time.Time) (state.Record, func(context.Context) error, bool, error)
 }
 
-// takeable reports whether a new thread may take a pre-started sandbox:
-// the pool is on and the thread has no data of its own on the host. (One
-// with an egress policy of its own is turned down by the reservation.)
-func (c *takes) takeable(user, thread string) bool {
-	if c.size <= 0 || c.binder == nil {
-		return false
+// takeable returns the fingerprint of the pre-started sandboxes a new
+// thread of template t with options o may take, "" = none: the pool is off,
+// o asks for what a running sandbox cannot be given (env of its own, other
+// memory), or the thread has data of its own on the host. (One with an
+// egress policy of its own is turned down by the reservation.)
+func (c *takes) takeable(user, thread string, t Template, o Options) string {
+	if c.size <= 0 || c.binder == nil || len(o.Env) > 0 || o.Memory != 0 && o.Memory != t.Backend.Memory {
+		return ""
 	}
 	unused, err := backend.ThreadDirUnused(c.recipe.mounts.DataDir, user, thread)
-	return err == nil && unused
+	if err != nil || !unused {
+		return ""
+	}
+	return c.fps[t.Name]
 }
 
 // takePrewarm takes pre-started sandbox pw for sid (see statedb.TakePrewarm)
@@ -85,7 +90,7 @@ func (c *takes) takePrewarm(ctx context.Context, pw, sid, user string) (state.Re
 // take binds the taken pre-started sandbox rec to (user, thread, sid) and
 // records it active. On an error rec's sandbox is destroyed and the caller
 // creates one cold: sid's capacity reservation is already held.
-func (c *takes) take(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string) (*Route, error) {
+func (c *takes) take(ctx context.Context, rec state.Record, held *statedb.Held, user, thread, sid string, t Template) (*Route, error) {
 	defer c.bg.unlockLater(c.locks, held)
 	defer func() {
 		select {
@@ -95,7 +100,7 @@ func (c *takes) take(ctx context.Context, rec state.Record, held *statedb.Held, 
 	}()
 	pw := rec.SandboxID
 	warm := rec.Info()
-	r, err := c.bind(ctx, rec, user, thread, sid)
+	r, err := c.bind(ctx, rec, user, thread, sid, t)
 	if err != nil {
 		c.log.WarnContext(ctx, "prewarmed sandbox not claimed; creating one", "sandbox_id", sid, "thread", thread,
 			"prewarm_id", pw, "err", err)
@@ -110,8 +115,8 @@ func (c *takes) take(ctx context.Context, rec state.Record, held *statedb.Held, 
 	return r, err
 }
 
-func (c *takes) bind(ctx context.Context, rec state.Record, user, thread, sid string) (*Route, error) {
-	if rec.Prewarm != c.fp {
+func (c *takes) bind(ctx context.Context, rec state.Record, user, thread, sid string, t Template) (*Route, error) {
+	if rec.Prewarm != c.fps[t.Name] {
 		return nil, errors.New("made from another configuration")
 	}
 	mounts, err := backend.ThreadMounts(c.recipe.mounts, user, thread)
@@ -121,8 +126,8 @@ func (c *takes) bind(ctx context.Context, rec state.Record, user, thread, sid st
 	if err := backend.AdoptPrewarmDirs(c.recipe.mounts.DataDir, rec.SandboxID, user, thread); err != nil {
 		return nil, err
 	}
-	spec := c.recipe.build(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts,
-		Secret: rec.Secret, Egress: c.recipe.egress})
+	spec := c.recipe.apply(backend.Spec{SandboxID: sid, User: user, Thread: thread, Mounts: mounts, Secret: rec.Secret},
+		t, Options{}, backend.Egress{}, false)
 	ctx, span := c.obs.span(ctx, spanClaim, sid, thread)
 	info, err := c.binder.Bind(ctx, rec.Info(), spec)
 	end(span, err)
@@ -132,15 +137,38 @@ func (c *takes) bind(ctx context.Context, rec state.Record, user, thread, sid st
 	return c.record(ctx, info, user, thread)
 }
 
-// prewarmFingerprint identifies what a sandbox is made from besides its
-// thread: a pre-started sandbox made from another one is never claimed.
-func prewarmFingerprint(cfg Config, backendName string) string {
+// prewarmFingerprint identifies what a sandbox of template t is made from
+// besides its thread: a pre-started sandbox made from another one is never
+// claimed.
+func prewarmFingerprint(cfg Config, backendName string, t Template) string {
 	b, _ := json.Marshal(struct {
 		Backend, Fleet, Skills, ACP string
 		Extra                       []backend.Mount
 		Env, Labels                 map[string]string
 		Egress                      backend.Egress
-	}{backendName, cfg.Fleet, cfg.Mounts.SkillsDir, cfg.Mounts.ACPWorkspace, cfg.Mounts.Extra, cfg.Env, cfg.Labels, cfg.Egress})
+		Template                    backend.Template
+		TemplateEnv                 map[string]string
+		TemplateEgress              *backend.Egress
+	}{backendName, cfg.Fleet, cfg.Mounts.SkillsDir, cfg.Mounts.ACPWorkspace, cfg.Mounts.Extra, cfg.Env, cfg.Labels, cfg.Egress,
+		t.Backend, t.Env, t.Egress})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// prewarmTemplates are the templates the prewarm pool keeps sandboxes of:
+// the configured ones, or without any the zero Template.
+func (c Config) prewarmTemplates() []Template {
+	if len(c.Templates) == 0 {
+		return []Template{{}}
+	}
+	return c.Templates
+}
+
+// prewarmFingerprints maps each of prewarmTemplates' names to its fingerprint.
+func prewarmFingerprints(cfg Config, backendName string) map[string]string {
+	fps := make(map[string]string, len(cfg.Templates)+1)
+	for _, t := range cfg.prewarmTemplates() {
+		fps[t.Name] = prewarmFingerprint(cfg, backendName, t)
+	}
+	return fps
 }

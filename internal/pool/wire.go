@@ -46,7 +46,8 @@ func NewReconciler(p *Pool) *Reconciler {
 // NewPrewarmer returns the refill loop of p.
 func NewPrewarmer(p *Pool) *Prewarmer {
 	_, canBind := p.backend.be.(backend.Binder)
-	return newPrewarmer(prewarmerParams{size: p.cfg.Prewarm, fp: p.takes.fp, canBind: canBind, recipe: p.recipe,
+	return newPrewarmer(prewarmerParams{size: p.cfg.Prewarm, templates: p.cfg.prewarmTemplates(), fps: p.takes.fps,
+		canBind: canBind, recipe: p.recipe,
 		maxSandboxes: p.cfg.MaxSandboxes, createTimeout: p.cfg.CreateTimeout, lockTTL: p.cfg.LockTTL,
 		backend: p.backend.be, backendName: p.name, store: p.store, destroy: p.Destroy, locks: p.locks,
 		refill: p.refill, metrics: p.metrics, clock: p.clock, log: p.log})

@@ -42,7 +42,7 @@ func (rt *Router) registerAdmin(e *echo.Echo) {
 }
 
 func viewOf(rec state.Record) api.SandboxRecord {
-	return api.SandboxRecord{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend,
+	return api.SandboxRecord{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend, Template: rec.Template,
 		State: string(rec.State), CreatedAt: rec.CreatedAt.UTC()}
 }
 

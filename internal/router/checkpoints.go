@@ -20,11 +20,13 @@ import (
 	"github.com/sandgate/sandgate/internal/state"
 )
 
-// maxCheckpointBody bounds the small JSON bodies of these routes.
+// maxCheckpointBody bounds the small JSON bodies of these routes and of
+// PUT /threads/{thread}/sandbox.
 const maxCheckpointBody = 16 << 10
 
 // decodeOptional reads a small JSON object body into dst; an empty body
-// leaves dst as it is.
+// leaves dst as it is. Unknown fields are refused: a misspelt option is
+// not silently dropped.
 func decodeOptional(c echo.Context, dst any) error {
 	r := c.Request()
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, maxCheckpointBody))

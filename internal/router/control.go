@@ -29,6 +29,15 @@ func (rt *Router) acquireThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
+	var req *api.CreateSandbox
+	if err := decodeOptional(c, &req); err != nil {
+		return err
+	}
+	if req != nil {
+		if err := rt.applyCreate(c.Request().Context(), p, p.User, thread, *req); err != nil {
+			return err
+		}
+	}
 	view, err := rt.acquireView(c, p, thread)
 	if err != nil {
 		return err
@@ -49,7 +58,7 @@ func (rt *Router) acquireView(c echo.Context, p *auth.Principal, thread string) 
 		return api.Sandbox{}, err
 	}
 	return api.Sandbox{
-		SandboxID: id.SandboxID, Thread: id.Thread, User: id.User, Backend: id.Backend,
+		SandboxID: id.SandboxID, Thread: id.Thread, User: id.User, Backend: id.Backend, Template: id.Template,
 		State: string(state.StateActive), Outcome: string(outcome),
 		URL: rt.sandboxURL(c, id.SandboxID), SandboxURL: capURL, CreatedAt: id.CreatedAt.UTC(),
 	}, nil
@@ -76,10 +85,15 @@ func (rt *Router) getThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
+	opts, err := rt.pool.Options(ctx, rec.SandboxID)
+	if err != nil {
+		return err
+	}
 	return c.JSON(http.StatusOK, api.Sandbox{
-		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend,
+		SandboxID: rec.SandboxID, Thread: rec.Thread, User: rec.User, Backend: rec.Backend, Template: rec.Template,
 		State: string(rec.State), URL: rt.sandboxURL(c, rec.SandboxID), SandboxURL: capURL,
 		CreatedAt: rec.CreatedAt.UTC(), Frozen: !rec.Frozen.IsZero(), Data: rt.threadData(ctx, rec.User, rec.Thread),
+		Metadata: opts.Metadata,
 	})
 }
 

@@ -121,6 +121,9 @@ func retryAfterOf(d time.Duration) int {
 
 // statusOf is the one place errors become statuses.
 func statusOf(err error) apiError {
+	if e, _, ok := optionError(err); ok {
+		return e
+	}
 	var he *echo.HTTPError
 	var tooLarge *http.MaxBytesError
 	var unreachable *proxy.UnreachableError
@@ -298,6 +301,9 @@ func writeError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 	}
 	w.WriteHeader(e.status)
 	body := api.ErrorBody{Error: api.ErrorDetail{Code: e.code, Message: e.message}}
+	if _, field, ok := optionError(err); ok {
+		body.Error.Field = field
+	}
 	if strings.HasPrefix(r.URL.Path, "/api/") {
 		body.Detail = e.message
 	}

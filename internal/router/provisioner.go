@@ -97,6 +97,16 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 	if err := rt.setEgress(ctx, p, sid, req.Egress); err != nil {
 		return err
 	}
+	if name := rt.provisionerTemplate(req); name != "" {
+		o, err := rt.pool.Options(ctx, sid)
+		if err != nil {
+			return err
+		}
+		o.Template = name
+		if err := rt.pool.SetOptions(ctx, user, thread, o); err != nil {
+			return err
+		}
+	}
 	route, _, err := rt.acquire(ctx, p, user, thread)
 	if err != nil {
 		return err

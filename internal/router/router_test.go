@@ -110,6 +110,12 @@ func (s stubPool) AliasesBySandbox(context.Context, string) (map[string]string, 
 func (s stubPool) SetEgress(context.Context, string, backend.Egress) (bool, error) {
 	return false, s.err
 }
+func (s stubPool) Templates() ([]pool.Template, string)                           { return nil, "" }
+func (s stubPool) CheckOptions(pool.Options) error                                { return s.err }
+func (s stubPool) SetOptions(context.Context, string, string, pool.Options) error { return s.err }
+func (s stubPool) Options(context.Context, string) (pool.Options, error) {
+	return pool.Options{}, s.err
+}
 
 func TestRequestsMapToStatuses(t *testing.T) {
 	t.Parallel()

@@ -50,6 +50,12 @@ type Pool interface {
 	Capability(ctx context.Context, sid string) (string, error)
 	Records(ctx context.Context) ([]state.Record, error)
 	Alive(ctx context.Context, rec state.Record) (bool, error)
+	// Templates, CheckOptions, SetOptions and Options: the create
+	// options of threads (pool.Options).
+	Templates() ([]pool.Template, string)
+	CheckOptions(o pool.Options) error
+	SetOptions(ctx context.Context, user, thread string, o pool.Options) error
+	Options(ctx context.Context, sid string) (pool.Options, error)
 }
 
 // Compile-time checks: the pool's routes are the router's sandboxes.

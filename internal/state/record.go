@@ -40,6 +40,9 @@ type Record struct {
 	// Prewarm is the fingerprint of the spec a pre-started sandbox was
 	// made from (backend.LabelPrewarm); "" for a thread's own sandbox.
 	Prewarm string
+	// Template names the template the sandbox was made from
+	// (backend.LabelTemplate); "" = none.
+	Template string
 	// Capability opens this incarnation through a capability URL; "" until
 	// one is first handed out (Store.Capability). Never log it.
 	Capability string
@@ -62,6 +65,7 @@ func RecordFromInfo(info backend.Info, state State) Record {
 		CreatedAt:   info.CreatedAt,
 		Secret:      info.Secret,
 		Prewarm:     prewarmOf(info),
+		Template:    info.Labels[backend.LabelTemplate],
 	}
 }
 

@@ -24,9 +24,10 @@ const DefaultBuckets = 64
 //
 // Per sandbox, in the sandbox's own slot:
 //
-//	p{sid}:sbx     HASH  user thread backend incarnation url state created_ms secret prewarm [cap cap_sum]
+//	p{sid}:sbx     HASH  user thread backend incarnation url state created_ms secret prewarm template [cap cap_sum]
 //	p{sid}:lock    STRING bsm/redislock token, held while creating or destroying
 //	p{sid}:egress  STRING JSON egress policy an admin set (outlives incarnations)
+//	p{sid}:opts    STRING JSON create options: template, env, memory, metadata (outlive incarnations)
 //	p{cap:sum}     STRING sid whose current incarnation holds the capability with this SHA-256
 //	p{ses:sum}     STRING sealed status-page session whose id has this SHA-256; TTL = its expiry
 //
@@ -145,6 +146,9 @@ func (k Keys) Lock(sid string) string { return k.tag(sid) + "lock" }
 
 // Egress is the key of a sandbox's egress policy override.
 func (k Keys) Egress(sid string) string { return k.tag(sid) + "egress" }
+
+// Options is the key of a thread's create options (pool.Options).
+func (k Keys) Options(sid string) string { return k.tag(sid) + "opts" }
 
 // Cap is the index key of a capability's SHA-256 (hex).
 func (k Keys) Cap(sumHex string) string { return k.prefix + "{cap:" + sumHex + "}" }

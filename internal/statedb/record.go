@@ -14,7 +14,7 @@ func fields(r state.Record, now time.Time) []any {
 		"user", r.User, "thread", r.Thread, "backend", r.Backend,
 		"incarnation", r.Incarnation, "url", r.URL,
 		"created_ms", strconv.FormatInt(r.CreatedAt.UnixMilli(), 10),
-		"secret", r.Secret, "prewarm", r.Prewarm,
+		"secret", r.Secret, "prewarm", r.Prewarm, "template", r.Template,
 		"seen_ms", strconv.FormatInt(now.UnixMilli(), 10),
 	}
 }
@@ -36,6 +36,7 @@ func recordFromHash(sid string, h map[string]string) (state.Record, bool) {
 		CreatedAt:   time.UnixMilli(ms),
 		Secret:      h["secret"],
 		Prewarm:     h["prewarm"],
+		Template:    h["template"],
 		Capability:  h["cap"],
 		Frozen:      msTime(h["frozen"]),
 	}, true

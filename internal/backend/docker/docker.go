@@ -280,13 +280,9 @@ func New(cfg Config, log *slog.Logger) (*Docker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if cfg.Host != "" {
-		opts = append(opts, client.WithHost(cfg.Host))
-	}
-	api, err := client.NewClientWithOpts(opts...)
+	api, err := engineClient(cfg.Host)
 	if err != nil {
-		return nil, fmt.Errorf("docker backend: engine client: %w", err)
+		return nil, fmt.Errorf("docker backend: %w", err)
 	}
 	return newWithEngine(cfg, api, log), nil
 }

@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/backend/docker"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/imagestore"
+)
+
+// imageImportTimeout bounds each start-up import (a multi-GB image unpacks
+// in tens of seconds; one already stored, at once).
+const imageImportTimeout = 10 * time.Minute
+
+func openImageStore(cfg config.Config) (*imagestore.Store, error) {
+	return imagestore.Open(imagestore.Config{Dir: filepath.Join(cfg.DataDir, "images")})
+}
+
+// timedImport runs one bounded import and logs what it took.
+func timedImport(ctx context.Context, log *slog.Logger, what string, imp func(context.Context) (imagestore.Image, error)) (imagestore.Image, error) {
+	ctx, cancel := context.WithTimeout(ctx, imageImportTimeout)
+	defer cancel()
+	start := time.Now()
+	img, err := imp(ctx)
+	if err != nil {
+		return img, err
+	}
+	log.Info("image imported: isolated sandboxes of "+what+" run its userland", "image", img.ID,
+		"duration", time.Since(start).Round(time.Millisecond).String(), "special_entries_skipped", img.Skipped)
+	return img, nil
+}
+
+// importTemplateImages imports, for the process backend, every template's
+// image into {data_dir}/images (shared layers once: the store is content
+// addressed) and completes cfg.Pool.Templates with its rootfs and
+// environment.
+func importTemplateImages(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	sources := cfg.TemplateSources()
+	if len(sources) == 0 {
+		return nil
+	}
+	store, err := openImageStore(*cfg)
+	if err != nil {
+		return fmt.Errorf("templates: %w", err)
+	}
+	for i, t := range cfg.Pool.Templates {
+		src, ok := sources[t.Name]
+		if !ok {
+			continue
+		}
+		img, err := timedImport(ctx, log, "template "+t.Name, func(ctx context.Context) (imagestore.Image, error) {
+			return importTemplate(ctx, store, cfg.Docker.Host, src)
+		})
+		if err != nil {
+			return fmt.Errorf("templates: %s: %w", t.Name, err)
+		}
+		cfg.Pool.Templates[i].Backend.RootFS, cfg.Pool.Templates[i].Backend.RootEnv = img.RootFS, img.Env
+	}
+	return nil
+}
+
+// importTemplate imports src's rootfs (an archive or an OCI layout
+// directory) or else its image from the Docker engine at host; an engine
+// image the store already holds is not exported again.
+func importTemplate(ctx context.Context, store *imagestore.Store, host string, src config.TemplateConfig) (imagestore.Image, error) {
+	if src.RootFS != "" {
+		fi, err := os.Stat(src.RootFS)
+		if err != nil {
+			return imagestore.Image{}, fmt.Errorf("rootfs: %w", err)
+		}
+		if fi.IsDir() {
+			return store.ImportLayout(ctx, src.RootFS)
+		}
+		return store.ImportArchive(ctx, src.RootFS)
+	}
+	ei, err := docker.InspectImage(ctx, host, src.Image)
+	if err != nil {
+		return imagestore.Image{}, err
+	}
+	if dir, ok := store.Stored(ei.DiffIDs); ok {
+		return imagestore.Image{ID: src.Image, RootFS: dir, Env: ei.Env}, nil
+	}
+	return store.ImportWritten(ctx, func(w io.Writer) error { return docker.SaveImage(ctx, host, src.Image, w) })
+}

@@ -1,0 +1,80 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sandgate/sandgate/internal/identity"
+)
+
+// Templates returns the configured templates in configuration order and
+// the default's name ("" = none: the backend's configuration alone).
+func (p *Pool) Templates() ([]Template, string) { return p.cfg.Templates, p.cfg.DefaultTemplate }
+
+// CheckOptions validates o against the configured templates and limits
+// (an *OptionError names the field).
+func (p *Pool) CheckOptions(o Options) error { return p.templates.Check(o) }
+
+// SetOptions stores (user, thread)'s create options, checked; when they
+// differ from the stored ones a running sandbox of the thread, made from
+// those, is destroyed (its files stay) so that the next acquire makes one
+// from these. Options are stored before any create reads them.
+func (p *Pool) SetOptions(ctx context.Context, user, thread string, o Options) error {
+	if err := p.templates.Check(o); err != nil {
+		return err
+	}
+	data, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encode create options: %w", err)
+	}
+	sid := identity.SandboxID(user, thread)
+	changed, err := p.store.SetOptions(ctx, sid, data)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if !changed {
+		return nil
+	}
+	p.log.InfoContext(ctx, "thread's create options set", "sandbox_id", sid, "thread", thread, "template", o.Template)
+	if err := p.DestroyThread(ctx, user, thread, ReasonOptions); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Options returns the stored create options of sandbox sid (zero: none
+// stored, the default template).
+func (p *Pool) Options(ctx context.Context, sid string) (Options, error) {
+	var o Options
+	data, ok, err := p.store.Options(ctx, sid)
+	if err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrState, err)
+		}
+		return o, err
+	}
+	if err := json.Unmarshal(data, &o); err != nil {
+		return o, fmt.Errorf("%w: decode create options of %s: %w", ErrState, sid, err)
+	}
+	return o, nil
+}
+
+// createFrom resolves what sid's create is made of: its stored options and
+// their template. A stored template the operator has since removed falls
+// back to the default, logged: the thread keeps working.
+func (p *Pool) createFrom(ctx context.Context, sid, thread string) (Template, Options, error) {
+	o, err := p.Options(ctx, sid)
+	if err != nil {
+		return Template{}, o, err
+	}
+	t, err := p.templates.pick(o.Template)
+	if errors.Is(err, ErrTemplateUnknown) {
+		p.log.WarnContext(ctx, "thread's template is no longer configured: the default's sandbox is created",
+			"sandbox_id", sid, "thread", thread, "template", o.Template)
+		o.Template = ""
+		t, err = p.templates.pick("")
+	}
+	return t, o, err
+}

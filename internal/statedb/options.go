@@ -1,0 +1,35 @@
+package statedb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SetOptions stores a thread's create options (the pool's encoding; every
+// later incarnation is made from them) and reports whether they differ
+// from those stored before. One SET ... GET: no condition to keep.
+func (s *Store) SetOptions(ctx context.Context, sid string, data []byte) (changed bool, err error) {
+	old, err := s.rdb.SetArgs(ctx, s.keys.Options(sid), data, redis.SetArgs{Get: true}).Result()
+	if errors.Is(err, redis.Nil) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store create options: %w", err)
+	}
+	return old != string(data), nil
+}
+
+// Options returns a thread's stored create options, if a create set them.
+func (s *Store) Options(ctx context.Context, sid string) ([]byte, bool, error) {
+	data, err := s.rdb.Get(ctx, s.keys.Options(sid)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read create options: %w", err)
+	}
+	return data, true, nil
+}
