@@ -273,11 +273,12 @@ func call(t *testing.T, method, url string, body any, hdr ...string) (int, []byt
 	return resp.StatusCode, b, resp.Header
 }
 
-// shell runs command in thread's sandbox through gateway base and returns the
-// output; it fails the test on anything but a completed command.
-func shell(t *testing.T, base, thread, command string) execData {
+// shell runs command in thread's sandbox through gateway base (with the
+// headers hdr, name then value) and returns the output; it fails the test
+// on anything but a completed command.
+func shell(t *testing.T, base, thread, command string, hdr ...string) execData {
 	t.Helper()
-	code, body, _ := call(t, "POST", base+"/threads/"+thread+"/v1/shell/exec", map[string]any{"command": command})
+	code, body, _ := call(t, "POST", base+"/threads/"+thread+"/v1/shell/exec", map[string]any{"command": command}, hdr...)
 	if code != 200 {
 		t.Fatalf("exec %q: status %d: %s", command, code, body)
 	}

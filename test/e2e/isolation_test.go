@@ -42,9 +42,9 @@ func randHex(n int) string {
 }
 
 // run is shell's output and exit code, in one string for messages.
-func run(t *testing.T, g *gateway, thread, command string) (string, int) {
+func run(t *testing.T, g *gateway, thread, command string, hdr ...string) (string, int) {
 	t.Helper()
-	d := shell(t, g.URL, thread, command)
+	d := shell(t, g.URL, thread, command, hdr...)
 	code := -1
 	if d.ExitCode != nil {
 		code = *d.ExitCode
