@@ -128,7 +128,7 @@ egress:
 - Each setting has one meaning of 0 (numbers, durations, sizes) or empty (strings, lists), in the
   column "0 / empty means"; "refused" means start-up fails naming the setting. Where the default is
   worked out at start-up, the default column says how.
-- The YAML-only keys (` + "`mounts`" + `, ` + "`environment`" + `, ` + "`labels`" + `) and DeerFlow's ` + "`sandbox:`" + ` block are in
+- The YAML-only keys (` + "`mounts`" + `, ` + "`environment`" + `, ` + "`labels`" + `, ` + "`templates`" + `) and DeerFlow's ` + "`sandbox:`" + ` block are in
   the [README](../README.md#configuration).
 - ` + "`gateway -h`" + ` prints the same sections in the same order, each with its settings in the order
   of its table below.

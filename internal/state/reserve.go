@@ -17,8 +17,7 @@ type ReserveRequest struct {
 	// Now drops expired reservations; Deadline is when this one expires.
 	Now, Deadline time.Time
 	// Kind is "" (a create), KindTake or KindPrewarm (see scriptFleetReserve).
-	Kind    string
-	Prewarm string // TEMP
+	Kind string
 }
 
 // Kinds of ReserveRequest. KindTake is a thread's create that may take a
