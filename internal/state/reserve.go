@@ -18,6 +18,11 @@ type ReserveRequest struct {
 	Now, Deadline time.Time
 	// Kind is "" (a create), KindTake or KindPrewarm (see scriptFleetReserve).
 	Kind string
+	// Prewarm, with KindTake, is the fingerprint of the spec the thread's
+	// sandbox needs (its template's): only a pre-started sandbox made from
+	// it is offered, the oldest. "" (a replica of an earlier version) takes
+	// the oldest of any.
+	Prewarm string
 }
 
 // Kinds of ReserveRequest. KindTake is a thread's create that may take a

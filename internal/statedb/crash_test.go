@@ -126,6 +126,10 @@ func TestCrashBetweenStepsIsRepaired(t *testing.T) {
 					t.Fatalf("after the repair: record %q, counts %+v; want %q, %d active, %d warm, %d pre-started",
 						got.State, cnt, c.state, c.active, c.warmN, c.prewarm)
 				}
+				// A pre-started one is indexed with its fingerprint, any other without.
+				if fps, _ := s.rdb.HGetAll(ctx, s.keys.PrewarmFP()).Result(); c.prewarm == 1 && fps["a"] != "fp" || c.prewarm == 0 && len(fps) != 0 {
+					t.Fatalf("fingerprints after the repair: %v", fps)
+				}
 				if held, _ := s.rdb.ZCount(ctx, s.keys.User("u"), heldScore, "+inf").Result(); held != c.held {
 					t.Fatalf("u holds %d, want %d", held, c.held)
 				}

@@ -41,12 +41,18 @@ const DefaultBuckets = 64
 //
 // Fleet-wide, in the {fleet} slot (the limits that must stay exact):
 //
-//	p{fleet}:count   HASH  bucket -> "count|seq": each bucket's active + warm count, newest seq wins
-//	p{fleet}:res     ZSET  sid -> deadline (ms): capacity held by creates in progress
-//	p{fleet}:resuser HASH  sid -> user of a reservation (status page)
-//	p{fleet}:prewarm ZSET  sid -> created at (ms): pre-started sandboxes no thread has claimed
-//	p{fleet}:holders HASH  user -> sandboxes held (fair share)
-//	p{fleet}:egress  SET   sids with an egress policy of their own (never offered a pre-started sandbox)
+//	p{fleet}:count     HASH  bucket -> "count|seq": each bucket's active + warm count, newest seq wins
+//	p{fleet}:res       ZSET  sid -> deadline (ms): capacity held by creates in progress
+//	p{fleet}:resuser   HASH  sid -> user of a reservation (status page)
+//	p{fleet}:prewarm   ZSET  sid -> created at (ms): pre-started sandboxes no thread has claimed
+//	p{fleet}:prewarmfp HASH  sid -> fingerprint of the spec it was made from (Record.Prewarm),
+//	                   written and removed with its prewarm entry. An entry without one
+//	                   (indexed by an earlier version) is offered only to a take that names
+//	                   no fingerprint, and is evicted and trimmed as any; the reconciler
+//	                   copies its record's fingerprint in (Store.Inconsistent)
+//	p{fleet}:claims    HASH  fingerprint -> pre-started sandboxes of it taken (cumulative)
+//	p{fleet}:holders   HASH  user -> sandboxes held (fair share)
+//	p{fleet}:egress    SET   sids with an egress policy of their own (never offered a pre-started sandbox)
 //
 // Per user, in the user's slot:
 //
@@ -174,6 +180,12 @@ func (k Keys) Lease(b int) string { return k.buckets[b].lease }
 // Prewarm indexes the pre-started sandboxes no thread has claimed, oldest first.
 func (k Keys) Prewarm() string { return k.fleet + "prewarm" }
 
+// PrewarmFP maps each indexed pre-started sandbox to its spec's fingerprint.
+func (k Keys) PrewarmFP() string { return k.fleet + "prewarmfp" }
+
+// Claims counts the pre-started sandboxes taken, per fingerprint.
+func (k Keys) Claims() string { return k.fleet + "claims" }
+
 // Creating holds the capacity reservations of creates in progress.
 func (k Keys) Creating() string { return k.fleet + "res" }
 
@@ -201,7 +213,7 @@ func (k Keys) Layout() string { return k.prefix + "{layout}" }
 // fleetKeys are the KEYS of every fleet script, in this order.
 func (k Keys) fleetKeys() []string {
 	return []string{k.fleet + "count", k.fleet + "res", k.fleet + "resuser", k.fleet + "prewarm",
-		k.fleet + "holders", k.fleet + "egress"}
+		k.fleet + "holders", k.fleet + "egress", k.PrewarmFP(), k.Claims()}
 }
 
 // bucketKeys are the KEYS of every bucket script, in this order.

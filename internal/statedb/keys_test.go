@@ -1,13 +1,14 @@
 package statedb
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestKeysSpreadOverSlots pins the layout's placement: every key of a
-// sandbox shares the sandbox's slot, every index of a bucket shares the
-// bucket's, and the buckets sit evenly over the slot space, so nodes that
+// sandbox shares the sandbox's slot, every fleet key the fleet's, every
+// index of a bucket shares the bucket's, and the buckets sit evenly over the slot space, so nodes that
 // own contiguous ranges of it (redis-cli --cluster create) hold N/k each,
 // within one.
 func TestKeysSpreadOverSlots(t *testing.T) {
@@ -23,6 +24,17 @@ func TestKeysSpreadOverSlots(t *testing.T) {
 	for _, key := range []string{k.Lock(sid), k.Egress(sid)} {
 		if slot(key) != slot(k.Sandbox(sid)) {
 			t.Fatalf("%s is not in its sandbox's slot", key)
+		}
+	}
+	fleet := k.fleetKeys()
+	for _, key := range []string{k.Prewarm(), k.Creating(), k.PrewarmFP(), k.Claims()} {
+		if !slices.Contains(fleet, key) {
+			t.Fatalf("%s is not one of the fleet scripts' keys", key)
+		}
+	}
+	for _, key := range fleet {
+		if slot(key) != slot(k.Prewarm()) {
+			t.Fatalf("%s is not in the fleet's slot", key)
 		}
 	}
 	for _, n := range []int{16, 64, 256} {

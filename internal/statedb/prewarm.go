@@ -13,19 +13,26 @@ import (
 )
 
 // scriptTakePrewarm hands the pre-started sandbox pw to the new thread's
-// sandbox id sid in the fleet's slot: pw leaves the pre-started index and
-// its capacity unit becomes sid's reservation, in one step. Of the replicas
-// racing for pw, one gets 1, the others nil.
+// sandbox id sid in the fleet's slot: pw leaves the pre-started index with
+// its fingerprint, its fingerprint's claim count (KEYS[8]) goes up by one
+// (none without a fingerprint: an earlier version indexed it), and its
+// capacity unit becomes sid's reservation, in one step. Of the replicas
+// racing for pw, one gets 1 (and counts), the others nil.
 // KEYS: fleetKeys. ARGV: pw, sid, deadline, user.
 var scriptTakePrewarm = redis.NewScript(`
 if redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then return nil end
+local fp = redis.call('HGET', KEYS[7], ARGV[1])
+if fp then
+  redis.call('HDEL', KEYS[7], ARGV[1])
+  redis.call('HINCRBY', KEYS[8], fp, 1)
+end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[4]) end
 return 1
 `)
 
 // PutPrewarm writes rec, a sandbox no thread has claimed, into the prewarm
-// index unless a record exists, and gives back the refill's reservation; it
+// index with its fingerprint (rec.Prewarm) unless a record exists, and gives back the refill's reservation; it
 // reports whether it wrote. Steps: (1) registered in its bucket; (2) record
 // written if absent; (3) the fleet indexes it and releases the reservation.
 // A crash after (1) leaves a registry entry Repair drops; after (2), a
@@ -38,7 +45,7 @@ func (s *Store) PutPrewarm(ctx context.Context, rec state.Record, now time.Time)
 	if err := s.step("put_prewarm", 2); err != nil {
 		return false, err
 	}
-	err := scriptFleetCommit.Run(ctx, s.rdb, s.keys.fleetKeys(), sid, "", "", "", "", "", strconv.FormatInt(ms(now), 10)).Err()
+	err := scriptFleetCommit.Run(ctx, s.rdb, s.keys.fleetKeys(), sid, "", "", "", "", "", strconv.FormatInt(ms(now), 10), rec.Prewarm).Err()
 	if err != nil {
 		return false, fmt.Errorf("index prewarm record: %w", err)
 	}
@@ -95,4 +102,44 @@ func (s *Store) PrewarmRecords(ctx context.Context) ([]state.Record, error) {
 		return nil, fmt.Errorf("list prewarm sandboxes: %w", err)
 	}
 	return s.records(ctx, ids)
+}
+
+// PrewarmClaims returns how many pre-started sandboxes of each fingerprint
+// threads have taken since the deployment began: cumulative counts, whose
+// deltas between two reads are the demand.
+func (s *Store) PrewarmClaims(ctx context.Context) (map[string]int64, error) {
+	h, err := s.rdb.HGetAll(ctx, s.keys.Claims()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read prewarm claims: %w", err)
+	}
+	out := make(map[string]int64, len(h))
+	for fp, v := range h {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("read prewarm claims: fingerprint %q: %w", fp, err)
+		}
+		out[fp] = n
+	}
+	return out, nil
+}
+
+// PrewarmCounts returns how many unclaimed pre-started sandboxes each
+// fingerprint has now. Those indexed without one (by an earlier version,
+// until the reconciler copies their record's in) count under "", so the
+// counts add up to Counts.Prewarm. One read of both keys, in one slot.
+func (s *Store) PrewarmCounts(ctx context.Context) (map[string]int64, error) {
+	var ids *redis.StringSliceCmd
+	var fps *redis.MapStringStringCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		ids = p.ZRange(ctx, s.keys.Prewarm(), 0, -1)
+		fps = p.HGetAll(ctx, s.keys.PrewarmFP())
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count prewarm sandboxes: %w", err)
+	}
+	out := map[string]int64{}
+	for _, sid := range ids.Val() {
+		out[fps.Val()[sid]]++
+	}
+	return out, nil
 }

@@ -22,14 +22,16 @@ import (
 //	                                the grace, so a create's is not)
 //	record, wrong or no index entry its index follows the record (activity
 //	                                now: never reaped early)
-//	pre-started record, not indexed back into the fleet's pre-started index
+//	pre-started record, not indexed back into the fleet's pre-started index,
+//	or not its fingerprint          with the record's fingerprint (an earlier
+//	                                version indexed none)
 //	record, its user lost it        the user holds it again
 //	bucket count behind the fleet   reported again (SyncCounts)
 
 // Inconsistent returns the sandboxes of buckets whose bucket entries, user
-// membership or pre-started index entry disagree with their records (or
-// that are registered without a record for longer than grace): three
-// pipelined reads, each one round trip per node. O(buckets' sandboxes).
+// membership or pre-started index entry (and fingerprint) disagree with
+// their records (or that are registered without a record for longer than
+// grace): three pipelined reads, each one round trip per node. O(buckets' sandboxes).
 func (s *Store) Inconsistent(ctx context.Context, buckets []int, now time.Time, grace time.Duration) ([]string, error) {
 	pipe := s.rdb.Pipeline()
 	regs := make([]*redis.MapStringStringCmd, len(buckets))
@@ -74,7 +76,7 @@ func (s *Store) Inconsistent(ctx context.Context, buckets []int, now time.Time, 
 	pipe = s.rdb.Pipeline()
 	recs := make([]*redis.SliceCmd, len(ids))
 	for i, sid := range ids {
-		recs[i] = pipe.HMGet(ctx, s.keys.Sandbox(sid), "state", "incarnation", "user")
+		recs[i] = pipe.HMGet(ctx, s.keys.Sandbox(sid), "state", "incarnation", "user", "prewarm")
 	}
 	if len(ids) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -101,13 +103,15 @@ func (s *Store) Inconsistent(ctx context.Context, buckets []int, now time.Time, 
 			bad = append(bad, sid)
 		}
 	}
-	// Consistent so far: the pre-started index entry or the user's
-	// membership, one pipelined read each.
+	// Consistent so far: the pre-started index entry and its fingerprint,
+	// or the user's membership, one pipelined read each.
 	pipe = s.rdb.Pipeline()
 	type member struct {
 		sid  string
 		held bool // a user's (held score), else the pre-started index's
 		cmd  *redis.FloatCmd
+		fp   *redis.StringCmd // the indexed fingerprint of a pre-started one
+		want string           // its record's
 	}
 	var checks []member
 	for i, sid := range ids {
@@ -116,9 +120,10 @@ func (s *Store) Inconsistent(ctx context.Context, buckets []int, now time.Time, 
 		user, _ := v[2].(string)
 		switch {
 		case state.State(st) == state.StatePrewarm:
-			checks = append(checks, member{sid, false, pipe.ZScore(ctx, s.keys.Prewarm(), sid)})
+			fp, _ := v[3].(string)
+			checks = append(checks, member{sid, false, pipe.ZScore(ctx, s.keys.Prewarm(), sid), pipe.HGet(ctx, s.keys.PrewarmFP(), sid), fp})
 		case user != "" && (state.State(st) == state.StateActive || state.State(st) == state.StateWarm):
-			checks = append(checks, member{sid, true, pipe.ZScore(ctx, s.keys.User(user), sid)})
+			checks = append(checks, member{sid: sid, held: true, cmd: pipe.ZScore(ctx, s.keys.User(user), sid)})
 		}
 	}
 	if len(checks) > 0 {
@@ -127,15 +132,15 @@ func (s *Store) Inconsistent(ctx context.Context, buckets []int, now time.Time, 
 		}
 	}
 	for _, m := range checks {
-		if m.cmd.Err() != nil || m.held && m.cmd.Val() < heldAt {
+		if m.cmd.Err() != nil || m.held && m.cmd.Val() < heldAt || m.fp != nil && m.fp.Val() != m.want {
 			bad = append(bad, m.sid)
 		}
 	}
 	return bad, nil
 }
 
-// Repair makes sid's bucket entries, its pre-started index entry and its
-// user's membership follow its record, or drops them when it has none.
+// Repair makes sid's bucket entries, its pre-started index entry and
+// fingerprint and its user's membership follow its record, or drops them when it has none.
 // Hold the sandbox's lock. It reports whether sid had a record.
 func (s *Store) Repair(ctx context.Context, sid string, now time.Time) (bool, error) {
 	rec, ok, err := s.Get(ctx, sid)
@@ -147,7 +152,7 @@ func (s *Store) Repair(ctx context.Context, sid string, now time.Time) (bool, er
 		if err != nil {
 			return false, err
 		}
-		return false, s.commit(ctx, sid, "", "", "", bc, "")
+		return false, s.commit(ctx, sid, "", "", "", bc, prewarmEntry{})
 	}
 	return true, s.reindex(ctx, rec, now)
 }
@@ -157,18 +162,18 @@ func (s *Store) Repair(ctx context.Context, sid string, now time.Time) (bool, er
 // Claim leaves it), and reports the bucket's count (the fleet then holds no
 // reservation for it: it is recorded).
 func (s *Store) reindex(ctx context.Context, rec state.Record, at time.Time) error {
-	st, prewarm, user, op := "none", "", rec.User, "leave"
+	st, pw, user, op := "none", prewarmEntry{}, rec.User, "leave"
 	switch rec.State {
 	case state.StateActive, state.StateWarm:
 		st, op = string(rec.State), "hold"
 	case state.StatePrewarm:
-		prewarm = strconv.FormatInt(ms(rec.CreatedAt), 10)
+		pw = prewarmEntry{score: strconv.FormatInt(ms(rec.CreatedAt), 10), fp: rec.Prewarm}
 	}
 	bc, err := s.index(ctx, rec.SandboxID, st, at, regValue(at, rec.Incarnation))
 	if err != nil {
 		return err
 	}
-	return s.commit(ctx, rec.SandboxID, user, "", op, bc, prewarm)
+	return s.commit(ctx, rec.SandboxID, user, "", op, bc, pw)
 }
 
 // SyncCounts reports buckets' counts to the fleet (the reconciler's pass:
@@ -188,7 +193,7 @@ func (s *Store) SyncCounts(ctx context.Context, buckets []int) error {
 		if err != nil {
 			return fmt.Errorf("read bucket %d's count: %w", b, err)
 		}
-		reports[i] = &call{script: scriptFleetCommit, keys: s.keys.fleetKeys(), args: []any{"", b, v[0], v[1], "", "", ""}}
+		reports[i] = &call{script: scriptFleetCommit, keys: s.keys.fleetKeys(), args: []any{"", b, v[0], v[1], "", "", "", ""}}
 	}
 	if err := s.batch(ctx, reports, nil); err != nil {
 		return fmt.Errorf("report bucket counts: %w", err)

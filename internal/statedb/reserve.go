@@ -52,12 +52,18 @@ const (
 //
 // A claim is offered the oldest pre-started sandbox whatever the fleet's
 // fullness (taking it moves its unit to the thread), unless the sandbox has
-// an egress policy of its own (a pre-started one runs the fleet's). The
-// refill (kind 'prewarm') only reserves free room. The fair share needs the
-// number of users holding sandboxes (holders, reported by Commit) and the
-// user's own count (ARGV mine, from its quota step).
+// an egress policy of its own (a pre-started one runs the fleet's). A claim
+// naming a fingerprint (ARGV fp) is offered the oldest whose indexed
+// fingerprint (KEYS[7]) equals it: the scan reads the pre-started index
+// oldest first, one HGET each, O(pool size) at worst (pools are tens); an
+// entry indexed without one (an earlier version's) never matches. A claim
+// naming none (empty: an earlier version's replica) gets the oldest of any.
+// Eviction when full offers the oldest of any fingerprint. The refill (kind
+// 'prewarm') only reserves free room. The fair share needs the number of
+// users holding sandboxes (holders, reported by Commit) and the user's own
+// count (ARGV mine, from its quota step).
 // KEYS: fleetKeys. ARGV: sid, max, now, deadline, mode(soft|hard), user,
-// mine, kind(”|claim|prewarm), force(0|1).
+// mine, kind(”|claim|prewarm), force(0|1), fp.
 var scriptFleetReserve = redis.NewScript(`
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[3])) do
   redis.call('ZREM', KEYS[2], s)
@@ -84,7 +90,19 @@ if kind == 'prewarm' then
   return {'ok'}
 end
 local pre = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-if kind == 'claim' and pre then return {'prewarm', pre} end
+if kind == 'claim' then
+  local fp, offer = ARGV[10] or '', pre
+  if fp ~= '' then
+    offer = nil
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+      if redis.call('HGET', KEYS[7], m) == fp then
+        offer = m
+        break
+      end
+    end
+  end
+  if offer then return {'prewarm', offer} end
+end
 if full and hard and user ~= '' then
   local users = redis.call('HLEN', KEYS[5])
   if redis.call('HEXISTS', KEYS[5], user) == 0 then users = users + 1 end
@@ -105,10 +123,12 @@ return {'full'}
 
 // scriptFleetCommit ends what a create, a destroy or a sync changed in the
 // fleet's count: sid's reservation is released and sid leaves the
-// pre-started index (ARGV[7] = score: enters it instead), the bucket's
-// reported count is kept if its seq is newer, and the user's holder count
-// is set. Empty arguments skip their part.
-// KEYS: fleetKeys. ARGV: sid, bucket, count, seq, user, held, prewarm score.
+// pre-started index and its fingerprint (ARGV[7] = score: enters the index
+// instead, with fingerprint ARGV[8], or none when that is empty), the
+// bucket's reported count is kept if its seq is newer, and the user's
+// holder count is set. Empty arguments skip their part.
+// KEYS: fleetKeys. ARGV: sid, bucket, count, seq, user, held, prewarm
+// score, prewarm fingerprint.
 var scriptFleetCommit = redis.NewScript(`
 if ARGV[1] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -117,6 +137,11 @@ if ARGV[1] ~= '' then
     redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
   else
     redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  if ARGV[7] ~= '' and ARGV[8] ~= '' then
+    redis.call('HSET', KEYS[7], ARGV[1], ARGV[8])
+  else
+    redis.call('HDEL', KEYS[7], ARGV[1])
   end
 end
 if ARGV[2] ~= '' then
@@ -221,7 +246,7 @@ func (s *Store) fleetReserveCall(req state.ReserveRequest, mine, force int) *cal
 		mode = "hard"
 	}
 	return &call{script: scriptFleetReserve, keys: s.keys.fleetKeys(),
-		args: []any{req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode, req.User, mine, req.Kind, force}}
+		args: []any{req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode, req.User, mine, req.Kind, force, req.Prewarm}}
 }
 
 func (s *Store) reserveUser(ctx context.Context, req state.ReserveRequest) (state.ReserveResult, error) {

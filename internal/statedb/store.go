@@ -139,14 +139,17 @@ func (s *Store) RecordActive(ctx context.Context, rec state.Record, now time.Tim
 	if err := s.step("put_active", 2); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { return s.commit(ctx, sid, rec.User, oldCap, "hold", bc, "") }, nil
+	return func(ctx context.Context) error {
+		return s.commit(ctx, sid, rec.User, oldCap, "hold", bc, prewarmEntry{})
+	}, nil
 }
 
 // commit is the last step of a create or a destroy: the capability index
 // entry capSum (if any) deleted, user's membership changed by op (if a
-// user), the fleet's reservation of sid released, sid in or out of the
-// pre-started index, bc reported. One round trip per node.
-func (s *Store) commit(ctx context.Context, sid, user, capSum, op string, bc bucketCount, prewarmScore string) error {
+// user), the fleet's reservation of sid released, sid in the pre-started
+// index with its fingerprint (pw) or out of it (pw's zero value), bc
+// reported. One round trip per node.
+func (s *Store) commit(ctx context.Context, sid, user, capSum, op string, bc bucketCount, pw prewarmEntry) error {
 	held := ""
 	if user != "" {
 		n, err := s.userMemberCount(ctx, user, sid, op)
@@ -156,7 +159,7 @@ func (s *Store) commit(ctx context.Context, sid, user, capSum, op string, bc buc
 		held = strconv.FormatInt(n, 10)
 	}
 	calls := []*call{{script: scriptFleetCommit, keys: s.keys.fleetKeys(),
-		args: []any{sid, bc.bucket, bc.count, bc.seq, user, held, prewarmScore}}}
+		args: []any{sid, bc.bucket, bc.count, bc.seq, user, held, pw.score, pw.fp}}}
 	err := s.batch(ctx, calls, func(p redis.Pipeliner) {
 		if capSum != "" {
 			p.Del(ctx, s.keys.Cap(capSum))
@@ -167,6 +170,10 @@ func (s *Store) commit(ctx context.Context, sid, user, capSum, op string, bc buc
 	}
 	return nil
 }
+
+// prewarmEntry is a pre-started sandbox's entry in the fleet's index (its
+// score, "" = not in it) and its fingerprint.
+type prewarmEntry struct{ score, fp string }
 
 // PutWarm writes rec into the warm pool unless a record exists; it reports
 // whether it wrote. Steps: (1) registered in its bucket if it was not;
@@ -180,7 +187,7 @@ func (s *Store) PutWarm(ctx context.Context, rec state.Record, now time.Time) (b
 	if err != nil {
 		return true, fmt.Errorf("index warm record: %w", err)
 	}
-	return true, s.commit(ctx, sid, rec.User, "", "hold", bc, "")
+	return true, s.commit(ctx, sid, rec.User, "", "hold", bc, prewarmEntry{})
 }
 
 // putAbsent registers rec in its bucket if it was not, then writes its
@@ -336,7 +343,7 @@ func (s *Store) unindex(ctx context.Context, sid string, rec state.Record) error
 	if err != nil {
 		return err
 	}
-	return s.commit(ctx, sid, rec.User, "", "leave", bc, "")
+	return s.commit(ctx, sid, rec.User, "", "leave", bc, prewarmEntry{})
 }
 
 // Forget deletes sid's record if it still names incarnation ("" = any).
@@ -360,7 +367,7 @@ func (s *Store) Forget(ctx context.Context, sid, incarnation string) (bool, erro
 	if err := s.step("forget", 2); err != nil {
 		return false, err
 	}
-	return true, s.commit(ctx, sid, rec.User, capSum(rec), "leave", bc, "")
+	return true, s.commit(ctx, sid, rec.User, capSum(rec), "leave", bc, prewarmEntry{})
 }
 
 // capSum is the index key of rec's capability ("" = none): the store
