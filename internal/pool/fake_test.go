@@ -27,6 +27,7 @@ type fakeBackend struct {
 	live      map[string]backend.Info // by sandbox id
 	creates   map[string]int
 	destroys  map[string]int
+	specs     map[string]backend.Spec // each sandbox's last Create
 	seq       atomic.Int64
 	delay     time.Duration
 	url       string
@@ -42,7 +43,7 @@ type fakeBackend struct {
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
-	f := &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{},
+	f := &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{}, specs: map[string]backend.Spec{},
 		clock: realClock{}, paused: map[string]bool{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == sandboxspec.ActivityPath { // what the sandbox server answers the freezer
@@ -74,6 +75,7 @@ func (f *fakeBackend) Create(ctx context.Context, spec backend.Spec) (backend.In
 		return backend.Info{}, f.createErr
 	}
 	f.creates[spec.SandboxID]++
+	f.specs[spec.SandboxID] = spec
 	info := backend.Info{
 		SandboxID: spec.SandboxID, User: spec.User, Thread: spec.Thread, URL: f.url,
 		Incarnation: fmt.Sprintf("inc-%d", f.seq.Add(1)), Backend: "fake", Labels: spec.Labels, CreatedAt: f.clock.Now(),
@@ -127,6 +129,13 @@ func (f *fakeBackend) count(m map[string]int, sid string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return m[sid]
+}
+
+func (f *fakeBackend) specOf(sid string) (backend.Spec, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	spec, ok := f.specs[sid]
+	return spec, ok
 }
 
 func (f *fakeBackend) liveCount() int {

@@ -67,9 +67,9 @@ func prewarmCount(t *testing.T, p *Pool) int64 {
 }
 
 // TestPrewarmClaimAndFallbacks: a new thread claims a pre-started sandbox;
-// a failed claim, or one made from another configuration, costs the
-// pre-started sandbox and the thread is created cold; a thread with files of
-// its own is never given one.
+// a failed claim costs the pre-started sandbox and the thread is created
+// cold; one made from another configuration, or a thread with files of its
+// own, is never given one.
 func TestPrewarmClaimAndFallbacks(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -82,7 +82,8 @@ func TestPrewarmClaimAndFallbacks(t *testing.T) {
 	}{
 		{name: "claimed", want: OutcomePrewarm, wantLeft: 1},
 		{name: "claim fails", claimErr: errors.New("boom"), want: OutcomeCold, wantLeft: 1},
-		{name: "made from another configuration", otherConfig: true, want: OutcomeCold, wantLeft: 1},
+		// Never offered: the reservation matches fingerprints.
+		{name: "made from another configuration", otherConfig: true, want: OutcomeCold, wantLeft: 2},
 		{name: "thread has data", threadData: true, want: OutcomeCold, wantLeft: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,5 +188,77 @@ func TestPrewarmNeedsABinder(t *testing.T) {
 	_, err := New(e.cfg, Deps{Store: statedb.NewStore(rdb, ""), Backend: struct{ backend.Backend }{e.be}, BackendName: "remote", Clock: e.clock})
 	if !errors.Is(err, backend.ErrNotSupported) || !strings.Contains(err.Error(), "remote") {
 		t.Fatalf("New = %v, want a named not-supported error", err)
+	}
+}
+
+// TestPrewarmPerTemplate: each template keeps its own pre-started
+// sandboxes; a thread of a template is given one of that template's (with
+// its label), never another's, and a create with env of its own is made
+// cold; claims move the shares toward the template in demand.
+func TestPrewarmPerTemplate(t *testing.T) {
+	t.Parallel()
+	tpls := []Template{
+		{Name: "py", Backend: backend.Template{Name: "py", Image: "py:1"}, Prewarm: 1},
+		{Name: "node", Backend: backend.Template{Name: "node", Image: "node:1"}, Prewarm: 1},
+	}
+	e, p, cb := prewarmEnv(t, Config{Prewarm: 6, MaxSandboxes: -1, Templates: tpls, DefaultTemplate: "py"}, nil)
+	refill := NewPrewarmer(p)
+	if err := refill.Pass(t.Context()); err != nil { // its first look: the claims so far are not demand
+		t.Fatal(err)
+	}
+	counts := func() map[string]int64 {
+		t.Helper()
+		c, err := p.store.PrewarmCounts(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	fps := prewarmFingerprints(e.cfg.withDefaults(), "fake")
+	if c := counts(); c[fps["py"]] != 3 || c[fps["node"]] != 3 {
+		t.Fatalf("before any claim %v, want 3 each (fps %v)", c, fps)
+	}
+	acquire := func(thread string, o Options, want Outcome) {
+		t.Helper()
+		if err := p.SetOptions(t.Context(), "u", thread, o); err != nil {
+			t.Fatal(err)
+		}
+		r, out, err := p.Acquire(t.Context(), "u", thread)
+		if err != nil || out != want {
+			t.Fatalf("%s: Acquire = %v %v, want %v", thread, out, err, want)
+		}
+		wantTpl := o.Template
+		if wantTpl == "" {
+			wantTpl = "py"
+		}
+		if r.Template != wantTpl {
+			t.Fatalf("%s: template %q, want %q", thread, r.Template, wantTpl)
+		}
+		info, ok, _ := cb.Discover(t.Context(), r.SandboxID)
+		if !ok || info.Labels[backend.LabelTemplate] != wantTpl {
+			t.Fatalf("%s: the sandbox's labels %v", thread, info.Labels)
+		}
+	}
+	// Node three times: all of node's are taken, py's stay.
+	acquire("n1", Options{Template: "node"}, OutcomePrewarm)
+	acquire("n2", Options{Template: "node"}, OutcomePrewarm)
+	acquire("n0", Options{Template: "node"}, OutcomePrewarm)
+	if c := counts(); c[fps["py"]] != 3 || c[fps["node"]] != 0 {
+		t.Fatalf("after three node claims %v", c)
+	}
+	// A third node thread finds none of node's: cold, although py has two.
+	acquire("n3", Options{Template: "node"}, OutcomeCold)
+	// Env of its own cannot be given to a running sandbox: cold.
+	acquire("p1", Options{Env: map[string]string{"A": "1"}}, OutcomeCold)
+	acquire("p2", Options{}, OutcomePrewarm)
+	if spec, ok := cb.specOf(identity.SandboxID("u", "n3")); !ok || spec.Template.Image != "node:1" {
+		t.Fatalf("node's cold create ran %+v", spec.Template)
+	}
+	// Node was claimed three times, py once: the refill gives node the larger share.
+	if err := refill.Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if c := counts(); c[fps["node"]] <= c[fps["py"]] || c[fps["node"]]+c[fps["py"]] != 6 || c[fps["py"]] < 1 {
+		t.Fatalf("after the refill %v, want node's share larger, py at least its minimum, 6 in all", c)
 	}
 }
