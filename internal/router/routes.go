@@ -136,7 +136,7 @@ func New(d Deps) *Router {
 	e.POST("/threads/:thread/checkpoints/:id/restore", rt.need(threads, rt.restoreCheckpoint))
 	e.POST("/threads/:thread/fork", rt.need(threads, rt.forkThread))
 
-	e.GET("/api/templates", rt.need(threads, rt.listTemplates))
+	e.GET("/api/templates", rt.need(provisioner, rt.listTemplates))
 	e.GET("/api/capabilities", rt.need(provisioner, rt.provisionerCapabilities))
 	e.POST("/api/sandboxes", rt.need(provisioner, rt.provisionerCreate))
 	e.GET("/api/sandboxes", rt.need(provisioner, rt.provisionerList))

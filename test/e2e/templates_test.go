@@ -62,7 +62,7 @@ default_template: small
 	checkTemplates(t, g, tag, f.dataDir, archive)
 
 	// The default template's memory limit stops a hog the host would let run.
-	out, _ := run(t, g, "tpl-hog", "python3 -c \"b = b'x' * (512 << 20); print('ALLOCATED', len(b))\" 2>&1; echo rc=$?", "X-API-Key", "alice-key")
+	out, _ := run(t, g, "tpl-hog", "python3 -c \"b = b'x' * (512 << 20); print('ALLOCATED', len(b))\" 2>&1; echo rc=$?", "Authorization", "Bearer alice-key")
 	if strings.Contains(out, "ALLOCATED") || strings.Contains(out, "rc=0") {
 		t.Errorf("a 512 MiB hog ran in template small (memory 96m): %s", out)
 	}
@@ -86,7 +86,7 @@ default_template: small
 `, tag, d.image))
 	g := d.fleet("--config", cfg, "--auth-api-keys", templatesKeys).start()
 	checkTemplates(t, g, tag, "", "")
-	run(t, g, "tpl-small", "true", "X-API-Key", "alice-key")
+	run(t, g, "tpl-small", "true", "Authorization", "Bearer alice-key")
 	c := d.containerOf(g.URL, "tpl-small")
 	if c.Config.Image != d.image || c.HostConfig.Memory != 96<<20 {
 		t.Errorf("template small's container: image %s memory %d, want %s and %d", c.Config.Image, c.HostConfig.Memory, d.image, 96<<20)
@@ -98,7 +98,7 @@ default_template: small
 // answer may contain (host paths).
 func checkTemplates(t *testing.T, g *gateway, tag string, secrets ...string) {
 	t.Helper()
-	alice := []string{"X-API-Key", "alice-key"}
+	alice := []string{"Authorization", "Bearer alice-key"}
 	code, body, _ := call(t, "GET", g.URL+"/api/templates", nil, alice...)
 	var list struct {
 		Default   string `json:"default"`
@@ -197,7 +197,7 @@ func checkTemplates(t *testing.T, g *gateway, tag string, secrets ...string) {
 	}
 	// An admin may set a thread's egress with its create.
 	if code, body, _ := call(t, "PUT", g.URL+"/threads/tpl-admin/sandbox", map[string]any{"template": "small",
-		"egress": map[string]any{"mode": "none"}}, "X-API-Key", "ops-key"); code != 200 {
+		"egress": map[string]any{"mode": "none"}}, "Authorization", "Bearer ops-key"); code != 200 {
 		t.Errorf("admin create with egress: %d %s", code, body)
 	}
 }
