@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -161,7 +162,10 @@ func (c *Config) applyYAML(path string, sections []section, fromFlag map[string]
 	}
 	if len(part) > 0 {
 		b, _ := yaml.Marshal(part)
-		if err := yaml.Unmarshal(b, &structured); err != nil {
+		// Strict: a misspelt template field must not silently mean its default.
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&structured); err != nil {
 			return nil, fmt.Errorf("config file %s: mounts/environment/labels/templates: %w", path, err)
 		}
 	}

@@ -1,0 +1,54 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// The YAML `templates:` list becomes the pool's templates: sizes parsed,
+// $VAR expanded, the default checked; every mistake names its template and
+// field at start-up.
+func TestTemplatesConfig(t *testing.T) {
+	t.Parallel()
+	c, _, err := loadWith(t, nil, map[string]string{"PIP_TOKEN": "s3cret"}, `
+templates:
+  - name: python
+    image: sandgate-sandbox-python:1
+    env: {PIP_INDEX_TOKEN: $PIP_TOKEN}
+    memory: 1g
+    max_memory: 2GiB
+    egress: {mode: proxy, allow: [pypi.org]}
+    prewarm: 2
+  - name: minimal
+default_template: python
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Pool.Templates) != 2 || c.Pool.DefaultTemplate != "python" {
+		t.Fatalf("templates %+v default %q", c.Pool.Templates, c.Pool.DefaultTemplate)
+	}
+	py := c.Pool.Templates[0]
+	if py.Backend.Name != "python" || py.Backend.Image != "sandgate-sandbox-python:1" || py.Backend.Memory != 1<<30 ||
+		py.MaxMemory != 2<<30 || py.Prewarm != 2 || py.Env["PIP_INDEX_TOKEN"] != "s3cret" || py.Egress == nil || py.Egress.Allow[0] != "pypi.org" {
+		t.Fatalf("python template %+v", py)
+	}
+	if src := c.TemplateSources(); len(src) != 1 || src["python"].Image == "" {
+		t.Fatalf("sources %v: only python has an image", src)
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"bad size", "templates:\n  - {name: a, memory: lots}\n", "templates: a: memory"},
+		{"memory over max", "templates:\n  - {name: a, memory: 2g, max_memory: 1g}\n", "max_memory"},
+		{"bad name", "templates:\n  - {name: A_B}\n", "template name"},
+		{"twice", "templates:\n  - {name: a}\n  - {name: a}\n", "configured twice"},
+		{"unknown default", "templates:\n  - {name: a}\ndefault_template: b\n", "default_template"},
+		{"bad egress", "templates:\n  - {name: a, egress: {mode: wide}}\n", "egress"},
+		{"unknown key", "templates:\n  - {name: a, imgae: x}\n", "imgae"},
+		{"image without a jail", "backend: process\nprocess_isolation: none\ntemplates:\n  - {name: a, rootfs: /srv/a.tar}\n", "process_isolation"},
+	} {
+		_, _, err := loadWith(t, nil, nil, tc.yaml)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
