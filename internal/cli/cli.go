@@ -2,9 +2,10 @@
 // ls`, `threads rm`, `prune`, `version`): a client of any gateway's
 // /admin/v1 API with an admin credential. Its thread commands (`templates`,
 // `threads create`, `checkpoint`, `fork`, `freeze`) call /api/templates and
-// the /threads routes instead, as the credential's own user. Conventions follow kubectl and docker: exit 0 on success, 1 on
-// an error, 2 on a usage error; tables for people, -o json for scripts; no
-// color, so no TTY question.
+// the /threads routes instead, as the credential's own user. Conventions
+// follow kubectl and docker: exit 0 on success, 1 on an error, 2 on a usage
+// error; tables for people, -o json for scripts; no color, so no TTY
+// question.
 package cli
 
 import (
@@ -122,7 +123,7 @@ func dispatch(ctx context.Context, env Env) error {
 		return runVersion(env, args[1:])
 	case "prune":
 		return runPrune(ctx, env, args[1:])
-	case "templates", "template":
+	case "templates":
 		if len(args) > 1 && (args[1] == "ls" || args[1] == "list") {
 			args = args[1:]
 		}
