@@ -192,15 +192,7 @@ func runFork(ctx context.Context, env Env, args []string) error {
 	if from != "" {
 		source = pos[0] + " (checkpoint " + from + ")"
 	}
-	// The capability URL (sandbox_url) is left to -o json: it is a
-	// credential, not for a terminal's scrollback.
-	t := newTable(env.Stdout, "Thread:", v.Thread)
-	t.row("Forked from:", source)
-	t.row("Sandbox ID:", v.SandboxID)
-	t.row("Backend:", v.Backend)
-	t.row("State:", v.State)
-	t.row("URL:", v.URL)
-	return t.flush()
+	return sandboxTable(env, v, [2]string{"Forked from:", source})
 }
 
 func runFreeze(ctx context.Context, env Env, args []string) error {

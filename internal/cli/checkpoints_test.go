@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"cmp"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 const (
@@ -14,9 +19,10 @@ const (
 	ck2 = "ck-1700000005000-3d4e5f"
 )
 
-// threadsStub answers the /threads routes of checkpoints, fork and freeze
-// with the gateway's shapes and records each request as "METHOD path
-// body"; thread "busy" runs a command and "nokey" needs a credential.
+// threadsStub answers the /threads routes of checkpoints, fork, freeze and
+// create, and /api/templates, with the gateway's shapes and records each
+// request as "METHOD path body"; thread "busy" runs a command and "nokey"
+// needs a credential.
 func threadsStub(t *testing.T) (*httptest.Server, func() []string) {
 	t.Helper()
 	var mu sync.Mutex
@@ -40,7 +46,7 @@ func threadsStub(t *testing.T) (*httptest.Server, func() []string) {
 			answer(w, http.StatusUnauthorized, `{"error":{"code":"unauthorized","message":"missing or invalid credentials"}}`)
 			return
 		}
-		if r.Method == "POST" && len(body) > 0 && r.Header.Get("Content-Type") != "application/json" {
+		if len(body) > 0 && r.Header.Get("Content-Type") != "application/json" {
 			answer(w, http.StatusUnsupportedMediaType, `{"error":{"code":"bad_request","message":"not JSON"}}`)
 			return
 		}
@@ -60,6 +66,28 @@ func threadsStub(t *testing.T) (*httptest.Server, func() []string) {
 		case "POST /threads/t1/fork":
 			answer(w, http.StatusCreated, `{"sandbox_id":"00112233aabbccdd","thread":"t2","user":"alice","backend":"process","state":"active",`+
 				`"outcome":"created","url":"http://gw/sandboxes/00112233aabbccdd","sandbox_url":"http://gw/c/SECRETCAP","created_at":"2020-01-01T00:00:00Z"}`)
+		case "GET /api/templates":
+			answer(w, http.StatusOK, `{"default":"python","templates":[{"name":"python","default":true,"image":"python:3.12",`+
+				`"memory":536870912,"max_memory":2147483648,"env_names":["PIP_INDEX_URL"],"prewarm":2},{"name":"minimal","default":false}]}`)
+		case "PUT /threads/t1/sandbox":
+			var req api.CreateSandbox
+			if len(body) > 0 && json.Unmarshal(body, &req) != nil {
+				answer(w, http.StatusBadRequest, `{"error":{"code":"bad_request","message":"not JSON"}}`)
+				return
+			}
+			switch {
+			case req.Template != "" && req.Template != "python" && req.Template != "minimal":
+				answer(w, http.StatusBadRequest, `{"error":{"code":"bad_request","field":"template",`+
+					`"message":"template: template not configured: \"`+req.Template+`\" (GET /api/templates lists them)"}}`)
+				return
+			case req.Memory > 2<<30:
+				answer(w, http.StatusForbidden, `{"error":{"code":"forbidden","field":"memory",`+
+					`"message":"memory: `+strconv.FormatInt(req.Memory, 10)+` bytes exceeds the template's ceiling of 2147483648"}}`)
+				return
+			}
+			answer(w, http.StatusOK, `{"sandbox_id":"8899aabbccddeeff","thread":"t1","user":"alice","backend":"process",`+
+				`"template":"`+cmp.Or(req.Template, "python")+`","state":"active","outcome":"cold","url":"http://gw/sandboxes/8899aabbccddeeff",`+
+				`"sandbox_url":"http://gw/c/SECRETCAP","created_at":"2020-01-01T00:00:00Z"}`)
 		case "POST /threads/t1/sandbox/freeze":
 			answer(w, http.StatusOK, `{"thread":"t1","frozen":true}`)
 		default:
@@ -119,6 +147,28 @@ func TestThreadCommands(t *testing.T) {
 		{name: "fork json has the capability", args: []string{"fork", "-o", "json", "t1", "t2"}, stdout: []string{`"sandbox_url": "http://gw/c/SECRETCAP"`}},
 		{name: "freeze", args: []string{"freeze", "t1"}, asked: []string{"POST /threads/t1/sandbox/freeze"}, stdout: []string{"t1: frozen\n"}},
 		{name: "freeze json", args: []string{"freeze", "t1", "-o", "json"}, stdout: []string{`"frozen": true`}},
+		{name: "templates", args: []string{"templates"}, asked: []string{"GET /api/templates"},
+			stdout: []string{"NAME", "DEFAULT", "IMAGE", "MEMORY", "MAX MEMORY", "PREWARM\n",
+				"python", "yes", "python:3.12", "512.0MiB", "2.0GiB", "2\n", "minimal", "no", "-", "-", "-", "0\n"}},
+		{name: "templates ls json", args: []string{"templates", "ls", "-o", "json"}, asked: []string{"GET /api/templates"},
+			stdout: []string{`"default": "python"`, `"name": "python"`, `"max_memory": 2147483648`, `"env_names": [`, `"name": "minimal"`}},
+		{name: "create with options", args: []string{"threads", "create", "t1", "--template", "minimal", "--env", "A=1", "--env", "B=x=y",
+			"--memory", "512m", "--meta", "owner=ci"},
+			asked:  []string{`PUT /threads/t1/sandbox {"template":"minimal","env":{"A":"1","B":"x=y"},"memory":536870912,"metadata":{"owner":"ci"}}`},
+			stdout: []string{"Thread:", "t1", "Sandbox ID:", "8899aabbccddeeff", "Template:", "minimal", "State:", "active"},
+			not:    "SECRETCAP"},
+		{name: "create without options keeps the stored ones", args: []string{"threads", "create", "t1", "--timeout", "5s"},
+			asked: []string{"PUT /threads/t1/sandbox"}, stdout: []string{"Template:", "python"}},
+		{name: "create resetting to the default", args: []string{"threads", "create", "--template", "", "t1"},
+			asked: []string{"PUT /threads/t1/sandbox {}"}},
+		{name: "create json has the capability", args: []string{"threads", "create", "-o", "json", "t1", "--meta", "k="},
+			asked:  []string{`PUT /threads/t1/sandbox {"metadata":{"k":""}}`},
+			stdout: []string{`"template": "python"`, `"sandbox_url": "http://gw/c/SECRETCAP"`}},
+		{name: "create refused names the field", args: []string{"threads", "create", "t1", "--template", "nope"}, code: ExitError,
+			stderr: []string{`gateway: template: template not configured: "nope"`, "(HTTP 400 bad_request)"}},
+		{name: "create past the ceiling", args: []string{"threads", "create", "t1", "--memory", "4g"}, code: ExitError,
+			asked:  []string{`PUT /threads/t1/sandbox {"memory":4294967296}`},
+			stderr: []string{"gateway: memory: 4294967296 bytes exceeds the template's ceiling of 2147483648 (HTTP 403 forbidden)"}},
 		{name: "unauthorized names the user's credential", args: []string{"freeze", "nokey"}, code: ExitError,
 			stderr: []string{"set SANDGATE_TOKEN or --token to a credential of the thread's user"}},
 	} {
@@ -172,6 +222,16 @@ func TestThreadCommandUsage(t *testing.T) {
 		{"fork help", []string{"fork", "-h"}, ExitOK, "--checkpoint"},
 		{"freeze without thread", []string{"freeze"}, ExitUsage, "want exactly one thread id"},
 		{"freeze bad output", []string{"freeze", "t1", "-o", "yaml"}, ExitUsage, `-o "yaml": want table or json`},
+		{"help lists the template commands", []string{"threads", "-h"}, ExitOK,
+			"gateway templates [ls]\n  gateway threads create THREAD [--template NAME] [--env K=V]... [--memory 512m] [--meta K=V]..."},
+		{"threads without subcommand", []string{"threads"}, ExitUsage, "threads: want a subcommand: create, rm"},
+		{"templates with an argument", []string{"templates", "python"}, ExitUsage, `templates takes no arguments (got "python")`},
+		{"create without thread", []string{"threads", "create", "--template", "python"}, ExitUsage, "threads create: want exactly one thread id"},
+		{"create help", []string{"threads", "create", "-h"}, ExitOK, "Usage: gateway threads create THREAD [--template NAME]"},
+		{"env without value", []string{"threads", "create", "t1", "--env", "A"}, ExitUsage, `invalid value "A" for flag -env: want KEY=VALUE, got "A"`},
+		{"meta without key", []string{"threads", "create", "t1", "--meta", "=v"}, ExitUsage, "want KEY=VALUE"},
+		{"bad memory", []string{"threads", "create", "t1", "--memory", "lots"}, ExitUsage, `--memory "lots": want a positive size such as 512m or 2g`},
+		{"zero memory", []string{"threads", "create", "t1", "--memory", "0"}, ExitUsage, "--memory"},
 	} {
 		code, _, stderr := run(t, env, "", false, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
@@ -181,7 +241,7 @@ func TestThreadCommandUsage(t *testing.T) {
 	if got := asked(); len(got) != 0 {
 		t.Errorf("usage errors reached the gateway: %q", got)
 	}
-	for _, c := range []string{"checkpoint", "checkpoints", "fork", "freeze"} {
+	for _, c := range []string{"checkpoint", "checkpoints", "fork", "freeze", "templates"} {
 		if !IsCommand(c) {
 			t.Errorf("IsCommand(%q) = false", c)
 		}

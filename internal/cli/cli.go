@@ -1,10 +1,11 @@
 // Package cli is the operator CLI of the gateway binary (`gateway sandboxes
 // ls`, `threads rm`, `prune`, `version`): a client of any gateway's
-// /admin/v1 API with an admin credential. Its thread commands (`checkpoint`,
-// `fork`, `freeze`) call the /threads routes instead, as the credential's
-// own user. Conventions follow kubectl and docker: exit 0 on success, 1 on
-// an error, 2 on a usage error; tables for people, -o json for scripts; no
-// color, so no TTY question.
+// /admin/v1 API with an admin credential. Its thread commands (`templates`,
+// `threads create`, `checkpoint`, `fork`, `freeze`) call /api/templates and
+// the /threads routes instead, as the credential's own user. Conventions
+// follow kubectl and docker: exit 0 on success, 1 on an error, 2 on a usage
+// error; tables for people, -o json for scripts; no color, so no TTY
+// question.
 package cli
 
 import (
@@ -38,7 +39,7 @@ type Env struct {
 }
 
 // Commands are the first arguments Main handles.
-var Commands = []string{"sandboxes", "threads", "prune", "checkpoint", "checkpoints", "fork", "freeze",
+var Commands = []string{"sandboxes", "threads", "prune", "templates", "checkpoint", "checkpoints", "fork", "freeze",
 	"version", "--version", "-version"}
 
 // IsCommand reports whether arg names a CLI command.
@@ -99,6 +100,8 @@ const topUsage = `Operator commands (talk to a gateway with an admin credential)
   gateway version
 
 Thread commands (act on the credential's own user's threads; any threads-scoped credential):
+  gateway templates [ls]
+  gateway threads create THREAD [--template NAME] [--env K=V]... [--memory 512m] [--meta K=V]...
   gateway checkpoint create THREAD [--label L]
   gateway checkpoint ls THREAD
   gateway checkpoint restore THREAD ID [--force]
@@ -120,15 +123,22 @@ func dispatch(ctx context.Context, env Env) error {
 		return runVersion(env, args[1:])
 	case "prune":
 		return runPrune(ctx, env, args[1:])
+	case "templates":
+		if len(args) > 1 && (args[1] == "ls" || args[1] == "list") {
+			args = args[1:]
+		}
+		return runTemplates(ctx, env, args[1:])
 	case "threads":
-		if len(args) < 2 {
-			return usagef("threads: want a subcommand: rm")
+		if err := wantSubcommand(env, args, "create, rm"); err != nil {
+			return err
 		}
 		switch args[1] {
+		case "create":
+			return runThreadsCreate(ctx, env, args[2:])
 		case "rm", "delete":
 			return runThreadsRm(ctx, env, args[2:])
 		}
-		return usagef("threads: unknown subcommand %q (want rm)", args[1])
+		return usagef("threads: unknown subcommand %q (want create, rm)", args[1])
 	case "checkpoint", "checkpoints":
 		if err := wantSubcommand(env, args, "create, ls, restore, rm"); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,13 @@ func gatewayStub(t *testing.T) (*httptest.Server, *[]string) {
 	mux.HandleFunc("/admin/v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.Method+" "+r.URL.String()+" "+r.Header.Get("Authorization"))
 		_, _ = w.Write([]byte(`{"sandboxes":[{"sandbox_id":"0123456789abcdef","user":"alice","thread":"t1","backend":"process",` +
-			`"state":"active","created_at":"2020-01-01T00:00:00Z"}],"count":1,"fleet":"default"}`))
+			`"template":"python","state":"active","created_at":"2020-01-01T00:00:00Z"},{"sandbox_id":"00112233aabbccdd","user":"bob",` +
+			`"thread":"t2","backend":"process","state":"warm","created_at":"2020-01-01T00:00:00Z"}],"count":2,"fleet":"default"}`))
+	})
+	mux.HandleFunc("/admin/v1/sandboxes/00112233aabbccdd", func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.Method+" "+r.URL.String())
+		_, _ = w.Write([]byte(`{"sandbox_id":"00112233aabbccdd","user":"bob","thread":"t2","backend":"process","template":"node",` +
+			`"state":"warm","created_at":"2020-01-01T00:00:00Z","alive":true}`))
 	})
 	mux.HandleFunc("/admin/v1/sandboxes/", func(w http.ResponseWriter, r *http.Request) {
 		asked = append(asked, r.Method+" "+r.URL.String())
@@ -107,16 +114,34 @@ func TestListTableJSONAndFlags(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "SANDBOX ID") || !strings.Contains(lines[1], "0123456789abcdef   alice") ||
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "SANDBOX ID") || !strings.Contains(lines[1], "0123456789abcdef   alice") ||
 		strings.Contains(out, "\x1b[") {
 		t.Fatalf("table:\n%s", out)
+	}
+	// The template's column: its name, or "-" for a sandbox of none.
+	col := strings.Index(lines[0], "TEMPLATE")
+	if col < 0 || !strings.HasPrefix(lines[1][col:], "python ") || !strings.HasPrefix(lines[2][col:], "-  ") {
+		t.Fatalf("TEMPLATE column:\n%s", out)
 	}
 	if got := (*asked)[0]; got != "GET /admin/v1/sandboxes?state=active&user=alice Bearer flag" {
 		t.Fatalf("asked %q", got)
 	}
 	_, out, _ = run(t, map[string]string{"SANDGATE_URL": srv.URL}, "", false, "sandboxes", "ls", "-o", "json")
-	if !strings.Contains(out, "\"sandbox_id\": \"0123456789abcdef\"") || !strings.Contains(out, "\"count\": 1") {
+	if !strings.Contains(out, "\"sandbox_id\": \"0123456789abcdef\"") || !strings.Contains(out, "\"count\": 2") ||
+		!strings.Contains(out, "\"template\": \"python\"") {
 		t.Fatalf("json:\n%s", out)
+	}
+}
+
+func TestInspectShowsTemplate(t *testing.T) {
+	t.Parallel()
+	srv, _ := gatewayStub(t)
+	code, out, stderr := run(t, map[string]string{"SANDGATE_URL": srv.URL}, "", false, "sandboxes", "inspect", "00112233aabbccdd")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !regexp.MustCompile(`(?m)^Backend:\s+process\nTemplate:\s+node\nState:\s+warm$`).MatchString(out) {
+		t.Fatalf("inspect:\n%s", out)
 	}
 }
 

@@ -55,10 +55,10 @@ func runList(ctx context.Context, env Env, args []string) error {
 	if c.output == "json" {
 		return writeJSON(env.Stdout, list)
 	}
-	t := newTable(env.Stdout, "SANDBOX ID", "USER", "THREAD", "BACKEND", "STATE", "AGE")
+	t := newTable(env.Stdout, "SANDBOX ID", "USER", "THREAD", "BACKEND", "TEMPLATE", "STATE", "AGE")
 	now := time.Now()
 	for _, s := range list.Sandboxes {
-		t.row(s.SandboxID, s.User, s.Thread, s.Backend, s.State, age(s.CreatedAt, now))
+		t.row(s.SandboxID, s.User, s.Thread, s.Backend, orDash(s.Template), s.State, age(s.CreatedAt, now))
 	}
 	return t.flush()
 }
@@ -116,6 +116,7 @@ func runInspect(ctx context.Context, env Env, args []string) error {
 		t.row("User:", s.User)
 		t.row("Thread:", s.Thread)
 		t.row("Backend:", s.Backend)
+		t.row("Template:", orDash(s.Template))
 		t.row("State:", s.State)
 		t.row("Created:", s.CreatedAt.Format(time.RFC3339)+" ("+age(s.CreatedAt, time.Now())+" ago)")
 		if s.Alive != nil {

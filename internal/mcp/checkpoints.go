@@ -18,10 +18,10 @@ import (
 // (/threads/{thread}/checkpoints, /threads/{thread}/fork) through the same
 // in-process gateway and credential as the sandbox tools.
 
-// checkpointTimeout bounds one checkpoint, restore or fork: a copy of the
-// whole user-data tree when the filesystem cannot reflink, and for a fork
-// the new sandbox's provisioning.
-const checkpointTimeout = 10 * time.Minute
+// longTimeout bounds one checkpoint, restore, fork or template change: a
+// copy of the whole user-data tree when the filesystem cannot reflink, and
+// for a fork or a template the new sandbox's provisioning.
+const longTimeout = 10 * time.Minute
 
 // userData is what a checkpoint holds: the thread's files, all three mounts.
 const userData = "/mnt/user-data"
@@ -67,7 +67,7 @@ func addCheckpointTools(srv *sdk.Server, t tools) {
 
 func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkpointIn) (*sdk.CallToolResult, any, error) {
 	var cp api.Checkpoint
-	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints", api.CreateCheckpoint{Label: in.Label}, &cp)
+	err := t.sb.control(ctx, longTimeout, http.MethodPost, "/checkpoints", api.CreateCheckpoint{Label: in.Label}, &cp)
 	if code(err) == "checkpoint_not_found" {
 		return fail("Error: this thread has no files yet, so there is nothing to checkpoint")
 	}
@@ -108,7 +108,7 @@ func (t tools) restoreCheckpoint(ctx context.Context, _ *sdk.CallToolRequest, in
 		return fail("Error: id is required (list_checkpoints shows the ids)")
 	}
 	var out api.Restored
-	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/checkpoints/"+url.PathEscape(in.ID)+"/restore",
+	err := t.sb.control(ctx, longTimeout, http.MethodPost, "/checkpoints/"+url.PathEscape(in.ID)+"/restore",
 		api.RestoreCheckpoint{Force: in.Force}, &out)
 	switch code(err) {
 	case "sandbox_busy":
@@ -130,7 +130,7 @@ func (t tools) forkThread(ctx context.Context, _ *sdk.CallToolRequest, in forkTh
 		return fail("Error: thread is required: the new thread's id")
 	}
 	var view api.Sandbox
-	err := t.sb.control(ctx, checkpointTimeout, http.MethodPost, "/fork", api.Fork{Thread: in.Thread, Checkpoint: in.Checkpoint}, &view)
+	err := t.sb.control(ctx, longTimeout, http.MethodPost, "/fork", api.Fork{Thread: in.Thread, Checkpoint: in.Checkpoint}, &view)
 	switch c := code(err); {
 	case c == "thread_exists":
 		return fail("Error: thread %s already exists (it has a sandbox or files); fork onto a new thread id", in.Thread)

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -261,16 +259,7 @@ func TestCheckpointToolErrors(t *testing.T) {
 			srv := New(gw, nil)
 			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { srv.ServeThread(w, r, "t1") }))
 			t.Cleanup(hs.Close)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
-			cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: hs.URL, DisableStandaloneSSE: true,
-				HTTPClient: &http.Client{Transport: bearer{"Bearer user-key"}}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cs.Close() })
-			got, isErr := callTool(t, cs, tc.tool, tc.args)
+			got, isErr := callTool(t, connectAs(t, hs.URL, "Bearer user-key"), tc.tool, tc.args)
 			if !isErr {
 				t.Fatalf("not a tool error: %q", got)
 			}

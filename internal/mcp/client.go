@@ -58,7 +58,7 @@ func (e *apiError) Error() string {
 // call POSTs req as JSON to /v1/{endpoint} and decodes the envelope's data
 // into out.
 func (s *sandbox) call(ctx context.Context, timeout time.Duration, endpoint string, req, out any) error {
-	w, err := s.serve(ctx, timeout, http.MethodPost, "/v1/"+endpoint, req)
+	w, err := s.serve(ctx, timeout, http.MethodPost, s.prefix+"/v1/"+endpoint, req)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,12 @@ func (s *sandbox) call(ctx context.Context, timeout time.Duration, endpoint stri
 // or a 204: nothing to decode). Same caller, same handler as call: the
 // gateway authorizes it as it would the caller's own request.
 func (s *sandbox) control(ctx context.Context, timeout time.Duration, method, route string, req, out any) error {
-	w, err := s.serve(ctx, timeout, method, route, req)
+	return s.gatewayCall(ctx, timeout, method, s.prefix+route, req, out)
+}
+
+// gatewayCall is control for any gateway path (/api/templates).
+func (s *sandbox) gatewayCall(ctx context.Context, timeout time.Duration, method, path string, req, out any) error {
+	w, err := s.serve(ctx, timeout, method, path, req)
 	if err != nil {
 		return err
 	}
@@ -88,27 +93,27 @@ func (s *sandbox) control(ctx context.Context, timeout time.Duration, method, ro
 		return nil
 	}
 	if err := json.Unmarshal(w.body.Bytes(), out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, route, err)
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
 	return nil
 }
 
-// serve runs one request of the caller, method prefix+route with req as
-// JSON (nil: no body), through the gateway's handler.
-func (s *sandbox) serve(ctx context.Context, timeout time.Duration, method, route string, req any) (*recorder, error) {
+// serve runs one request of the caller, method path with req as JSON
+// (nil: no body), through the gateway's handler.
+func (s *sandbox) serve(ctx context.Context, timeout time.Duration, method, path string, req any) (*recorder, error) {
 	var body io.Reader = http.NoBody
 	if req != nil {
 		data, err := json.Marshal(req)
 		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", route, err)
+			return nil, fmt.Errorf("encode %s: %w", path, err)
 		}
 		body = bytes.NewReader(data)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	r, err := http.NewRequestWithContext(ctx, method, s.prefix+route, body)
+	r, err := http.NewRequestWithContext(ctx, method, path, body)
 	if err != nil {
-		return nil, fmt.Errorf("build %s: %w", route, err)
+		return nil, fmt.Errorf("build %s: %w", path, err)
 	}
 	r.Host = s.host
 	r.RemoteAddr = s.remote
@@ -122,10 +127,10 @@ func (s *sandbox) serve(ctx context.Context, timeout time.Duration, method, rout
 	w := &recorder{header: http.Header{}}
 	s.gateway.ServeHTTP(w, r)
 	if w.overflow {
-		return nil, fmt.Errorf("%s: the sandbox answered with more than %d bytes", route, maxResponse)
+		return nil, fmt.Errorf("%s: the sandbox answered with more than %d bytes", path, maxResponse)
 	}
 	if err := ctx.Err(); err != nil && w.status == 0 {
-		return nil, fmt.Errorf("%s: %w", route, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return w, nil
 }

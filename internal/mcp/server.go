@@ -2,15 +2,15 @@
 // github.com/modelcontextprotocol/go-sdk) with the agent tools DeerFlow
 // gives its agents: bash, ls, read_file, write_file, str_replace, glob and
 // grep, with DeerFlow's names, parameters, output shapes and limits; and
-// Sandgate's own checkpoint, list_checkpoints, restore_checkpoint and
-// fork_thread.
+// Sandgate's own checkpoint, list_checkpoints, restore_checkpoint,
+// fork_thread, list_templates and use_template.
 //
 // Every tool calls the gateway's own handler, in-process, as the MCP caller
 // (its credential and Host): DeerFlow's tools the thread's sandbox /v1 API,
 // so auth, provisioning on first use, idle touch, quotas, metrics and all
-// backends are the data plane's; the checkpoint tools the thread's
-// /threads/{thread}/checkpoints and /fork routes, authorized as the
-// caller's own requests. The package knows nothing of pools or backends.
+// backends are the data plane's; the checkpoint and template tools the
+// thread's /threads/{thread}/checkpoints, /fork and /sandbox routes and
+// /api/templates, authorized as the caller's own requests. The package knows nothing of pools or backends.
 //
 // The server is stateless: each POST is a whole MCP exchange on a
 // throwaway session, so any replica behind a load balancer can answer any
@@ -35,8 +35,9 @@ type Server struct {
 }
 
 // toolsVersion is the version the server reports: of its tool set, which
-// follows DeerFlow's.
-const toolsVersion = "1.0.0"
+// follows DeerFlow's; the minor version counts Sandgate's additions (1.1:
+// list_templates, use_template).
+const toolsVersion = "1.1.0"
 
 // New returns the MCP endpoints over gateway, the handler that serves
 // /threads/{thread}/v1/... and the thread's control-plane routes.

@@ -85,7 +85,8 @@ type (
 // tools are DeerFlow's agent tools over one thread's sandbox.
 type tools struct{ sb *sandbox }
 
-// addTools registers DeerFlow's seven tools and the checkpoint tools on srv.
+// addTools registers DeerFlow's seven tools, the checkpoint tools and the
+// template tools on srv.
 func addTools(srv *sdk.Server, sb *sandbox) {
 	t := tools{sb}
 	sdk.AddTool(srv, &sdk.Tool{Name: "bash", Description: "Execute a bash command in the thread's sandbox. " +
@@ -107,6 +108,7 @@ func addTools(srv *sdk.Server, sb *sandbox) {
 	sdk.AddTool(srv, &sdk.Tool{Name: "grep", Description: "Search for matching lines inside a text file or files under a root directory.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.grep)
 	addCheckpointTools(srv, t)
+	addTemplateTools(srv, t)
 }
 
 // text is a successful result; fail an isError one. DeerFlow returns its

@@ -44,12 +44,20 @@ func newSession(t *testing.T) (*sdk.ClientSession, string) {
 	return connect(t, hs.URL), filepath.Join(root, "workspace")
 }
 
-func connect(t *testing.T, url string) *sdk.ClientSession {
+func connect(t *testing.T, url string) *sdk.ClientSession { return connectAs(t, url, "") }
+
+// connectAs connects with auth as every request's Authorization header
+// ("": none).
+func connectAs(t *testing.T, url, auth string) *sdk.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	tr := &sdk.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}
+	if auth != "" {
+		tr.HTTPClient = &http.Client{Transport: bearer{auth}}
+	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+	cs, err := c.Connect(ctx, tr, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -90,14 +98,15 @@ func TestToolsList(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "ls", "read_file",
-		"restore_checkpoint", "str_replace", "write_file"}
+	want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "list_templates", "ls", "read_file",
+		"restore_checkpoint", "str_replace", "use_template", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	// The checkpoint tools tell an agent when to use them.
 	for name, when := range map[string]string{"checkpoint": "before a risky change", "restore_checkpoint": "undo a bad turn",
-		"list_checkpoints": "to restore", "fork_thread": "alternative approach"} {
+		"list_checkpoints": "to restore", "fork_thread": "alternative approach",
+		"list_templates": "which is the default", "use_template": "Files under /mnt/user-data stay; running processes stop"} {
 		i := slices.IndexFunc(res.Tools, func(tool *sdk.Tool) bool { return tool.Name == name })
 		if i < 0 || !strings.Contains(res.Tools[i].Description, when) {
 			t.Errorf("%s's description does not say when to use it (%q)", name, when)

@@ -112,18 +112,27 @@ func (b *httpBackend) kill(inc string) {
 // realPool is a pool over a fresh redis-server and an httpBackend.
 func realPool(t testing.TB) (*pool.Pool, *httpBackend) {
 	t.Helper()
+	// Routes stay cached for the whole test: a re-validation would be a
+	// Redis round trip inside an allocation count.
+	p, be, _ := poolOf(t, pool.Config{CacheTTL: time.Hour})
+	return p, be
+}
+
+// poolOf is a pool of cfg, on a fresh data directory, over a fresh
+// redis-server and an httpBackend; and its store.
+func poolOf(t testing.TB, cfg pool.Config) (*pool.Pool, *httpBackend, *statedb.Store) {
+	t.Helper()
 	r := testutil.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	be := newHTTPBackend(t)
-	// Routes stay cached for the whole test: a re-validation would be a
-	// Redis round trip inside an allocation count.
-	p, err := pool.New(pool.Config{Mounts: backend.MountConfig{DataDir: t.TempDir()}, CacheTTL: time.Hour},
-		pool.Deps{Store: statedb.NewStore(rdb, ""), Backend: be, BackendName: "http"})
+	store := statedb.NewStore(rdb, "")
+	cfg.Mounts.DataDir = t.TempDir()
+	p, err := pool.New(cfg, pool.Deps{Store: store, Backend: be, BackendName: "http"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, be
+	return p, be, store
 }
 
 func TestPoolOfServesAndReacquires(t *testing.T) {

@@ -1,10 +1,19 @@
 package router
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/events"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/pool"
 )
 
 func TestStatusEventVisibility(t *testing.T) {
@@ -49,6 +58,69 @@ func TestStatusErrors(t *testing.T) {
 	} {
 		if got := isError(tc.e); got != tc.want {
 			t.Errorf("isError(%s %q) = %v, want %v", tc.e.Type, tc.e.Reason, got, tc.want)
+		}
+	}
+}
+
+// TestStatusRowsShowTemplate: over a real pool and redis-server, each row
+// of the sandboxes table shows the template its sandbox was made from
+// (active and warm alike), "—" for none, and every row has a cell per
+// column.
+func TestStatusRowsShowTemplate(t *testing.T) {
+	t.Parallel()
+	p, _, store := poolOf(t, pool.Config{Templates: []pool.Template{
+		{Name: "py", Backend: backend.Template{Name: "py", Image: "python:3.12"}},
+	}})
+	gw := httptest.NewServer(New(Deps{Pool: PoolOf(p), Aliases: stubPool{}, Status: Status{Source: store}}))
+	t.Cleanup(gw.Close)
+	do := func(method, path, body string) string {
+		t.Helper()
+		req, _ := http.NewRequest(method, gw.URL+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := gw.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, data)
+		}
+		return string(data)
+	}
+	do("PUT", "/threads/plain/sandbox", "")
+	do("PUT", "/threads/py-active/sandbox", `{"template":"py"}`)
+	do("PUT", "/threads/py-warm/sandbox", `{"template":"py"}`)
+	do("DELETE", "/threads/py-warm/sandbox", "")
+
+	user := auth.Local().User
+	want := map[string][]string{ // by sandbox id: state, backend, template, user, thread
+		identity.SandboxID(user, "plain"):     {"active", "http", "—", user, "plain"},
+		identity.SandboxID(user, "py-active"): {"active", "http", "py", user, "py-active"},
+		identity.SandboxID(user, "py-warm"):   {"warm", "http", "py", user, "py-warm"},
+	}
+	for _, path := range []string{"/status", "/status/sandboxes"} {
+		page := do("GET", path, "")
+		table := regexp.MustCompile(`(?s)<table id="sandboxes">.*?</table>`).FindString(page)
+		heads := regexp.MustCompile(`<th>([^<]*)</th>`).FindAllStringSubmatch(table, -1)
+		if len(heads) < 3 || heads[2][1] != "Template" {
+			t.Fatalf("%s: the table's columns %q lack Template after Backend", path, heads)
+		}
+		rows := regexp.MustCompile(`(?s)<tr data-sandbox="([0-9a-f]+)">(.*?)</tr>`).FindAllStringSubmatch(table, -1)
+		if len(rows) != len(want) {
+			t.Fatalf("%s: %d rows, want %d:\n%s", path, len(rows), len(want), table)
+		}
+		for _, row := range rows {
+			cells := regexp.MustCompile(`<td[^>]*>(.*?)</td>`).FindAllStringSubmatch(row[2], -1)
+			var got []string
+			for _, c := range cells {
+				got = append(got, c[1])
+			}
+			if len(got) != len(heads) || !slices.Equal(got[:5], want[row[1]]) {
+				t.Errorf("%s: row %s: cells %q, want %d cells starting %q", path, row[1], got, len(heads), want[row[1]])
+			}
 		}
 	}
 }

@@ -38,6 +38,8 @@ type statusView struct {
 
 type sandboxRow struct {
 	State, Backend, User, Thread, SandboxID string
+	// Template is the template it was made from, "—" for none.
+	Template string
 	// Age is since creation; Last is the last activity (active), the
 	// release (warm), the create's deadline (creating).
 	Age, Last string
@@ -83,7 +85,7 @@ func (s *statusPage) view(ctx context.Context, p *auth.Principal, withEvents boo
 				continue
 			}
 			row := sandboxRow{State: state, Backend: e.Backend, User: e.User, Thread: e.Thread, SandboxID: e.SandboxID,
-				Last: status.Ago(now.Sub(e.Since))}
+				Template: cmp.Or(e.Template, "—"), Last: status.Ago(now.Sub(e.Since))}
 			if state == "creating" {
 				row.Backend, row.Last = "—", "—"
 			}
