@@ -186,7 +186,7 @@ func SandboxBinary(gateway string) string {
 // Create starts the sandbox, or returns the live one already running under
 // that id (idempotent), once it answers GET /v1/sandbox.
 func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := errors.Join(validateSpec(spec), p.validTemplate(spec.Template)); err != nil {
 		return backend.Info{}, err
 	}
 	if err := backend.EnsureHostDirs(spec.Mounts); err != nil {
