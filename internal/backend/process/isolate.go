@@ -179,7 +179,7 @@ func (p *Process) validTemplate(t backend.Template) error {
 		return fmt.Errorf("template %q: rootfs is not an absolute path", t.Name)
 	}
 	for i, kv := range t.RootEnv {
-		if !strings.Contains(kv, "=") || strings.ContainsRune(kv, 0) {
+		if !envEntry(kv) {
 			return fmt.Errorf("template %q: image environment entry %d is not KEY=VALUE", t.Name, i)
 		}
 	}

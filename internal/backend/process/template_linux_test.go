@@ -125,6 +125,38 @@ func TestTemplateRootFSNeedsIsolation(t *testing.T) {
 	}
 }
 
+// What a jail cannot run is refused before anything starts, naming the
+// template and never its host path.
+func TestValidTemplate(t *testing.T) {
+	t.Parallel()
+	isolated, plain := &Process{cgroups: &jail.Cgroups{}}, &Process{}
+	for _, tc := range []struct {
+		name string
+		p    *Process
+		t    backend.Template
+		want string // in the error; "" = valid
+	}{
+		{"zero", plain, backend.Template{}, ""},
+		{"memory only, unisolated", plain, backend.Template{Name: "m", Memory: 1 << 30}, ""},
+		{"image root", isolated, backend.Template{Name: "py", RootFS: "/data/images/abc", RootEnv: []string{"PATH=/usr/bin"}}, ""},
+		{"root unisolated", plain, backend.Template{Name: "py", RootFS: "/data/images/abc"}, `template "py": an image root (rootfs) needs process_isolation: namespaces`},
+		{"relative root", isolated, backend.Template{Name: "rel", RootFS: "images/abc"}, `template "rel": rootfs is not an absolute path`},
+		{"bad env", isolated, backend.Template{Name: "env", RootFS: "/data/images/abc", RootEnv: []string{"PATH=/bin", "NOVALUE"}}, `template "env": image environment entry 1 is not KEY=VALUE`},
+		{"NUL in env", isolated, backend.Template{Name: "nul", RootFS: "/data/images/abc", RootEnv: []string{"A=b\x00c"}}, "entry 0 is not KEY=VALUE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.p.validTemplate(tc.t)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("validTemplate = %v, want %q", err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "/data/images") {
+				t.Errorf("error %q shows the host path", err)
+			}
+		})
+	}
+}
+
 // A template's memory replaces the backend's limit for its sandbox only:
 // its cgroup holds the template's, a hog past it is OOM-killed (the
 // sandbox lives on), and the plain sandbox beside it keeps the backend's.
