@@ -2,6 +2,7 @@ package docker
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -73,5 +74,28 @@ func TestTemplateImageAndMemory(t *testing.T) {
 	var missing *backend.ImageError
 	if !errors.As(err, &missing) || missing.Image != absent.Template.Image {
 		t.Errorf("Create with a missing template image = %v, want an image error naming %s", err, absent.Template.Image)
+	}
+}
+
+// Templates pull images of their own, at once: a create waiting for one
+// image's pull hears that pull's progress only, and nothing once it
+// stopped waiting.
+func TestPullWatchersPerImage(t *testing.T) {
+	t.Parallel()
+	var w pullWatchers
+	got := map[string][]int64{}
+	watch := func(name, ref string) func() {
+		return w.add(ref, func(p backend.Progress) { got[name] = append(got[name], p.Bytes) })
+	}
+	watch("a1", "python:3")
+	watch("a2", "python:3")
+	stopB := watch("b", "node:22")
+	w.report("python:3", backend.Progress{Bytes: 1})
+	w.report("node:22", backend.Progress{Bytes: 2})
+	stopB()
+	w.report("node:22", backend.Progress{Bytes: 3})
+	want := map[string][]int64{"a1": {1}, "a2": {1}, "b": {2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("progress by watcher = %v, want %v", got, want)
 	}
 }
