@@ -102,6 +102,20 @@ func TestRunArgs(t *testing.T) {
 	if slices.Contains(old, "--cap-drop") || slices.Contains(old, "--init") {
 		t.Errorf("flags the CLI lacks: %q", old)
 	}
+	spec.Template = backend.Template{Name: "py", Image: "python:3", Memory: 256 << 20}
+	templated := a.runArgs(spec, "/tmp/env", "n", created, features{})
+	for _, want := range [][]string{
+		{"--label", backend.LabelTemplate + "=py"}, {"--memory", "256M"},
+		{"--entrypoint", sandboxspec.ServerImagePath, "python:3", "sandbox"},
+	} {
+		if !backendtest.ContainsRun(templated, want) {
+			t.Errorf("templated args lack %q:\n%q", want, templated)
+		}
+	}
+	if slices.Contains(templated, "img:1") || slices.Contains(templated, "1536M") {
+		t.Errorf("templated args keep the configured image or memory:\n%q", templated)
+	}
+	spec.Template = backend.Template{}
 	want := "API_KEY=topsecret\nHOME=" + backend.VirtualWorkspace + "\n" + sandboxspec.KeepEnvVar + "=API_KEY\n"
 	if got := envFile(spec.Env); got != want {
 		t.Errorf("env file %q, want %q", got, want)

@@ -1,6 +1,7 @@
 package applecontainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,8 +82,9 @@ func (a *AppleContainer) runArgs(spec backend.Spec, envPath, incarnation string,
 	if a.cfg.CPUs > 0 {
 		args = append(args, "--cpus", strconv.Itoa(a.cfg.CPUs))
 	}
-	if a.cfg.Memory > 0 {
-		args = append(args, "--memory", strconv.FormatInt(max(a.cfg.Memory>>20, 1), 10)+"M")
+	// A template's memory and image replace the configured ones.
+	if memory := cmp.Or(max(spec.Template.Memory, 0), a.cfg.Memory); memory > 0 {
+		args = append(args, "--memory", strconv.FormatInt(max(memory>>20, 1), 10)+"M")
 	}
 	if f.capDrop {
 		args = append(args, "--cap-drop", "ALL")
@@ -93,7 +95,7 @@ func (a *AppleContainer) runArgs(spec backend.Spec, envPath, incarnation string,
 	if f.init {
 		args = append(args, "--init")
 	}
-	return append(args, "--entrypoint", sandboxspec.ServerImagePath, a.cfg.Image, sandboxspec.ServerCommand,
+	return append(args, "--entrypoint", sandboxspec.ServerImagePath, cmp.Or(spec.Template.Image, a.cfg.Image), sandboxspec.ServerCommand,
 		"--"+sandboxspec.FlagListen, "0.0.0.0:"+strconv.Itoa(a.cfg.Port), "--"+sandboxspec.FlagHome, backend.VirtualWorkspace)
 }
 

@@ -38,7 +38,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	}
 	sid := spec.SandboxID
 	log := d.log.With("sandbox_id", sid, "thread", spec.Thread)
-	serverPath, err := d.prepareImage(ctx)
+	serverPath, err := d.prepareImage(ctx, d.image(spec.Template))
 	if err != nil {
 		return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 	}
@@ -49,7 +49,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	if serverPath == "" && spec.Egress.EffectiveMode() != backend.EgressOpen {
 		d.egressWarning.Do(func() {
 			d.log.Warn("the sandbox image serves its own API over TCP, so its containers need a network: their egress policy "+
-				"is not enforced (only images with the "+LabelServer+" label run without a network)", "image", d.cfg.Image,
+				"is not enforced (only images with the "+LabelServer+" label run without a network)", "image", cs.Config.Image,
 				"egress", spec.Egress.EffectiveMode())
 		})
 	}
@@ -62,7 +62,7 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
 		resp, err := d.api.ContainerCreate(ctx, cs.Config, cs.Host, cs.Network, nil, cs.Name)
 		if err == nil {
-			info, err := d.start(ctx, resp.ID, cs.Secret, cs.User, log)
+			info, err := d.start(ctx, resp.ID, cs, log)
 			if err != nil {
 				return backend.Info{}, fmt.Errorf("create sandbox %s: %w", sid, err)
 			}
@@ -85,12 +85,13 @@ func (d *Docker) Create(ctx context.Context, spec backend.Spec) (backend.Info, e
 	}
 }
 
-// start delivers the secret into a container this call created, starts it
-// and waits until it serves; on failure the container is removed.
-func (d *Docker) start(ctx context.Context, id, secret string, user sandboxUser, log *slog.Logger) (backend.Info, error) {
+// start delivers the secret into container id, which this call created
+// from cs, starts it and waits until it serves; on failure the container
+// is removed.
+func (d *Docker) start(ctx context.Context, id string, cs containerSpec, log *slog.Logger) (backend.Info, error) {
 	var err error
-	if secret != "" {
-		err = d.deliverSecret(ctx, id, secret, user)
+	if cs.Secret != "" {
+		err = d.deliverSecret(ctx, id, cs)
 	}
 	if err == nil {
 		if err = d.api.ContainerStart(ctx, id, container.StartOptions{}); err != nil {

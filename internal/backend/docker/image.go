@@ -21,12 +21,11 @@ import (
 // pullLogEvery is how often a running pull logs its progress.
 const pullLogEvery = 2 * time.Second
 
-// prepareImage makes the image present as the pull policy says and returns
+// prepareImage makes image ref present as the pull policy says and returns
 // its LabelServer value ("" for an image that serves the API itself).
-func (d *Docker) prepareImage(ctx context.Context) (string, error) {
-	ref := d.cfg.Image
+func (d *Docker) prepareImage(ctx context.Context, ref string) (string, error) {
 	if d.cfg.PullPolicy == PullAlways {
-		if err := d.pull(ctx); err != nil {
+		if err := d.pull(ctx, ref); err != nil {
 			return "", err
 		}
 	}
@@ -35,7 +34,7 @@ func (d *Docker) prepareImage(ctx context.Context) (string, error) {
 		if d.cfg.PullPolicy == PullNever {
 			return "", &backend.ImageError{Image: ref, Err: errNeverPull}
 		}
-		if err = d.pull(ctx); err == nil {
+		if err = d.pull(ctx, ref); err == nil {
 			img, err = d.api.ImageInspect(ctx, ref)
 		}
 	}
@@ -70,7 +69,7 @@ func (d *Docker) CheckImage(ctx context.Context) {
 		go func() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startupPullTimeout)
 			defer cancel()
-			if err := d.pull(pctx); err != nil {
+			if err := d.pull(pctx, d.cfg.Image); err != nil {
 				d.log.Error("sandbox image could not be pulled", "image", d.cfg.Image, "err", err)
 			}
 		}()
@@ -93,13 +92,12 @@ func (d *Docker) imagePresent(ctx context.Context) error {
 	return fmt.Errorf("%w: docker engine: inspect image: %w", backend.ErrUnavailable, err)
 }
 
-// pull pulls the image once at a time however many creates ask for it.
+// pull pulls image ref once at a time however many creates ask for it.
 // Every create waiting for the pull, not only the one that started it,
 // gets its progress (backend.WithProgress) from the moment it asks.
-func (d *Docker) pull(ctx context.Context) error {
-	ref := d.cfg.Image
+func (d *Docker) pull(ctx context.Context, ref string) error {
 	if report := backend.ProgressOf(ctx); report != nil {
-		defer d.pullWatch.add(report)()
+		defer d.pullWatch.add(ref, report)()
 	}
 	_, err, _ := d.pulls.Do(ref, func() (any, error) {
 		log := d.log.With("image", ref)
@@ -107,7 +105,7 @@ func (d *Docker) pull(ctx context.Context) error {
 		began := time.Now()
 		rc, err := d.api.ImagePull(ctx, ref, image.PullOptions{})
 		if err == nil {
-			err = followPull(rc, log, pullLogEvery, time.Now, d.pullWatch.report)
+			err = followPull(rc, log, pullLogEvery, time.Now, func(p backend.Progress) { d.pullWatch.report(ref, p) })
 			_ = rc.Close()
 		}
 		if err != nil {
@@ -193,23 +191,29 @@ func followPull(r io.Reader, log *slog.Logger, every time.Duration, now func() t
 	}
 }
 
-// pullWatchers are the progress reports of the creates waiting for a pull.
+// pullWatchers are the progress reports of the creates waiting for a pull,
+// each for the image it waits for (templates pull images of their own).
 type pullWatchers struct {
 	mu   sync.Mutex
 	next int
-	fns  map[int]func(backend.Progress)
+	fns  map[int]pullWatcher
 }
 
-// add registers report until the returned func is called.
-func (w *pullWatchers) add(report func(backend.Progress)) (remove func()) {
+type pullWatcher struct {
+	ref    string
+	report func(backend.Progress)
+}
+
+// add registers report for ref's pull until the returned func is called.
+func (w *pullWatchers) add(ref string, report func(backend.Progress)) (remove func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.fns == nil {
-		w.fns = map[int]func(backend.Progress){}
+		w.fns = map[int]pullWatcher{}
 	}
 	id := w.next
 	w.next++
-	w.fns[id] = report
+	w.fns[id] = pullWatcher{ref, report}
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -217,13 +221,16 @@ func (w *pullWatchers) add(report func(backend.Progress)) (remove func()) {
 	}
 }
 
-// report hands p to every waiting create. The lock is held throughout: the
-// reports are quick (a rate check, now and then an event), and a create
-// that stops waiting must not be reported to afterwards.
-func (w *pullWatchers) report(p backend.Progress) {
+// report hands p, ref's pull progress, to every create waiting for ref. The
+// lock is held throughout: the reports are quick (a rate check, now and
+// then an event), and a create that stops waiting must not be reported to
+// afterwards.
+func (w *pullWatchers) report(ref string, p backend.Progress) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, fn := range w.fns {
-		fn(p)
+	for _, f := range w.fns {
+		if f.ref == ref {
+			f.report(p)
+		}
 	}
 }

@@ -29,14 +29,14 @@ const (
 	labelSecret = "sandgate.secret"
 )
 
-// deliverSecret copies the secret file into container id (created, not
-// started).
-func (d *Docker) deliverSecret(ctx context.Context, id, secret string, user sandboxUser) error {
-	uid, gid, known, err := d.secretOwner(ctx, user)
+// deliverSecret copies cs's secret file into container id (created from
+// cs, not started).
+func (d *Docker) deliverSecret(ctx context.Context, id string, cs containerSpec) error {
+	uid, gid, known, err := d.secretOwner(ctx, cs.Config.Image, cs.User)
 	if err != nil {
 		return err
 	}
-	archive, err := secretArchive(secret, uid, gid, known)
+	archive, err := secretArchive(cs.Secret, uid, gid, known)
 	if err != nil {
 		return err
 	}
@@ -48,14 +48,14 @@ func (d *Docker) deliverSecret(ctx context.Context, id, secret string, user sand
 
 // secretOwner is the numeric uid:gid the sandbox server runs as, when it
 // can be known without the image's /etc/passwd: the sandbox's user, else
-// the image's USER ("" = root). A name is resolved only inside the image.
-func (d *Docker) secretOwner(ctx context.Context, user sandboxUser) (uid, gid int, known bool, err error) {
+// the USER of image ref ("" = root). A name is resolved only inside the image.
+func (d *Docker) secretOwner(ctx context.Context, ref string, user sandboxUser) (uid, gid int, known bool, err error) {
 	if user.user != "" {
 		return user.uid, user.gid, user.known, nil
 	}
-	img, err := d.api.ImageInspect(ctx, d.cfg.Image)
+	img, err := d.api.ImageInspect(ctx, ref)
 	if err != nil {
-		return 0, 0, false, engineErr("image "+d.cfg.Image, err)
+		return 0, 0, false, engineErr("image "+ref, err)
 	}
 	if img.Config == nil || img.Config.User == "" {
 		return 0, 0, true, nil

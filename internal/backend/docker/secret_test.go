@@ -84,7 +84,7 @@ func TestSecretOwner(t *testing.T) {
 		{"sandbox", 0, 0, false}, {"1000:staff", 0, 0, false}, {"-1:0", 0, 0, false},
 	} {
 		d := newWithEngine(Config{Image: "img:1", ContainerPrefix: "sbx", User: c.user}, nil, nil)
-		uid, gid, known, err := d.secretOwner(t.Context(), resolveUser(c.user, "0123456789abcdef", 0, 0))
+		uid, gid, known, err := d.secretOwner(t.Context(), "img:1", resolveUser(c.user, "0123456789abcdef", 0, 0))
 		if err != nil || known != c.known || known && (uid != c.uid || gid != c.gid) {
 			t.Errorf("user %q: %d:%d known=%v err=%v", c.user, uid, gid, known, err)
 		}

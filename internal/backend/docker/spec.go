@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 	port := nat.Port(strconv.Itoa(d.cfg.Port) + "/tcp")
 	user := resolveUser(d.cfg.User, spec.SandboxID, os.Geteuid(), os.Getegid())
 	cfg := &container.Config{
-		Image:  d.cfg.Image,
+		Image:  d.image(spec.Template),
 		User:   user.user,
 		Env:    containerEnv(spec.Env, serverPath != ""),
 		Labels: backend.IdentityLabels(spec, d.cfg.Instance, spec.Labels),
@@ -72,7 +73,7 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 		CapDrop:     []string{"ALL"},
 		CapAdd:      slices.Clone(d.cfg.CapAdd),
 		Init:        &withInit,
-		Resources:   d.resources(),
+		Resources:   d.resources(spec.Template),
 		StorageOpt:  d.storageOpt(),
 		// No restart policy: a dead sandbox is replaced by the pool, with a
 		// new incarnation, rather than revived under the old one.
@@ -95,11 +96,15 @@ func (d *Docker) containerSpec(spec backend.Spec, serverPath string) containerSp
 	return containerSpec{Name: d.name(spec.SandboxID), Config: cfg, Host: host, Network: netCfg, Secret: cfg.Labels[labelSecret], User: user}
 }
 
-// resources maps the limits; negative means none.
-func (d *Docker) resources() container.Resources {
+// image is the image a sandbox made from t runs.
+func (d *Docker) image(t backend.Template) string { return cmp.Or(t.Image, d.cfg.Image) }
+
+// resources maps the limits, t's memory in place of the configured; a
+// negative limit means none.
+func (d *Docker) resources(t backend.Template) container.Resources {
 	var r container.Resources
-	if d.cfg.Memory > 0 {
-		r.Memory = d.cfg.Memory
+	if memory := cmp.Or(max(t.Memory, 0), d.cfg.Memory); memory > 0 {
+		r.Memory = memory
 	}
 	if d.cfg.NanoCPUs > 0 {
 		r.NanoCPUs = d.cfg.NanoCPUs

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -90,20 +91,21 @@ func (k *Kubernetes) podFor(spec backend.Spec) (*corev1.Pod, error) {
 	maps.Copy(env, proxyEnv) // the policy lets nothing else out anyway
 	podLabelSet := podLabels(spec, k.cfg.Instance)
 	podLabelSet[LabelEgress] = string(spec.Egress.EffectiveMode())
+	memRequest, memLimit := k.memory(spec.Template)
 	c := corev1.Container{
 		Name:            containerName,
-		Image:           k.cfg.Image,
+		Image:           cmp.Or(spec.Template.Image, k.cfg.Image),
 		ImagePullPolicy: corev1.PullPolicy(k.cfg.ImagePullPolicy),
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: int32(k.cfg.Port), Protocol: corev1.ProtocolTCP}},
 		Env:             envVars(env),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse(k.cfg.CPURequest),
-				corev1.ResourceMemory: resource.MustParse(k.cfg.MemoryRequest),
+				corev1.ResourceMemory: memRequest,
 			},
 			Limits: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse(k.cfg.CPULimit),
-				corev1.ResourceMemory: resource.MustParse(k.cfg.MemoryLimit),
+				corev1.ResourceMemory: memLimit,
 			},
 		},
 		// Readiness only, no liveness probe: a sandbox busy with a heavy
@@ -167,6 +169,20 @@ func (k *Kubernetes) podFor(spec backend.Spec) (*corev1.Pod, error) {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
 	return pod, nil
+}
+
+// memory is the container's memory request and limit: t's memory in place
+// of the configured limit, the request no more than the limit (Kubernetes
+// refuses a request above it).
+func (k *Kubernetes) memory(t backend.Template) (request, limit resource.Quantity) {
+	request, limit = resource.MustParse(k.cfg.MemoryRequest), resource.MustParse(k.cfg.MemoryLimit)
+	if t.Memory > 0 {
+		limit = *resource.NewQuantity(t.Memory, resource.BinarySI)
+		if request.Cmp(limit) > 0 {
+			request = limit.DeepCopy()
+		}
+	}
+	return request, limit
 }
 
 // securePod applies the configured users and read-only image.

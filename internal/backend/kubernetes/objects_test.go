@@ -334,3 +334,43 @@ func TestReachable(t *testing.T) {
 		}
 	}
 }
+
+// A template's image and memory replace the configured ones in its Pod's
+// container, the memory request capped at the template's limit; the zero
+// template leaves the configuration, and the template's name labels the Pod.
+func TestPodSpecTemplate(t *testing.T) {
+	t.Parallel()
+	k := newForSpec(t, Config{MemoryRequest: "512Mi", MemoryLimit: "2Gi"})
+	for _, tc := range []struct {
+		name           string
+		template       backend.Template
+		image          string
+		request, limit string
+	}{
+		{"none", backend.Template{}, "sandbox:1", "512Mi", "2Gi"},
+		{"image only", backend.Template{Name: "py", Image: "python-sandbox:3"}, "python-sandbox:3", "512Mi", "2Gi"},
+		{"limit above the request", backend.Template{Name: "big", Memory: 4 << 30}, "sandbox:1", "512Mi", "4Gi"},
+		{"limit below the request", backend.Template{Name: "small", Image: "tiny:1", Memory: 64 << 20}, "tiny:1", "64Mi", "64Mi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			spec := testSpec()
+			spec.Template = tc.template
+			pod, err := k.podFor(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := pod.Spec.Containers[0]
+			if c.Image != tc.image {
+				t.Errorf("image = %s, want %s", c.Image, tc.image)
+			}
+			req, lim := c.Resources.Requests[corev1.ResourceMemory], c.Resources.Limits[corev1.ResourceMemory]
+			if req.Cmp(resource.MustParse(tc.request)) != 0 || lim.Cmp(resource.MustParse(tc.limit)) != 0 {
+				t.Errorf("memory request/limit = %s/%s, want %s/%s", req.String(), lim.String(), tc.request, tc.limit)
+			}
+			if got, ok := pod.Labels[backend.LabelTemplate]; got != tc.template.Name || ok != (tc.template.Name != "") {
+				t.Errorf("label %s = %q (set %v), want %q", backend.LabelTemplate, got, ok, tc.template.Name)
+			}
+		})
+	}
+}

@@ -32,6 +32,7 @@ const probeTimeout = 10 * time.Second
 // an unprivileged uid of its own, Landlock, seccomp and limits, in its own
 // cgroups when this machine lets the gateway make them.
 func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File) (*exec.Cmd, error) {
+	cfg := p.cfg.forTemplate(spec.Template)
 	uid, gid, err := p.hostIDs.For(spec.SandboxID)
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	if err != nil {
 		return nil, err
 	}
-	limits := p.cfg.Limits.WithDefaults()
+	limits := cfg.Limits.WithDefaults()
 	placed := func(pid int) error {
 		if p.cgroups.Mode() == jail.CgroupNone {
 			return nil
@@ -90,10 +91,10 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			MemoryByRlimit: p.cgroups.Mode() == jail.CgroupNone,
 			Dir:            backend.VirtualWorkspace,
 			Args:           args,
-			Env:            childEnv(p.cfg.isolatedBase(), configured),
+			Env:            childEnv(cfg.isolatedBase(), configured),
 			HostNetwork:    hostNetwork,
 			Seccomp:        filter,
-			SystemRoot:     p.cfg.SystemRoot,
+			SystemRoot:     cfg.SystemRoot,
 		},
 		Files:  files,
 		UID:    uid,
@@ -151,6 +152,38 @@ func (p *Process) EgressSockets(ctx context.Context) ([]backend.EgressSocket, er
 		})
 	}
 	return out, nil
+}
+
+// forTemplate is the configuration one sandbox's jail is built from: t's
+// root, its env and its memory in place of the backend's.
+func (c Config) forTemplate(t backend.Template) Config {
+	if t.RootFS != "" {
+		c.SystemRoot, c.SystemEnv = t.RootFS, t.RootEnv
+	}
+	if t.Memory > 0 {
+		c.Limits.Memory = t.Memory
+	}
+	return c
+}
+
+// validTemplate reports what in t this backend cannot run: a root needs a
+// jail to show it, as Config.SystemRoot does.
+func (p *Process) validTemplate(t backend.Template) error {
+	if t.RootFS == "" {
+		return nil
+	}
+	if p.cgroups == nil {
+		return fmt.Errorf("template %q: an image root (rootfs) needs process_isolation: namespaces", t.Name)
+	}
+	if !filepath.IsAbs(t.RootFS) {
+		return fmt.Errorf("template %q: rootfs is not an absolute path", t.Name)
+	}
+	for i, kv := range t.RootEnv {
+		if !envEntry(kv) {
+			return fmt.Errorf("template %q: image environment entry %d is not KEY=VALUE", t.Name, i)
+		}
+	}
+	return nil
 }
 
 // isolatedEnv is all an isolated sandbox inherits: nothing of the

@@ -98,7 +98,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("process backend: a system root (process_image) needs process_isolation: namespaces"))
 	}
 	for i, kv := range c.SystemEnv {
-		if !strings.Contains(kv, "=") || strings.ContainsRune(kv, 0) {
+		if !envEntry(kv) {
 			errs = append(errs, fmt.Errorf("process backend: system environment entry %d is not KEY=VALUE", i))
 		}
 	}
@@ -107,6 +107,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// envEntry reports whether kv is an environment entry a jail can pass:
+// KEY=VALUE, no NUL.
+func envEntry(kv string) bool { return strings.Contains(kv, "=") && !strings.ContainsRune(kv, 0) }
 
 // Process implements backend.Backend with local child processes.
 type Process struct {
@@ -186,7 +190,7 @@ func SandboxBinary(gateway string) string {
 // Create starts the sandbox, or returns the live one already running under
 // that id (idempotent), once it answers GET /v1/sandbox.
 func (p *Process) Create(ctx context.Context, spec backend.Spec) (backend.Info, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := errors.Join(validateSpec(spec), p.validTemplate(spec.Template)); err != nil {
 		return backend.Info{}, err
 	}
 	if err := backend.EnsureHostDirs(spec.Mounts); err != nil {
