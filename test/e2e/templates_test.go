@@ -63,7 +63,7 @@ default_template: small
 
 	// The default template's memory limit stops a hog the host would let run.
 	out, _ := run(t, g, "tpl-hog", "python3 -c \"b = b'x' * (512 << 20); print('ALLOCATED', len(b))\" 2>&1; echo rc=$?", "Authorization", "Bearer alice-key")
-	if strings.Contains(out, "ALLOCATED") || strings.Contains(out, "rc=0") {
+	if strings.Contains(out, "ALLOCATED 536870912") || !strings.Contains(out, "rc=137") {
 		t.Errorf("a 512 MiB hog ran in template small (memory 96m): %s", out)
 	}
 }
@@ -87,7 +87,17 @@ default_template: small
 	g := d.fleet("--config", cfg, "--auth-api-keys", templatesKeys).start()
 	checkTemplates(t, g, tag, "", "")
 	run(t, g, "tpl-small", "true", "Authorization", "Bearer alice-key")
-	c := d.containerOf(g.URL, "tpl-small")
+	code, body, _ := call(t, "GET", g.URL+"/threads/tpl-small/sandbox", nil, "Authorization", "Bearer alice-key")
+	var sb struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if code != 200 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("GET sandbox: %d %s", code, body)
+	}
+	c, err := d.api.ContainerInspect(t.Context(), d.prefix+"-"+sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if c.Config.Image != d.image || c.HostConfig.Memory != 96<<20 {
 		t.Errorf("template small's container: image %s memory %d, want %s and %d", c.Config.Image, c.HostConfig.Memory, d.image, 96<<20)
 	}
