@@ -24,14 +24,11 @@ func (s *Store) SetEgress(ctx context.Context, sid string, e backend.Egress) (ch
 	if err := s.rdb.SAdd(ctx, s.keys.fleetKeys()[5], sid).Err(); err != nil {
 		return false, fmt.Errorf("mark egress policy: %w", err)
 	}
-	old, err := s.rdb.SetArgs(ctx, s.keys.Egress(sid), data, redis.SetArgs{Get: true}).Result()
-	if errors.Is(err, redis.Nil) {
-		return true, nil
-	}
+	changed, err = s.replace(ctx, s.keys.Egress(sid), data)
 	if err != nil {
 		return false, fmt.Errorf("store egress policy: %w", err)
 	}
-	return old != string(data), nil
+	return changed, nil
 }
 
 // Egress returns a sandbox's stored egress policy, if an admin set one.

@@ -12,12 +12,22 @@ import (
 // later incarnation is made from them) and reports whether they differ
 // from those stored before. One SET ... GET: no condition to keep.
 func (s *Store) SetOptions(ctx context.Context, sid string, data []byte) (changed bool, err error) {
-	old, err := s.rdb.SetArgs(ctx, s.keys.Options(sid), data, redis.SetArgs{Get: true}).Result()
+	changed, err = s.replace(ctx, s.keys.Options(sid), data)
+	if err != nil {
+		return false, fmt.Errorf("store create options: %w", err)
+	}
+	return changed, nil
+}
+
+// replace sets key to data in one SET ... GET and reports whether it held
+// something else (or nothing) before.
+func (s *Store) replace(ctx context.Context, key string, data []byte) (bool, error) {
+	old, err := s.rdb.SetArgs(ctx, key, data, redis.SetArgs{Get: true}).Result()
 	if errors.Is(err, redis.Nil) {
 		return true, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("store create options: %w", err)
+		return false, err
 	}
 	return old != string(data), nil
 }
