@@ -31,7 +31,7 @@ func timedImport(ctx context.Context, log *slog.Logger, what string, imp func(co
 	if err != nil {
 		return img, err
 	}
-	log.Info("image imported: isolated sandboxes of "+what+" run its userland", "image", img.ID,
+	log.Info(what+" imported: its isolated sandboxes run the image's userland", "image", img.ID,
 		"duration", time.Since(start).Round(time.Millisecond).String(), "special_entries_skipped", img.Skipped)
 	return img, nil
 }

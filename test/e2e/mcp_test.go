@@ -83,8 +83,8 @@ func TestMCPThreadEndpoint(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "ls", "read_file", "restore_checkpoint",
-		"str_replace", "write_file"}; !slices.Equal(names, want) {
+	if want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "list_templates", "ls", "read_file",
+		"restore_checkpoint", "str_replace", "use_template", "write_file"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	if code, body, _ := call(t, "GET", a.URL+"/threads/"+thread+"/sandbox", nil, auth...); code != http.StatusNotFound {
