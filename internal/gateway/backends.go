@@ -63,7 +63,7 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate b
 		if err != nil {
 			return nil, "", err
 		}
-		checkImage(ctx, be)
+		checkImage(ctx, be, cfg)
 		return be, name, nil
 	case "applecontainer":
 		be, err := applecontainer.New(appleConfig(cfg), log)
@@ -114,7 +114,7 @@ func autoBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate 
 		var image *backend.ImageError
 		if err == nil || errors.As(err, &image) { // the engine answered; a missing image is reported by checkImage
 			log.Info("backend auto: using docker", "why", "the Docker engine answered a ping")
-			checkImage(ctx, d)
+			checkImage(ctx, d, cfg)
 			return d, "docker", nil
 		}
 		_ = d.Close()
@@ -153,11 +153,16 @@ var errAutoUnisolated = errors.New("backend auto: no container runtime answered 
 	"(several users): refusing to fall back to the process backend with process_isolation: none; make the Docker engine " +
 	"reachable (docker_host / DOCKER_HOST), or keep process_isolation: namespaces")
 
-// checkImage runs the docker backend's start-up image check, bounded.
-func checkImage(ctx context.Context, d *docker.Docker) {
+// checkImage runs the docker backend's start-up check of its image and
+// the templates', bounded.
+func checkImage(ctx context.Context, d *docker.Docker, cfg config.Config) {
 	cctx, cancel := context.WithTimeout(ctx, autoProbeTimeout)
 	defer cancel()
-	d.CheckImage(cctx)
+	var images []string
+	for _, t := range cfg.Pool.Templates {
+		images = append(images, t.Backend.Image)
+	}
+	d.CheckImage(cctx, images...)
 }
 
 func dockerConfig(cfg config.Config, gate backend.EgressGate) docker.Config {

@@ -311,7 +311,7 @@ func (d *Docker) Ping(ctx context.Context) error {
 	if _, err := d.api.Ping(ctx); err != nil {
 		return fmt.Errorf("%w: docker engine: %w", backend.ErrUnavailable, err)
 	}
-	return d.imagePresent(ctx)
+	return d.imagePresent(ctx, d.cfg.Image)
 }
 
 // Close releases the engine client.

@@ -49,28 +49,40 @@ func (d *Docker) prepareImage(ctx context.Context, ref string) (string, error) {
 
 var errNeverPull = errors.New("not present and docker_pull_policy is never: build or load it first (see deployments/sandbox-image)")
 
-// CheckImage is the start-up check of the sandbox image: present, or
-// (pull policy allowing) pulled now in the background so that the first
-// create does not wait for it. A missing image is logged as an error
-// naming it; /readyz (Ping) reports it until it is there.
-func (d *Docker) CheckImage(ctx context.Context) {
-	err := d.imagePresent(ctx)
+// CheckImage is the start-up check of the sandbox image and of templates'
+// images (more): present, or (pull policy allowing) pulled now in the
+// background so that the first create does not wait for it. A missing
+// image is logged as an error naming it; /readyz (Ping) reports the
+// configured one until it is there.
+func (d *Docker) CheckImage(ctx context.Context, more ...string) {
+	seen := map[string]bool{}
+	for _, ref := range append([]string{d.cfg.Image}, more...) {
+		if ref == "" || seen[ref] {
+			continue
+		}
+		seen[ref] = true
+		d.checkImage(ctx, ref)
+	}
+}
+
+func (d *Docker) checkImage(ctx context.Context, ref string) {
+	err := d.imagePresent(ctx, ref)
 	var missing *backend.ImageError
 	switch {
 	case err == nil:
 		return
 	case !errors.As(err, &missing):
-		d.log.Warn("cannot check the sandbox image at start-up", "image", d.cfg.Image, "err", err)
+		d.log.Warn("cannot check the sandbox image at start-up", "image", ref, "err", err)
 	case d.cfg.PullPolicy == PullNever:
 		d.log.Error("sandbox image missing: sandboxes cannot start until it is built or loaded (docker_pull_policy is never)",
-			"image", d.cfg.Image)
+			"image", ref)
 	default:
-		d.log.Warn("sandbox image missing at start-up; pulling it now", "image", d.cfg.Image)
+		d.log.Warn("sandbox image missing at start-up; pulling it now", "image", ref)
 		go func() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startupPullTimeout)
 			defer cancel()
-			if err := d.pull(pctx, d.cfg.Image); err != nil {
-				d.log.Error("sandbox image could not be pulled", "image", d.cfg.Image, "err", err)
+			if err := d.pull(pctx, ref); err != nil {
+				d.log.Error("sandbox image could not be pulled", "image", ref, "err", err)
 			}
 		}()
 	}
@@ -81,13 +93,13 @@ const startupPullTimeout = 15 * time.Minute
 
 // imagePresent is one inspect: nil, an *backend.ImageError when the engine
 // answers that the image is missing, or the engine's error.
-func (d *Docker) imagePresent(ctx context.Context) error {
-	_, err := d.api.ImageInspect(ctx, d.cfg.Image)
+func (d *Docker) imagePresent(ctx context.Context, ref string) error {
+	_, err := d.api.ImageInspect(ctx, ref)
 	switch {
 	case err == nil:
 		return nil
 	case cerrdefs.IsNotFound(err):
-		return &backend.ImageError{Image: d.cfg.Image, Err: errors.New("not present on the engine")}
+		return &backend.ImageError{Image: ref, Err: errors.New("not present on the engine")}
 	}
 	return fmt.Errorf("%w: docker engine: inspect image: %w", backend.ErrUnavailable, err)
 }

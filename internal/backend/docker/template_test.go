@@ -99,3 +99,18 @@ func TestPullWatchersPerImage(t *testing.T) {
 		t.Errorf("progress by watcher = %v, want %v", got, want)
 	}
 }
+
+// The start-up check covers the templates' images: a missing one is named
+// at start, not first at a thread's create; present ones and the
+// configured image say nothing.
+func TestCheckImageCoversTemplates(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend()
+	missing := "sandgate-test-missing-template:" + randHex(4)
+	d.CheckImage(t.Context(), h.image, "", missing, missing)
+	logs := h.logs.String()
+	if n := strings.Count(logs, "sandbox image missing"); n != 1 || !strings.Contains(logs, missing) {
+		t.Fatalf("want one missing-image error naming %s, got %d:\n%s", missing, n, logs)
+	}
+}
