@@ -18,8 +18,9 @@ func (p *Pool) Templates() ([]Template, string) { return p.cfg.Templates, p.cfg.
 func (p *Pool) CheckOptions(o Options) error { return p.templates.Check(o) }
 
 // SetOptions stores (user, thread)'s create options, checked; when they
-// differ from the stored ones a running sandbox of the thread, made from
-// those, is destroyed (its files stay) so that the next acquire makes one
+// make a different sandbox than the stored ones (another template, env or
+// memory; metadata is the gateway's alone), a running sandbox of the
+// thread is destroyed (its files stay) so that the next acquire makes one
 // from these. Options are stored before any create reads them.
 func (p *Pool) SetOptions(ctx context.Context, user, thread string, o Options) error {
 	if err := p.templates.Check(o); err != nil {
@@ -30,11 +31,15 @@ func (p *Pool) SetOptions(ctx context.Context, user, thread string, o Options) e
 		return fmt.Errorf("encode create options: %w", err)
 	}
 	sid := identity.SandboxID(user, thread)
+	old, err := p.Options(ctx, sid)
+	if err != nil {
+		return err
+	}
 	changed, err := p.store.SetOptions(ctx, sid, data)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !changed {
+	if !changed || p.templates.sameSandbox(old, o) {
 		return nil
 	}
 	p.log.InfoContext(ctx, "thread's create options set", "sandbox_id", sid, "thread", thread, "template", o.Template)

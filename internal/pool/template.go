@@ -167,6 +167,21 @@ func (ts Templates) Check(o Options) error {
 	return nil
 }
 
+// sameSandbox reports whether a and b make the same sandbox: the same
+// template (the default named or not), env and memory (the template's
+// named or not).
+func (ts Templates) sameSandbox(a, b Options) bool {
+	ta, errA := ts.pick(a.Template)
+	tb, errB := ts.pick(b.Template)
+	memory := func(t Template, o Options) int64 {
+		if o.Memory > 0 {
+			return o.Memory
+		}
+		return t.Backend.Memory
+	}
+	return errA == nil && errB == nil && ta.Name == tb.Name && maps.Equal(a.Env, b.Env) && memory(ta, a) == memory(tb, b)
+}
+
 // pick finds the template named name ("" = the default; none configured
 // and no name = the zero Template, the backend's configuration alone).
 func (ts Templates) pick(name string) (Template, error) {

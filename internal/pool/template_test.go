@@ -134,3 +134,25 @@ func TestDemandTargets(t *testing.T) {
 		t.Errorf("total below the minimums: %v", got)
 	}
 }
+
+func TestSameSandbox(t *testing.T) {
+	t.Parallel()
+	ts := testTemplates()
+	for _, tc := range []struct {
+		name string
+		a, b Options
+		same bool
+	}{
+		{"the default named or not", Options{}, Options{Template: "small"}, true},
+		{"the template's memory named or not", Options{}, Options{Memory: 64 << 20}, true},
+		{"metadata only", Options{Metadata: map[string]string{"a": "1"}}, Options{Metadata: map[string]string{"a": "2"}}, true},
+		{"another template", Options{}, Options{Template: "python"}, false},
+		{"env", Options{}, Options{Env: map[string]string{"A": "1"}}, false},
+		{"memory", Options{}, Options{Memory: 100 << 20}, false},
+		{"a template since removed", Options{Template: "gone"}, Options{}, false},
+	} {
+		if got := ts.sameSandbox(tc.a, tc.b); got != tc.same {
+			t.Errorf("%s: same = %v", tc.name, got)
+		}
+	}
+}

@@ -201,6 +201,26 @@ func checkTemplates(t *testing.T, g *gateway, tag string, secrets ...string) {
 		t.Errorf("after destroy and recreate: exit %d: %q", code, out)
 	}
 
+	// A metadata change keeps the running sandbox; a template change
+	// replaces it, and the thread's files stay.
+	if out, code := run(t, g, thread, "touch /tmp/this-sandbox", alice...); code != 0 {
+		t.Fatalf("mark the sandbox: %s", out)
+	}
+	if code, body, _ := call(t, "PUT", g.URL+"/threads/"+thread+"/sandbox", map[string]any{"template": "python",
+		"env": map[string]string{"PER_CREATE": "c1"}, "metadata": map[string]string{"agent": "a8"}}, alice...); code != 200 {
+		t.Fatalf("PUT new metadata: %d %s", code, body)
+	}
+	if out, code := run(t, g, thread, "test -e /tmp/this-sandbox", alice...); code != 0 {
+		t.Errorf("a metadata change replaced the sandbox: %s", out)
+	}
+	if code, body, _ := call(t, "PUT", g.URL+"/threads/"+thread+"/sandbox", map[string]any{"template": "small"}, alice...); code != 200 {
+		t.Fatalf("PUT template small: %d %s", code, body)
+	}
+	out, code = run(t, g, thread, `test ! -e /tmp/this-sandbox && test -e `+whl+` && echo "$TEMPLATE_MARK"`, alice...)
+	if code != 0 || strings.TrimSpace(out) != "small-template" {
+		t.Errorf("after the template change: exit %d %q, want a new sandbox of small with the thread's files", code, out)
+	}
+
 	// Without a body a thread gets the default template.
 	if out, _ := run(t, g, "tpl-default", `echo "$TEMPLATE_MARK"; test -e `+marker+` && echo image-usr`, alice...); strings.TrimSpace(out) != "small-template" {
 		t.Errorf("default template: %q", out)
