@@ -266,7 +266,8 @@ func (m mixResult) notes() []string {
 		last = m.threads[len(m.threads)-1].at
 	}
 	out := []string{fmt.Sprintf("Mixed workload: %d new threads over %.1f s, exponential inter-arrival times (mean %s, seed %d), "+
-		"each a PUT /threads/{t}/sandbox {\"template\": ...} on its own connection as it arrives (they overlap when arrivals bunch), "+
+		"each a PUT /threads/{t}/sandbox {\"template\": ...} sent as it arrives, concurrently when arrivals bunch "+
+		"(one HTTP client, keep-alive: an idle connection is reused, else a new one is dialled), "+
 		"templates chosen %s; `--prewarm %d` shared by the four templates (each `prewarm: 1`, the rest by recent claims, "+
 		"pool/demand.go), started full. Threads are kept until the end (24 GiB of memory hold them); the claim rate and "+
 		"first-request goals are in the Goals table.", len(m.threads), last.Seconds(), m.mean, tplMixSeed, tplWeights(), tplPrewarmTotal)}
