@@ -19,8 +19,9 @@ func goalTplClaim(rs map[string]Result) []string {
 	if v[0] < goalTplClaimPct {
 		verdict = fmt.Sprintf("missed by %.1f points", goalTplClaimPct-v[0])
 	}
-	why := fmt.Sprintf("random arrivals (exponential, mean %s), templates weighted %s, `--prewarm %d` each template at least 1, "+
-		"the rest by recent claims; a miss is a cold create (see the templates section)", tplMeanArrival, tplWeights(), tplPrewarmTotal)
+	why := fmt.Sprintf("%d rounds (seeds %v) of new threads arriving at random (exponential, mean %s), templates weighted %s, "+
+		"`--prewarm %d`, each template at least 1, the rest by recent claims; a miss is a cold create (see the templates section)",
+		len(tplMixSeeds), tplMixSeeds, tplMeanArrival, tplWeights(), tplPrewarmTotal)
 	return []string{goal, fmt.Sprintf("%.1f %% claimed", v[0]), verdict, why, runLabel(r)}
 }
 

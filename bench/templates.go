@@ -103,7 +103,7 @@ func templatesSuite(ctx context.Context) (Result, error) {
 	// Every sandbox either gateway made, pre-started ones included, is
 	// destroyed with the gateway's binary before Redis stops.
 	env.cleanup.push(func(ctx context.Context) {
-		if err := destroyAll(ctx, process.Config{Binary: env.bin, StateDir: filepath.Join(dataDir, "sandboxes", "process")}); err != nil {
+		if err := destroyAll(ctx, processStateConfig(env, dataDir)); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: templates: sandboxes left running: %v\n", err)
 		}
 	})
@@ -154,8 +154,8 @@ func templatesSuite(ctx context.Context) (Result, error) {
 	}
 
 	all := summarize(mix.latencies(""))
-	res.Rows = append(res.Rows, statsRow(fmt.Sprintf("mixed: new thread's PUT /threads/{t}/sandbox, all templates (%d of %d claimed a pre-started sandbox)",
-		mix.claimed(""), len(mix.threads)), all))
+	res.Rows = append(res.Rows, statsRow(fmt.Sprintf("mixed: new thread's PUT /threads/{t}/sandbox, all templates, %d rounds (%d of %d claimed a pre-started sandbox)",
+		len(mix), mix.claimed(""), all.N), all))
 	for _, t := range tplMix {
 		res.Rows = append(res.Rows, statsRow(fmt.Sprintf("mixed: template %s (%.0f %% of arrivals; %d of %d claimed)",
 			t.name, t.weight*100, mix.claimed(t.name), len(mix.latencies(t.name))), summarize(mix.latencies(t.name))))
@@ -167,9 +167,9 @@ func templatesSuite(ctx context.Context) (Result, error) {
 		statsRow("import the Python image's archive into an empty store (imagestore.Open + ImportArchive)", summarize([]time.Duration{imp.took})),
 		statsRow("import it again into the same store (stored: the archive's config and layer ids read, nothing unpacked)",
 			summarize([]time.Duration{imp.again})))
-	res.Tables = append(res.Tables, disk.table(imp), mix.poolTable())
-	res.Series = mix.series
-	claimPct := 100 * float64(mix.claimed("")) / float64(max(len(mix.threads), 1))
+	res.Tables = append([]Table{disk.table(imp)}, mix.poolTables()...)
+	res.Series = mix.series()
+	claimPct := 100 * float64(mix.claimed("")) / float64(max(all.N, 1))
 	for k, v := range map[string]float64{figTplClaimPct: claimPct, figTplFirstP50: msF(all.P50), figTplFirstP99: msF(all.P99),
 		figTplImportMS: msF(imp.took), figTplStoreBytes: float64(imp.storeBytes), figTplPerSandbox: disk.perSandbox(),
 		figTplStoreGrowth: float64(disk.imagesAfter - disk.imagesBefore), figTplColdImageP50: msF(ci.P50),
@@ -191,6 +191,12 @@ func templatesSuite(ctx context.Context) (Result, error) {
 			"Disk: the image's rootfs is bound read-only into each jail (its root a tmpfs), so a sandbox of it adds only its thread's "+
 			"dirs and its state file; the store does not grow with sandboxes.")
 	return res, nil
+}
+
+// processStateConfig is the process backend of the suite's gateways (their
+// binary, their state dir under dataDir), to destroy what they left.
+func processStateConfig(env *suiteEnv, dataDir string) process.Config {
+	return process.Config{Binary: env.bin, StateDir: filepath.Join(dataDir, "sandboxes", "process")}
 }
 
 // pythonArchive builds (or finds cached) the Python image with
@@ -370,13 +376,13 @@ func coldTemplateCreates(ctx context.Context, base string) (image, host []time.D
 
 // mixedGateway starts the gateway of the mixed workload with config yaml
 // and prewarm total, and waits until its pool is full.
-func mixedGateway(ctx context.Context, env *suiteEnv, dataDir, yaml string, store *statedb.Store, total int) (*service, string, error) {
+func mixedGateway(ctx context.Context, env *suiteEnv, dataDir, yaml, prefix string, store *statedb.Store, total int) (*service, string, error) {
 	cfg := filepath.Join(env.tmp, "templates-prewarm.yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return nil, "", err
 	}
 	gs, gaddr, err := startGatewayEnv(ctx, env.bin, env.redisAddr, dataDir, filepath.Join(env.tmp, "gateway-prewarm.log"), nil,
-		"--config", cfg, "--prewarm", strconv.Itoa(total), "--redis-prefix", tplMixPrefix)
+		"--config", cfg, "--prewarm", strconv.Itoa(total), "--redis-prefix", prefix)
 	if err != nil {
 		return nil, "", err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,18 +17,21 @@ import (
 )
 
 // The mixed workload: new threads arriving at random (exponential
-// inter-arrival times, a fixed seed), each choosing a template by
-// tplMix's weights, on a gateway whose prewarm pool of tplPrewarmTotal
-// the templates share (each keeps at least one).
+// inter-arrival times), each choosing a template by tplMix's weights, on a
+// gateway whose prewarm pool of tplPrewarmTotal the templates share (each
+// keeps at least one). It runs once per seed, each round on a new gateway
+// with a full pool and no claims yet: one seed is one draw of a random
+// process, and the first claims are where the shares move most.
 const (
-	tplMixPrefix     = "bench:{tplmix}:"
 	tplPrewarmTotal  = 12
 	tplMeanArrival   = 300 * time.Millisecond
-	tplMixSeed       = 38 // issue 38
 	tplSampleEvery   = 250 * time.Millisecond
 	tplSampleAfter   = 3 * time.Second // the refill after the last arrival
 	tplTableInterval = 2 * time.Second // the pool table's rows
 )
+
+// tplMixSeeds are the rounds' seeds, chosen before any was run.
+var tplMixSeeds = []uint64{1, 2, 3}
 
 // mixThread is one new thread of the mixed workload.
 type mixThread struct {
@@ -36,19 +41,31 @@ type mixThread struct {
 	err            error
 }
 
-type mixResult struct {
+// mixRound is one seed's run.
+type mixRound struct {
+	seed    uint64
 	threads []mixThread
 	// series: "t_ms" (since the first arrival), "arrived" (threads by
 	// then), "claimed" (PUTs answered with a claim by then) and one
 	// pre-started count per template, by its name.
 	series map[string][]float64
-	mean   time.Duration
+}
+
+type mixResult []mixRound
+
+// threads are every round's.
+func (m mixResult) threads() []mixThread {
+	var out []mixThread
+	for _, r := range m {
+		out = append(out, r.threads...)
+	}
+	return out
 }
 
 // latencies are the PUT latencies of template's threads ("" = all).
 func (m mixResult) latencies(template string) []time.Duration {
 	var out []time.Duration
-	for _, t := range m.threads {
+	for _, t := range m.threads() {
 		if template == "" || t.template == template {
 			out = append(out, t.took)
 		}
@@ -59,7 +76,7 @@ func (m mixResult) latencies(template string) []time.Duration {
 // claimed counts template's threads that got a pre-started sandbox.
 func (m mixResult) claimed(template string) int {
 	n := 0
-	for _, t := range m.threads {
+	for _, t := range m.threads() {
 		if (template == "" || t.template == template) && t.outcome == "prewarm" {
 			n++
 		}
@@ -67,29 +84,61 @@ func (m mixResult) claimed(template string) int {
 	return n
 }
 
-func mixedWorkload(ctx context.Context, env *suiteEnv, rdb *redis.Client, dataDir, yaml string) (mixResult, error) {
-	store := statedb.NewStore(rdb, tplMixPrefix)
-	gs, gaddr, err := mixedGateway(ctx, env, dataDir, yaml, store, tplPrewarmTotal)
-	if err != nil {
-		return mixResult{}, err
+// series are the rounds' samples, each key prefixed "seed<N>.".
+func (m mixResult) series() map[string][]float64 {
+	out := map[string][]float64{}
+	for _, r := range m {
+		for k, v := range r.series {
+			out[fmt.Sprintf("seed%d.%s", r.seed, k)] = v
+		}
 	}
+	return out
+}
+
+// mixedWorkload runs a round per seed, one after the other; each gateway
+// and its sandboxes are gone before the next starts.
+func mixedWorkload(ctx context.Context, env *suiteEnv, rdb *redis.Client, dataDir, yaml string) (mixResult, error) {
+	var out mixResult
+	for _, seed := range tplMixSeeds {
+		r, err := mixedRound(ctx, env, rdb, dataDir, yaml, seed)
+		if err != nil {
+			return nil, fmt.Errorf("seed %d: %w", seed, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func mixedRound(ctx context.Context, env *suiteEnv, rdb *redis.Client, dataDir, yaml string, seed uint64) (mixRound, error) {
+	prefix := fmt.Sprintf("bench:{tplmix%d}:", seed)
+	store := statedb.NewStore(rdb, prefix)
+	gs, gaddr, err := mixedGateway(ctx, env, dataDir, yaml, prefix, store, tplPrewarmTotal)
+	if err != nil {
+		return mixRound{}, err
+	}
+	// Last: the pool's unclaimed sandboxes outlive the gateway by design.
+	defer func() {
+		if err := destroyAll(context.WithoutCancel(ctx), processStateConfig(env, dataDir)); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: templates: pre-started sandboxes left running: %v\n", err)
+		}
+	}()
 	defer gs.stop(syscall.SIGTERM, 5*time.Second)
 	base := "http://" + gaddr
 	names, err := prewarmTemplates(ctx, store)
 	if err != nil {
-		return mixResult{}, err
+		return mixRound{}, err
 	}
 
 	n := tplMixedThreadsFull
 	if opts.Quick {
 		n = tplMixedThreadsFull / 2
 	}
-	rng := rand.New(rand.NewPCG(tplMixSeed, tplMixSeed))
+	rng := rand.New(rand.NewPCG(seed, seed))
 	threads := make([]mixThread, n)
 	var at time.Duration
 	for i := range threads {
 		at += time.Duration(rng.ExpFloat64() * float64(tplMeanArrival))
-		threads[i] = mixThread{name: "mix-" + strconv.Itoa(i), template: pickTemplate(rng.Float64()), at: at}
+		threads[i] = mixThread{name: fmt.Sprintf("mix%d-%d", seed, i), template: pickTemplate(rng.Float64()), at: at}
 	}
 	var all []string
 	for _, t := range threads {
@@ -97,7 +146,7 @@ func mixedWorkload(ctx context.Context, env *suiteEnv, rdb *redis.Client, dataDi
 	}
 	defer destroyThreads(context.WithoutCancel(ctx), base, all)
 
-	res := mixResult{series: map[string][]float64{}, mean: tplMeanArrival}
+	res := mixRound{seed: seed, series: map[string][]float64{}}
 	var mu sync.Mutex // threads' took and outcome, read by the sampler
 	start := time.Now()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
@@ -110,7 +159,7 @@ func mixedWorkload(ctx context.Context, env *suiteEnv, rdb *redis.Client, dataDi
 			select {
 			case <-ctx.Done():
 				stopSampling()
-				return mixResult{}, ctx.Err()
+				return mixRound{}, ctx.Err()
 			case <-time.After(d):
 			}
 		}
@@ -127,11 +176,11 @@ func mixedWorkload(ctx context.Context, env *suiteEnv, rdb *redis.Client, dataDi
 	time.Sleep(tplSampleAfter)
 	stopSampling()
 	if err := <-sampled; err != nil {
-		return mixResult{}, err
+		return mixRound{}, err
 	}
 	for _, t := range threads {
 		if t.err != nil {
-			return mixResult{}, fmt.Errorf("thread %s: %w", t.name, t.err)
+			return mixRound{}, fmt.Errorf("thread %s: %w", t.name, t.err)
 		}
 	}
 	res.threads = threads
@@ -215,64 +264,74 @@ func samplePool(ctx context.Context, store *statedb.Store, names map[string]stri
 	}
 }
 
-// poolTable summarises the series: a row every tplTableInterval, the
-// lowest count each template fell to, and the last sample.
-func (m mixResult) poolTable() Table {
+// poolTable summarises a round's series: a row every tplTableInterval,
+// the last sample, and the fewest and most each template had.
+func (r mixRound) poolTable() Table {
 	cols := []string{"t (s)", "threads arrived", "claims answered"}
 	for _, t := range tplMix {
 		cols = append(cols, fmt.Sprintf("%s pre-started (%.0f %%)", t.name, t.weight*100))
 	}
-	ts := m.series["t_ms"]
 	var rows [][]string
-	row := func(i int, label string) []string {
-		r := []string{label, fmt.Sprint(m.series["arrived"][i]), fmt.Sprint(m.series["claimed"][i])}
-		for _, t := range tplMix {
-			r = append(r, fmt.Sprint(m.series[t.name][i]))
-		}
-		return r
-	}
 	next := 0.0
-	for i, t := range ts {
-		if t >= next || i == len(ts)-1 {
-			rows = append(rows, row(i, fmt.Sprintf("%.2f", t/1000)))
+	for i, t := range r.series["t_ms"] {
+		if t >= next || i == len(r.series["t_ms"])-1 {
+			row := []string{fmt.Sprintf("%.2f", t/1000), fmt.Sprint(r.series["arrived"][i]), fmt.Sprint(r.series["claimed"][i])}
+			for _, t := range tplMix {
+				row = append(row, fmt.Sprint(r.series[t.name][i]))
+			}
+			rows = append(rows, row)
 			next += msF(tplTableInterval)
 		}
 	}
-	low := []string{"lowest", "", ""}
+	low, high := []string{"fewest", "", ""}, []string{"most", "", ""}
 	for _, t := range tplMix {
-		v := -1.0
-		for _, c := range m.series[t.name] {
-			if v < 0 || c < v {
-				v = c
-			}
+		s := r.series[t.name]
+		if len(s) == 0 {
+			low, high = append(low, "—"), append(high, "—")
+			continue
 		}
-		low = append(low, fmt.Sprint(v))
+		low, high = append(low, fmt.Sprint(slices.Min(s))), append(high, fmt.Sprint(slices.Max(s)))
 	}
-	rows = append(rows, low)
-	return Table{Title: fmt.Sprintf("Pre-started sandboxes per template during the mixed workload (sampled every %s with "+
-		"statedb.Store.PrewarmCounts; every sample is in the result JSON's `series`):", tplSampleEvery), Columns: cols, Rows: rows}
+	return Table{Title: fmt.Sprintf("Pre-started sandboxes per template, round with seed %d (sampled every %s with "+
+		"statedb.Store.PrewarmCounts; every sample is in the result JSON's `series`):", r.seed, tplSampleEvery),
+		Columns: cols, Rows: append(rows, low, high)}
+}
+
+// poolTables are the rounds' tables.
+func (m mixResult) poolTables() []Table {
+	var out []Table
+	for _, r := range m {
+		out = append(out, r.poolTable())
+	}
+	return out
 }
 
 // notes describe the mixed workload and its claim misses.
 func (m mixResult) notes() []string {
+	var rounds []string
+	for _, r := range m {
+		last := time.Duration(0)
+		if len(r.threads) > 0 {
+			last = r.threads[len(r.threads)-1].at
+		}
+		claimed := mixResult{r}.claimed("")
+		rounds = append(rounds, fmt.Sprintf("seed %d: %d of %d claimed over %.1f s", r.seed, claimed, len(r.threads), last.Seconds()))
+	}
+	out := []string{fmt.Sprintf("Mixed workload: %d rounds (%s), each of %d new threads with exponential inter-arrival times "+
+		"(mean %s) on a new gateway whose pool is full and has seen no claim; each thread a PUT /threads/{t}/sandbox {\"template\": ...} "+
+		"sent as it arrives, concurrently when arrivals bunch (one HTTP client, keep-alive: an idle connection is reused, else a new "+
+		"one is dialled), templates chosen %s; `--prewarm %d` shared by the four templates (each `prewarm: 1`, the rest by recent "+
+		"claims, pool/demand.go). Threads are kept until the round ends (24 GiB of memory hold them); the claim rate and "+
+		"first-request goals (all rounds together) are in the Goals table.",
+		len(m), strings.Join(rounds, "; "), len(m[0].threads), tplMeanArrival, tplWeights(), tplPrewarmTotal)}
 	var missed []string
-	for _, t := range m.threads {
+	for _, t := range m.threads() {
 		if t.outcome != "prewarm" {
 			missed = append(missed, fmt.Sprintf("%s (%s at %.2f s: %s, %.1f ms)", t.name, t.template, t.at.Seconds(), t.outcome, msF(t.took)))
 		}
 	}
-	last := time.Duration(0)
-	if len(m.threads) > 0 {
-		last = m.threads[len(m.threads)-1].at
-	}
-	out := []string{fmt.Sprintf("Mixed workload: %d new threads over %.1f s, exponential inter-arrival times (mean %s, seed %d), "+
-		"each a PUT /threads/{t}/sandbox {\"template\": ...} sent as it arrives, concurrently when arrivals bunch "+
-		"(one HTTP client, keep-alive: an idle connection is reused, else a new one is dialled), "+
-		"templates chosen %s; `--prewarm %d` shared by the four templates (each `prewarm: 1`, the rest by recent claims, "+
-		"pool/demand.go), started full. Threads are kept until the end (24 GiB of memory hold them); the claim rate and "+
-		"first-request goals are in the Goals table.", len(m.threads), last.Seconds(), m.mean, tplMixSeed, tplWeights(), tplPrewarmTotal)}
 	if len(missed) > 0 {
-		out = append(out, fmt.Sprintf("Threads not given a pre-started sandbox: %v.", missed))
+		out = append(out, fmt.Sprintf("Threads not given a pre-started sandbox: %s.", strings.Join(missed, ", ")))
 	}
 	return out
 }

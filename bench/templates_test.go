@@ -21,10 +21,10 @@ func TestPickTemplate(t *testing.T) {
 }
 
 // TestPoolTable: a row every tplTableInterval plus the last sample, and
-// the lowest count each template fell to.
+// the fewest and most each template had.
 func TestPoolTable(t *testing.T) {
 	t.Parallel()
-	m := mixResult{series: map[string][]float64{
+	m := mixRound{seed: 7, series: map[string][]float64{
 		"t_ms": {0, 1000, 2100, 3000, 4200, 4500}, "arrived": {0, 1, 2, 3, 4, 4}, "claimed": {0, 1, 2, 3, 3, 4},
 		"python": {3, 2, 0, 1, 2, 3}, "shell": {3, 3, 3, 3, 3, 3}, "python-data": {3, 3, 2, 3, 3, 3}, "small": {3, 1, 2, 3, 3, 3},
 	}}
@@ -36,10 +36,13 @@ func TestPoolTable(t *testing.T) {
 		}
 		times = append(times, r[0])
 	}
-	if want := []string{"0.00", "2.10", "4.20", "4.50", "lowest"}; !slices.Equal(times, want) {
+	if want := []string{"0.00", "2.10", "4.20", "4.50", "fewest", "most"}; !slices.Equal(times, want) {
 		t.Errorf("rows at %v, want %v", times, want)
 	}
-	if low := tab.Rows[len(tab.Rows)-1][3:]; !slices.Equal(low, []string{"0", "3", "2", "1"}) {
-		t.Errorf("lowest %v, want [0 3 2 1] (python, shell, python-data, small)", low)
+	if low := tab.Rows[len(tab.Rows)-2][3:]; !slices.Equal(low, []string{"0", "3", "2", "1"}) {
+		t.Errorf("fewest %v, want [0 3 2 1] (python, shell, python-data, small)", low)
+	}
+	if high := tab.Rows[len(tab.Rows)-1][3:]; !slices.Equal(high, []string{"3", "3", "3", "3"}) {
+		t.Errorf("most %v, want [3 3 3 3]", high)
 	}
 }
