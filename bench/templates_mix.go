@@ -333,7 +333,31 @@ func (m mixResult) notes() []string {
 	if len(missed) > 0 {
 		out = append(out, fmt.Sprintf("Threads not given a pre-started sandbox: %s.", strings.Join(missed, ", ")))
 	}
-	return out
+	return append(out, m.swing())
+}
+
+// swing names the template that held the most pre-started sandboxes
+// against its share of arrivals: how far the demand shares moved.
+func (m mixResult) swing() string {
+	var best struct {
+		seed     uint64
+		t        tplSpec
+		most, at float64
+		ratio    float64
+	}
+	for _, r := range m {
+		for _, t := range tplMix {
+			for i, c := range r.series[t.name] {
+				if ratio := c / (t.weight * tplPrewarmTotal); ratio > best.ratio {
+					best.seed, best.t, best.most, best.at, best.ratio = r.seed, t, c, r.series["t_ms"][i], ratio
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("The shares move with each claim: the most any template held against its share of arrivals was %s's %.0f of %d "+
+		"(it has %.0f %% of arrivals, %.1f of %d by that share) at %.2f s in the round with seed %d; templates that lose their share "+
+		"have their ready sandboxes destroyed (trimmed) and are refilled one create at a time.",
+		best.t.name, best.most, tplPrewarmTotal, best.t.weight*100, best.t.weight*tplPrewarmTotal, tplPrewarmTotal, best.at/1000, best.seed)
 }
 
 func tplWeights() string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +45,16 @@ func TestPoolTable(t *testing.T) {
 	}
 	if high := tab.Rows[len(tab.Rows)-1][3:]; !slices.Equal(high, []string{"3", "3", "3", "3"}) {
 		t.Errorf("most %v, want [3 3 3 3]", high)
+	}
+}
+
+// TestSwing: the template holding the most against its share is named,
+// with its round and time.
+func TestSwing(t *testing.T) {
+	t.Parallel()
+	m := mixResult{{seed: 1, series: map[string][]float64{"t_ms": {0, 750},
+		"python": {3, 1}, "shell": {3, 1}, "python-data": {3, 1}, "small": {3, 9}}}}
+	if got, want := m.swing(), "small's 9 of 12 (it has 10 % of arrivals, 1.2 of 12 by that share) at 0.75 s in the round with seed 1"; !strings.Contains(got, want) {
+		t.Errorf("swing: %q, want it to contain %q", got, want)
 	}
 }
