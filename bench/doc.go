@@ -134,7 +134,7 @@ func writeDoc(dir, doc string, h docHeader) error {
 	fmt.Fprintf(&b, "- Versions: %s.\n", strings.Join(h.Versions, "; "))
 
 	b.WriteString("\n## Goals\n\n")
-	b.WriteString("Issues 10, 21 and 22's goals, each computed from the figures in the result files (the run and its load are in the last column).\n\n")
+	b.WriteString("Issues 10, 21, 22, 23 and 38's goals, each computed from the figures in the result files (the run and its load are in the last column).\n\n")
 	writeTable(&b, goalColumns, goalRows(byName))
 
 	b.WriteString("\n## Latency and throughput by connections (small GET, cached thread)\n\n")
@@ -171,6 +171,10 @@ func writeDoc(dir, doc string, h docHeader) error {
 		}
 		b.WriteString(".\n\n")
 		writeTable(&b, r.Columns, r.Rows)
+		for _, t := range r.Tables {
+			fmt.Fprintf(&b, "\n%s\n\n", t.Title)
+			writeTable(&b, t.Columns, t.Rows)
+		}
 		if len(r.Notes) > 0 {
 			b.WriteString("\n")
 			for _, n := range r.Notes {

@@ -68,7 +68,8 @@ func goalRows(rs map[string]Result) [][]string {
 		goalWarm(rs), goalProcess(rs), goalDocker(rs), goalPrewarm(rs),
 	}
 	rows = append(rows, proxyGoalRows(rs)...)
-	return append(rows, goalScaleLoad(rs), goalScaleThroughput(rs), goalThaw(rs), goalCheckpoint(rs), goalResume(rs))
+	return append(rows, goalScaleLoad(rs), goalScaleThroughput(rs), goalThaw(rs), goalCheckpoint(rs), goalResume(rs),
+		goalTplClaim(rs), goalTplFirst(rs))
 }
 
 // figs reads figures of one suite; ok is false if any is missing.

@@ -92,14 +92,20 @@ func TestGoalVerdicts(t *testing.T) {
 		{"checkpoint without copy-on-write", []Result{{Name: "checkpoint", Figures: map[string]float64{figCheckpointCopyP50: 350}}}, 16, "not measured"},
 		{"resume met", []Result{{Name: "resume", Figures: map[string]float64{figResumeKilledP50: 4, figResumeKilledP99: 9}}}, 17, "met"},
 		{"resume missed", []Result{{Name: "resume", Figures: map[string]float64{figResumeKilledP50: 40, figResumeKilledP99: 120}}}, 17, "missed by 20.00 ms"},
+		{"template claims met", []Result{{Name: "templates", Figures: map[string]float64{figTplClaimPct: 97.5}}}, 18, "met"},
+		{"template claims missed", []Result{{Name: "templates", Figures: map[string]float64{figTplClaimPct: 82.5}}}, 18, "missed by 12.5 points"},
+		{"template claims not run", nil, 18, "not measured"},
+		{"template first request met", []Result{{Name: "templates", Figures: map[string]float64{figTplFirstP50: 4.4, figTplFirstP99: 12, figTplColdImageP50: 24}}}, 19, "met"},
+		{"template first request missed", []Result{{Name: "templates", Figures: map[string]float64{figTplFirstP50: 14.5, figTplFirstP99: 40, figTplColdImageP50: 24}}}, 19, "missed by 4.50 ms"},
+		{"template first request before its figures", []Result{{Name: "templates", Figures: map[string]float64{figTplClaimPct: 100}}}, 19, "not measured"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 18 {
-			t.Fatalf("%d goal rows, want 18", len(rows))
+		if len(rows) != 20 {
+			t.Fatalf("%d goal rows, want 20", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])
@@ -331,6 +337,11 @@ func TestDocFromFixture(t *testing.T) {
 		"| small GET /v1/sandbox | 64 | 20000 | 12000 | 9000 | 0.75 | 0.45 | 3.00 / 9.00 / 15.00 |",
 		"| per-node Redis load within 1.5× across a 3-node Cluster | busiest ÷ idlest node: 1.12× commands processed, 1.30× CPU | met |",
 		"| throughput on a 3-node Cluster ≥ 2.5× one node's | 2.75× (modelled: 10000 → 27500 pool ops/s) | met |",
+		"| claim rate ≥ 95 %, new threads over 4 templates sharing one prewarm pool | 97.5 % claimed | met |",
+		"| first request (create) of a new thread < 10 ms p50, mixed templates | p50 4.40 ms, p99 31.00 ms (cold create of the Python template: p50 23.75 ms) | met |",
+		// A result's further tables follow its first.
+		"(39 of 40 claimed a pre-started sandbox) | 40 | 4.40 | 7.80 | 31.00 | 31.00 |\n\nPre-started sandboxes per template during the mixed workload:\n\n" +
+			"| t (s) | python pre-started (50 %) |\n| --- | --- |\n| 0.00 | 3 |\n| 2.00 | 5 |\n\n- Fixture.",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("doc lacks %q", want)

@@ -45,9 +45,20 @@ type Result struct {
 	// Figures are the numbers the Goals table and the chart are computed
 	// from, by key (see goals.go); the table above is for people.
 	Figures map[string]float64 `json:"figures,omitempty"`
-	Machine Machine            `json:"machine"`
+	// Tables are further tables, rendered after the first; Series are
+	// samples over time by name, kept for whoever reads the JSON.
+	Tables  []Table              `json:"tables,omitempty"`
+	Series  map[string][]float64 `json:"series,omitempty"`
+	Machine Machine              `json:"machine"`
 	// Quick marks a -quick run: fewer samples, shorter wrk runs.
 	Quick bool `json:"quick,omitempty"`
+}
+
+// Table is a further table of a result.
+type Table struct {
+	Title   string     `json:"title"`
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
 }
 
 // Machine is where a result was measured.
@@ -74,7 +85,7 @@ func register(name string, s Suite) { suites[name] = s }
 // chart need first, so a run cut short by -timeout on a busy machine
 // loses the least of them.
 var suiteOrder = []string{"proxy-throughput", "lifecycle", "process-cold-create", "docker-cold-create", "go-bench",
-	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume", "kube"}
+	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume", "templates", "kube"}
 
 // suiteNames are the registered suites in run order; one missing from
 // suiteOrder runs last.
@@ -133,8 +144,9 @@ var (
 )
 
 // defaultTimeout bounds the suites of `make bench`: every suite measured
-// in full takes about 27 minutes on the 2-core machine (8 of them the scale
-// suite's 1 M records, seeded twice; 3.5 the kube suite's real node, last);
+// in full takes about 30 minutes on the 2-core machine (8 of them the scale
+// suite's 1 M records, seeded twice; 3 the templates suite's; 3.5 the kube
+// suite's real node, last, the first cut on a busy machine);
 // the rest is margin for a busy one,
 // and 2 minutes of the make target's 32 are left for its builds and the
 // cleanup after a suite that was stopped.
