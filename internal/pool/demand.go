@@ -10,6 +10,12 @@ import (
 // share of the prewarm pool follows the last few minutes' claims.
 const demandHalfLife = 5 * time.Minute
 
+// demandPrior is the claims every template is counted as having besides
+// its own, so that the first few claims move a share by a slot or two,
+// not the whole pool (a bench round with one early claim gave its
+// template 9 of 12 sandboxes and cost the others cold starts).
+const demandPrior = 2.0
+
 // demand is each template's recent claims, from the fleet's cumulative
 // claim counts by fingerprint (statedb.Store.PrewarmClaims): every replica
 // that runs the refill keeps its own copy, from its own first look.
@@ -46,8 +52,9 @@ func (d *demand) observe(claims map[string]int64, now time.Time) {
 
 // targets shares total among the templates, by fingerprint: each gets its
 // Prewarm first (the total grows to their sum if it is smaller), the rest
-// in proportion to the weights, evenly while nothing was claimed, rounded
-// by largest remainder (ties to the earlier configured template).
+// in proportion to the weights plus demandPrior (evenly while nothing was
+// claimed), rounded by largest remainder (ties to the earlier configured
+// template).
 func (d *demand) targets(total int) map[string]int {
 	out := make(map[string]int, len(d.templates))
 	left := total
@@ -55,7 +62,7 @@ func (d *demand) targets(total int) map[string]int {
 	for _, t := range d.templates {
 		out[d.fps[t.Name]] = t.Prewarm
 		left -= t.Prewarm
-		sum += d.weight[d.fps[t.Name]]
+		sum += d.weight[d.fps[t.Name]] + demandPrior
 	}
 	if left <= 0 {
 		return out
@@ -68,10 +75,7 @@ func (d *demand) targets(total int) map[string]int {
 	given := 0
 	for i, t := range d.templates {
 		fp := d.fps[t.Name]
-		exact := float64(left) / float64(len(d.templates))
-		if sum > 0 {
-			exact = float64(left) * d.weight[fp] / sum
-		}
+		exact := float64(left) * (d.weight[fp] + demandPrior) / sum
 		whole := int(exact)
 		out[fp] += whole
 		given += whole

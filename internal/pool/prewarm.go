@@ -138,39 +138,65 @@ func (w *Prewarmer) Pass(ctx context.Context) error {
 	}
 	w.demand.observe(claims, p.clock.Now())
 	want := w.demand.targets(p.size)
+	// A template's sandboxes over its share stay until another template
+	// needs the room (oldest first): demand moves the shares, but a ready
+	// sandbox is not thrown away while the total has room for it. Those of
+	// no current template go at once.
 	kept := make(map[string]int, len(want))
+	var surplus []state.Record
 	for _, rec := range recs {
-		if kept[rec.Prewarm] < want[rec.Prewarm] {
+		_, current := want[rec.Prewarm]
+		switch {
+		case kept[rec.Prewarm] < want[rec.Prewarm]:
 			kept[rec.Prewarm]++
-			continue
-		}
-		if err := p.destroy(ctx, rec.SandboxID, ReasonPrewarmTrim); err != nil && !errors.Is(err, ErrNotFound) {
-			p.log.WarnContext(ctx, "prewarm: destroy surplus", "sandbox_id", rec.SandboxID, "err", err)
+		case current:
+			surplus = append(surplus, rec)
+		default:
+			w.trim(ctx, rec)
 		}
 	}
-	// One per template in turn, so that a slow template does not keep the
-	// others' shares empty.
-	for started := true; started; {
-		started = false
+	deficit, room := 0, p.size-len(surplus)
+	for fp, n := range want {
+		deficit += max(n-kept[fp], 0)
+		room -= kept[fp]
+	}
+	for ; len(surplus) > 0 && room < deficit; room++ {
+		w.trim(ctx, surplus[0])
+		surplus = surplus[1:]
+	}
+	// The template furthest below its share first, one at a time, so that
+	// a slow template does not keep the others' shares empty.
+	for {
+		var next Template
+		short := 0
 		for _, t := range p.templates {
-			fp := p.fps[t.Name]
-			if kept[fp] >= want[fp] {
-				continue
+			if d := want[p.fps[t.Name]] - kept[p.fps[t.Name]]; d > short {
+				next, short = t, d
 			}
-			select {
-			case <-held.Lost():
-				return nil
-			default:
-			}
-			full, err := w.prewarmOne(ctx, t, fp)
-			if err != nil || full {
-				return err
-			}
-			kept[fp]++
-			started = true
 		}
+		if short == 0 {
+			return nil
+		}
+		select {
+		case <-held.Lost():
+			return nil
+		default:
+		}
+		fp := p.fps[next.Name]
+		full, err := w.prewarmOne(ctx, next, fp)
+		if err != nil || full {
+			return err
+		}
+		kept[fp]++
 	}
-	return nil
+}
+
+// trim destroys a pre-started sandbox over its template's share or made
+// from another configuration.
+func (w *Prewarmer) trim(ctx context.Context, rec state.Record) {
+	if err := w.p.destroy(ctx, rec.SandboxID, ReasonPrewarmTrim); err != nil && !errors.Is(err, ErrNotFound) {
+		w.p.log.WarnContext(ctx, "prewarm: destroy surplus", "sandbox_id", rec.SandboxID, "err", err)
+	}
 }
 
 // prewarmOne starts one unclaimed sandbox in free capacity; full reports

@@ -122,12 +122,13 @@ func TestDemandTargets(t *testing.T) {
 		t.Errorf("before any claim: %v, want a 1+2 and 2 each", got)
 	}
 	d.observe(map[string]int64{"fa": 50, "fb": 6, "fc": 2}, t0.Add(time.Second))
-	if got := d.targets(9); got["fa"] != 1 || got["fb"] != 6 || got["fc"] != 2 || got["fd"] != 0 {
+	// Weights 6, 2 and none, each plus the prior of 2: 8 spare shared 4, 2, 1, 1.
+	if got := d.targets(9); got["fa"] != 2 || got["fb"] != 4 || got["fc"] != 2 || got["fd"] != 1 {
 		t.Errorf("after b 6 and c 2 claims: %v", got)
 	}
 	// Half-lives later only the new claims count.
 	d.observe(map[string]int64{"fa": 50, "fb": 6, "fc": 2, "fd": 40}, t0.Add(time.Second+10*demandHalfLife))
-	if got := d.targets(9); got["fd"] != 8 || got["fa"] != 1 {
+	if got := d.targets(9); got["fd"] != 7 || got["fa"] != 1 || got["fc"] != 0 {
 		t.Errorf("after d's burst: %v", got)
 	}
 	if got := d.targets(0); got["fa"] != 1 || got["fb"]+got["fc"]+got["fd"] != 0 {
