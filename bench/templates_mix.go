@@ -355,8 +355,9 @@ func (m mixResult) swing() string {
 		}
 	}
 	return fmt.Sprintf("The shares move with each claim: the most any template held against its share of arrivals was %s's %.0f of %d "+
-		"(it has %.0f %% of arrivals, %.1f of %d by that share) at %.2f s in the round with seed %d; templates that lose their share "+
-		"have their ready sandboxes destroyed (trimmed) and are refilled one create at a time.",
+		"(it has %.0f %% of arrivals, %.1f of %d by that share) at %.2f s in the round with seed %d; each template starts from a prior "+
+		"of 2 claims, a template's ready sandboxes over its share are trimmed only for the room another needs, and the refill "+
+		"starts the template furthest below its share first, one create at a time.",
 		best.t.name, best.most, tplPrewarmTotal, best.t.weight*100, best.t.weight*tplPrewarmTotal, tplPrewarmTotal, best.at/1000, best.seed)
 }
 
