@@ -32,6 +32,9 @@ type TemplateConfig struct {
 	Egress *backend.Egress `yaml:"egress"`
 	// Prewarm is how many of its sandboxes the prewarm pool keeps at least.
 	Prewarm int `yaml:"prewarm"`
+	// IdleTimeout replaces idle_timeout for its sandboxes ("30m"; empty =
+	// idle_timeout; "never").
+	IdleTimeout string `yaml:"idle_timeout"`
 }
 
 // poolTemplate is t as the pool takes it, without a process rootfs (the
@@ -55,6 +58,17 @@ func (t TemplateConfig) poolTemplate(lookupEnv func(string) (string, bool)) (poo
 			return out, fmt.Errorf("templates: %s: %s: %q is not a size (e.g. 512m, 2g)", t.Name, s.field, s.value)
 		}
 		*s.dst = n
+	}
+	switch t.IdleTimeout {
+	case "":
+	case "never":
+		out.IdleTimeout = -1
+	default:
+		d, err := parseDuration(t.IdleTimeout)
+		if err != nil || d <= 0 {
+			return out, fmt.Errorf("templates: %s: idle_timeout: %q is not a duration (e.g. 30m) or never", t.Name, t.IdleTimeout)
+		}
+		out.IdleTimeout = d
 	}
 	return out, out.Validate()
 }

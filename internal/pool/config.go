@@ -160,6 +160,14 @@ func (c Config) Validate() error {
 	if w.FreezeAfter > 0 && w.IdleTimeout > 0 && w.FreezeAfter >= w.IdleTimeout {
 		return fmt.Errorf("freeze_after: %s must be shorter than idle_timeout (%s)", w.FreezeAfter, w.IdleTimeout)
 	}
+	for _, t := range c.Templates {
+		if t.IdleTimeout > 0 && t.IdleTimeout < 2*w.TouchInterval {
+			return fmt.Errorf("templates: %s: idle_timeout %s must be at least twice touch_interval (%s)", t.Name, t.IdleTimeout, w.TouchInterval)
+		}
+		if w.FreezeAfter > 0 && t.IdleTimeout > 0 && w.FreezeAfter >= t.IdleTimeout {
+			return fmt.Errorf("templates: %s: idle_timeout %s must exceed freeze_after (%s)", t.Name, t.IdleTimeout, w.FreezeAfter)
+		}
+	}
 	if w.LockTTL < 300*time.Millisecond {
 		return errors.New("lock_ttl: must be at least 300ms")
 	}

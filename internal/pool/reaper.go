@@ -30,16 +30,19 @@ type Reaper struct{ p reaperParams }
 
 type reaperParams struct {
 	idleTimeout, interval time.Duration
-	store                 reaperStore
-	held                  *heldBuckets
-	cache                 *cache
-	locks                 locks
-	probe                 *prober
-	destroyer             *destroyer
-	metrics               *telemetry.Metrics
-	tracer                trace.Tracer
-	clock                 Clock
-	log                   *slog.Logger
+	// templateIdle is the idle timeout of each template's sandboxes
+	// (Templates.idleTimeouts); a sandbox of none has idleTimeout.
+	templateIdle map[string]time.Duration
+	store        reaperStore
+	held         *heldBuckets
+	cache        *cache
+	locks        locks
+	probe        *prober
+	destroyer    *destroyer
+	metrics      *telemetry.Metrics
+	tracer       trace.Tracer
+	clock        Clock
+	log          *slog.Logger
 }
 
 // reaperStore finds expired sandboxes and claims them.
@@ -52,9 +55,10 @@ type reaperStore interface {
 
 func newReaper(p reaperParams) *Reaper { return &Reaper{p: p} }
 
-// Run reaps every ReapInterval until ctx ends; idle_timeout < 0 disables it.
+// Run reaps every ReapInterval until ctx ends; an idle_timeout < 0 of the
+// fleet and every template disables it.
 func (r *Reaper) Run(ctx context.Context) {
-	if r.p.idleTimeout < 0 {
+	if r.p.shortest() < 0 {
 		return
 	}
 	every(ctx, r.p.log, "reaper", r.p.interval, func(ctx context.Context) error {
@@ -66,7 +70,8 @@ func (r *Reaper) Run(ctx context.Context) {
 // Pass reaps what is expired now and returns how many sandboxes it destroyed.
 func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 	p := r.p
-	if p.idleTimeout < 0 {
+	shortest := p.shortest()
+	if shortest < 0 {
 		return 0, nil
 	}
 	ctx, span := telemetry.Root(ctx, p.tracer, spanReapPass)
@@ -76,7 +81,9 @@ func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 		}
 		end(span, err)
 	}()
-	cutoff := p.clock.Now().Add(-p.idleTimeout)
+	// Read with the shortest timeout; each sandbox is then held to its own
+	// (reap), so one of a longer timeout stays.
+	cutoff := p.clock.Now().Add(-shortest)
 	due, err := p.store.Due(ctx, p.held.mine(), cutoff)
 	if err != nil {
 		return 0, err
@@ -140,14 +147,20 @@ func (r *Reaper) reap(ctx context.Context, sid string, index state.Index, cutoff
 		return false, err
 	}
 	defer p.locks.unlock(held)
-	// A command running in it (an async exec, a background job the API
-	// started) is no idleness: asked first, it is spared and renewed.
-	if index == state.IndexActive {
-		if cur, ok, err := p.store.Get(ctx, sid); err != nil {
-			return false, err
-		} else if ok && p.probe.spareRunning(ctx, cur) {
+	cur, ok, err := p.store.Get(ctx, sid)
+	if err != nil || !ok {
+		return false, err
+	}
+	if idle := p.idleOf(cur.Template); idle != p.shortest() {
+		if idle < 0 {
 			return false, nil
 		}
+		cutoff = p.clock.Now().Add(-idle)
+	}
+	// A command running in it (an async exec, a background job the API
+	// started) is no idleness: asked first, it is spared and renewed.
+	if index == state.IndexActive && p.probe.spareRunning(ctx, cur) {
+		return false, nil
 	}
 	rec, ok, err := p.store.ClaimExpired(ctx, sid, index, cutoff, p.clock.Now())
 	if err != nil || !ok {
@@ -163,4 +176,24 @@ func (r *Reaper) reap(ctx context.Context, sid string, index state.Index, cutoff
 		return false, nil
 	}
 	return true, nil
+}
+
+// idleOf is the idle timeout of a sandbox of template name.
+func (p reaperParams) idleOf(name string) time.Duration {
+	if d, ok := p.templateIdle[name]; ok {
+		return d
+	}
+	return p.idleTimeout
+}
+
+// shortest is the shortest idle timeout any sandbox has; negative when
+// none expires.
+func (p reaperParams) shortest() time.Duration {
+	out := p.idleTimeout
+	for _, d := range p.templateIdle {
+		if d >= 0 && (out < 0 || d < out) {
+			out = d
+		}
+	}
+	return out
 }

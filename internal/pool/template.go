@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 )
@@ -28,6 +29,9 @@ type Template struct {
 	// Prewarm is how many of its sandboxes the prewarm pool keeps at least,
 	// whatever the demand (Config.Prewarm is the total).
 	Prewarm int `json:"-"`
+	// IdleTimeout replaces Config.IdleTimeout for its sandboxes: 0 = the
+	// fleet's, negative = never.
+	IdleTimeout time.Duration `json:"-"`
 }
 
 // validTemplateName: a label value on every backend, and a word in a URL.
@@ -53,6 +57,19 @@ func (t Template) Validate() error {
 		}
 	}
 	return backend.ValidateSpec(backend.Spec{SandboxID: "0000000000000000", Env: t.Env})
+}
+
+// idleTimeouts is each template's idle timeout by name, the fleet's
+// (fleet, defaults applied) where a template keeps it.
+func (ts Templates) idleTimeouts(fleet time.Duration) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(ts.byName))
+	for name, t := range ts.byName {
+		out[name] = fleet
+		if t.IdleTimeout != 0 {
+			out[name] = t.IdleTimeout
+		}
+	}
+	return out
 }
 
 // ceiling is the most memory a create of t may ask for.

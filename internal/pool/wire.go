@@ -14,7 +14,8 @@ func NewToucher(p *Pool) *Toucher {
 
 // NewReaper returns the reaper of p.
 func NewReaper(p *Pool) *Reaper {
-	return newReaper(reaperParams{idleTimeout: p.cfg.IdleTimeout, interval: p.cfg.ReapInterval, store: p.store,
+	return newReaper(reaperParams{idleTimeout: p.cfg.IdleTimeout, templateIdle: p.templates.idleTimeouts(p.cfg.IdleTimeout),
+		interval: p.cfg.ReapInterval, store: p.store,
 		held: p.held, cache: p.cache, locks: p.locks, probe: p.probe, destroyer: p.destroyer, metrics: p.metrics,
 		tracer: p.tracer, clock: p.clock, log: p.log})
 }
