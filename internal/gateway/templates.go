@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
+
 	"github.com/sandgate/sandgate/internal/backend/docker"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/imagestore"
@@ -55,7 +58,7 @@ func importTemplateImages(ctx context.Context, cfg *config.Config, log *slog.Log
 			continue
 		}
 		img, err := timedImport(ctx, log, "template "+t.Name, func(ctx context.Context) (imagestore.Image, error) {
-			return importTemplate(ctx, store, cfg.Docker.Host, src)
+			return importTemplate(ctx, store, cfg.Docker.Host, src, log.With("template", t.Name))
 		})
 		if err != nil {
 			return fmt.Errorf("templates: %s: %w", t.Name, err)
@@ -66,10 +69,13 @@ func importTemplateImages(ctx context.Context, cfg *config.Config, log *slog.Log
 }
 
 // importTemplate imports src's rootfs (an archive or an OCI layout
-// directory) or else its image from the Docker engine at host; an engine
-// image the store already holds is not exported again.
-func importTemplate(ctx context.Context, store *imagestore.Store, host string, src config.TemplateConfig) (imagestore.Image, error) {
+// directory), or else its image from the Docker engine at host, or else,
+// when the engine lacks the image or there is no engine, from the image's
+// registry. An image whose layers the store already holds is neither
+// exported nor downloaded again.
+func importTemplate(ctx context.Context, store *imagestore.Store, host string, src config.TemplateConfig, log *slog.Logger) (imagestore.Image, error) {
 	if src.RootFS != "" {
+		log.Info("template image source", "source", "rootfs")
 		fi, err := os.Stat(src.RootFS)
 		if err != nil {
 			return imagestore.Image{}, fmt.Errorf("rootfs: %w", err)
@@ -80,9 +86,20 @@ func importTemplate(ctx context.Context, store *imagestore.Store, host string, s
 		return store.ImportArchive(ctx, src.RootFS)
 	}
 	ei, err := docker.InspectImage(ctx, host, src.Image)
+	if cerrdefs.IsNotFound(err) || client.IsErrConnectionFailed(err) {
+		// The reference, never a credential: those stay in the docker
+		// config the registry pull reads.
+		engine := "unreachable"
+		if cerrdefs.IsNotFound(err) {
+			engine = "image not found"
+		}
+		log.Info("template image source", "source", "registry", "image", src.Image, "engine", engine)
+		return store.ImportRemote(ctx, src.Image)
+	}
 	if err != nil {
 		return imagestore.Image{}, err
 	}
+	log.Info("template image source", "source", "docker engine", "image", src.Image)
 	if dir, ok := store.Stored(ei.DiffIDs); ok {
 		return imagestore.Image{ID: src.Image, RootFS: dir, Env: ei.Env}, nil
 	}

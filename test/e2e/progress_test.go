@@ -12,9 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -205,11 +202,9 @@ func mustRequest(method, url string) *http.Request {
 func TestProgressDockerPulling(t *testing.T) {
 	t.Parallel()
 	testutil.RequireDocker(t)
-	_, err := os.Stat(registryBinary)
-	testutil.Require(t, err == nil, "docker-registry ("+registryBinary+", Debian package docker-registry)")
 	api := testutil.DockerClient(t)
 	base := testutil.SandboxImage(t)
-	addr := startRegistry(t)
+	addr := testutil.StartRegistry(t)
 	ref := fmt.Sprintf("%s/sandgate-progress:%s", addr, randomHex(6))
 	t.Cleanup(func() { // after the containers using it are gone (registered first)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -267,42 +262,6 @@ func TestProgressDockerPulling(t *testing.T) {
 	wg.Wait()
 	if !counted {
 		t.Fatal("no stream counted the download in bytes of a known total")
-	}
-}
-
-const registryBinary = "/usr/bin/docker-registry"
-
-// startRegistry runs a registry on a free loopback port (Docker allows
-// 127.0.0.0/8 without TLS) until the test ends, and returns its host:port.
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n",
-		filepath.Join(dir, "data"), addr)
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &testutil.LogBuffer{}
-	cmd := exec.Command(registryBinary, "serve", filepath.Join(dir, "config.yml"))
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start docker-registry: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("docker-registry did not answer:\n%s", logs)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
