@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // The YAML `templates:` list becomes the pool's templates: sizes parsed,
@@ -19,7 +20,9 @@ templates:
     max_memory: 2GiB
     egress: {mode: proxy, allow: [pypi.org]}
     prewarm: 2
+    idle_timeout: 30m
   - name: minimal
+    idle_timeout: never
 default_template: python
 `)
 	if err != nil {
@@ -33,11 +36,16 @@ default_template: python
 		py.MaxMemory != 2<<30 || py.Prewarm != 2 || py.Env["PIP_INDEX_TOKEN"] != "s3cret" || py.Egress == nil || py.Egress.Allow[0] != "pypi.org" {
 		t.Fatalf("python template %+v", py)
 	}
+	if py.IdleTimeout != 30*time.Minute || c.Pool.Templates[1].IdleTimeout >= 0 {
+		t.Fatalf("idle timeouts %s and %s, want 30m and never", py.IdleTimeout, c.Pool.Templates[1].IdleTimeout)
+	}
 	if src := c.TemplateSources(); len(src) != 1 || src["python"].Image == "" {
 		t.Fatalf("sources %v: only python has an image", src)
 	}
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"bad size", "templates:\n  - {name: a, memory: lots}\n", "templates: a: memory"},
+		{"bad idle timeout", "templates:\n  - {name: a, idle_timeout: soon}\n", "idle_timeout"},
+		{"idle timeout under touch_interval", "templates:\n  - {name: a, idle_timeout: 1s}\n", "touch_interval"},
 		{"memory over max", "templates:\n  - {name: a, memory: 2g, max_memory: 1g}\n", "max_memory"},
 		{"bad name", "templates:\n  - {name: A_B}\n", "template name"},
 		{"twice", "templates:\n  - {name: a}\n  - {name: a}\n", "configured twice"},

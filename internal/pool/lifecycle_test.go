@@ -335,3 +335,62 @@ func TestPauseWarm(t *testing.T) {
 		}
 	}
 }
+
+// A template's idle timeout replaces the fleet's for its sandboxes:
+// shorter, longer or never.
+func TestTemplateIdleTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{IdleTimeout: 10 * time.Minute, Templates: []Template{
+		{Name: "short", IdleTimeout: time.Minute}, {Name: "long", IdleTimeout: time.Hour}, {Name: "keep", IdleTimeout: -1}}})
+	p := e.replica()
+	sid := map[string]string{}
+	for _, th := range []string{"short", "long", "keep", "fleet"} {
+		o := Options{Template: th}
+		if th == "fleet" {
+			o = Options{}
+		}
+		if err := p.SetOptions(ctx, "u", th, o); err != nil {
+			t.Fatal(err)
+		}
+		r, _, err := p.Acquire(ctx, "u", th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid[th] = r.SandboxID
+	}
+	p.Wait()
+	reaper := NewReaper(p)
+	for _, step := range []struct {
+		advance time.Duration
+		reaped  string // "" = none
+	}{{2 * time.Minute, "short"}, {5 * time.Minute, ""}, {4 * time.Minute, "fleet"}, {50 * time.Minute, "long"}, {1000 * time.Hour, ""}} {
+		e.clock.Advance(step.advance)
+		n, err := reaper.Pass(ctx)
+		want := 0
+		if step.reaped != "" {
+			want = 1
+		}
+		if err != nil || n != want || step.reaped != "" && e.be.count(e.be.destroys, sid[step.reaped]) != 1 {
+			t.Fatalf("after %s more: reaped %d (%v), want %q", step.advance, n, err, step.reaped)
+		}
+	}
+	if e.be.count(e.be.destroys, sid["keep"]) != 0 {
+		t.Fatal("a template with idle_timeout never was reaped")
+	}
+	// The fleet's reaper off, a template's timeout still expires its own.
+	e2 := newEnv(t, Config{IdleTimeout: -1, Templates: []Template{{Name: "short", IdleTimeout: time.Minute}}})
+	p2 := e2.replica()
+	for _, th := range []string{"short", "fleet"} {
+		if th == "short" {
+			_ = p2.SetOptions(ctx, "u", th, Options{Template: th})
+		}
+		if _, _, err := p2.Acquire(ctx, "u", th); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p2.Wait()
+	e2.clock.Advance(1000 * time.Hour)
+	if n, err := NewReaper(p2).Pass(ctx); err != nil || n != 1 {
+		t.Fatalf("fleet never, template 1m, 1000h idle: reaped %d (%v), want the template's only", n, err)
+	}
+}

@@ -16,8 +16,9 @@ import (
 // policy, memory ceiling and pre-started count of its sandboxes.
 type Template struct {
 	Name string `json:"name"`
-	// Backend is what the backend runs; Backend.Memory is the sandboxes'
-	// memory unless a create asks for less (or more, up to MaxMemory).
+	// Backend is what the backend runs (its Name is always Name);
+	// Backend.Memory is the sandboxes' memory unless a create asks for less
+	// (or more, up to MaxMemory).
 	Backend backend.Template `json:"-"`
 	// Env is set in its sandboxes over Config.Env.
 	Env map[string]string `json:"-"`
@@ -220,6 +221,7 @@ func (ts Templates) pick(name string) (Template, error) {
 // admin chose one).
 func (r recipe) apply(spec backend.Spec, t Template, o Options, egress backend.Egress, set bool) backend.Spec {
 	spec.Template = t.Backend
+	spec.Template.Name = t.Name
 	if o.Memory > 0 {
 		spec.Template.Memory = o.Memory
 	}
