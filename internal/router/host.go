@@ -13,10 +13,11 @@ import (
 
 // Host routing (host_suffix): {sandbox_id}.{suffix} proxies the whole
 // sandbox, any path, so browser UIs that use absolute paths (noVNC's
-// /websockify, code-server) work; {port}-{sandbox_id}.{suffix} also sends
-// the all-in-one sandbox's X-AIO-Proxy-Port, so its internal forwarder
-// picks that port. Like /sandboxes/{id}, it never provisions and only the
-// owner (or an admin) gets through.
+// /websockify, code-server) work; {port}-{sandbox_id}.{suffix} reaches that
+// port inside the sandbox, any path, through the sandbox server's bridge
+// (sandboxspec.PortPrefix), as /threads/{t}/ports/{port} does. Like
+// /sandboxes/{id}, it never provisions and only the owner (or an admin)
+// gets through.
 
 // hostRoutePath names host-routed requests in traces and logs.
 const hostRoutePath = "{sandbox_id}.{host_suffix}/*"
@@ -79,7 +80,7 @@ func NormalizeHostSuffix(s string) (string, error) {
 }
 
 // hostProxy serves a host-routed request: the whole path goes to the
-// sandbox.
+// sandbox's API, or with a port to that port inside it.
 func (rt *Router) hostProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	r := c.Request()
 	sid, port, _, err := hostRoute(r.Host, rt.hostSuffix)

@@ -86,6 +86,18 @@ type Activity struct {
 // Running: a command runs, or a request other than the probe is served.
 func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
 
+// PortPrefix is the sandbox server's bridge into its own network
+// namespace: any request to PortPrefix+"{port}/{path}" is forwarded to
+// 127.0.0.1:{port}/{path} inside the sandbox (query kept), where the
+// process jail (only lo), docker's network none and a Pod's loopback
+// leave nothing else to reach it by. Outside /v1, so no AIO endpoint can
+// ever collide with it; it needs the secret like every other route.
+const PortPrefix = "/sandgate/port/"
+
+// PortPath is the bridge's path for port (1-65535, written plainly)
+// without the forwarded path: PortPath("3000") + "/index.html".
+func PortPath(port string) string { return PortPrefix + port }
+
 // FreezePath (POST) has the sandbox server stop, with SIGSTOP, every
 // process of its sandbox but itself, and answer once all of them are
 // stopped (Freeze in the data of its usual envelope): the freezer of a
