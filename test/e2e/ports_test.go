@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +17,9 @@ import (
 // 127.0.0.1:3000 answers through the gateway, by the path route and the
 // host route, on the process backend (isolated: the jail has only lo) and
 // the docker backend (network none): only the sandbox server, in the same
-// network namespace, can reach it. A port with no listener is a 502 naming
-// it within 1 s; another user's credential never opens it.
+// network namespace, can reach it. Server-sent events pass one by one; a
+// port with no listener is a 502 naming it within 1 s; another user's
+// credential never opens it.
 func TestPorts(t *testing.T) {
 	t.Parallel()
 	t.Run("process", func(t *testing.T) {
@@ -60,6 +65,8 @@ func checkPorts(t *testing.T, g *gateway) {
 		}
 	}
 
+	checkPortSSE(t, g, thread)
+
 	// Nothing listens on 3001: a 502 naming it, at once.
 	for _, rt := range []struct{ name, path, host string }{
 		{"path route", "/threads/" + thread + "/ports/3001/", ""},
@@ -93,5 +100,50 @@ func checkPorts(t *testing.T, g *gateway) {
 		if code, body, _ := (req{"GET", rt.path, rt.host, nil, nil}).do(t, g); code != 401 || strings.Contains(string(body), marker) {
 			t.Errorf("%s without a credential: %d %s, want 401", rt.name, code, body)
 		}
+	}
+}
+
+// sseScript is a CGI program of busybox httpd that sends an event and
+// then waits for the test's go file before the next: an event that
+// arrives before its go file exists was streamed, not buffered.
+const sseScript = `#!/bin/sh
+printf 'Content-Type: text/event-stream\r\n\r\n'
+for i in 1 2 3; do
+  printf 'data: event %s\n\n' "$i"
+  n=0
+  while [ ! -e "go$i" ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
+done
+`
+
+// checkPortSSE reads an SSE stream from the app on port 3000 (started by
+// checkPorts) event by event through the path route.
+func checkPortSSE(t *testing.T, g *gateway, thread string) {
+	t.Helper()
+	code, body, _ := call(t, "POST", g.URL+"/threads/"+thread+"/v1/file/write",
+		map[string]any{"file": "/mnt/user-data/workspace/site/cgi-bin/events", "content": sseScript}, bearer("alice-key")...)
+	if code != 200 {
+		t.Fatalf("write the CGI script: %d %s", code, body)
+	}
+	shell(t, g.URL, thread, "chmod +x site/cgi-bin/events", bearer("alice-key")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/threads/"+thread+"/ports/3000/cgi-bin/events", nil)
+	r.Header.Set("Authorization", "Bearer alice-key")
+	resp, err := g.client.Do(r)
+	if err != nil {
+		t.Fatalf("SSE: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("SSE: %d %v", resp.StatusCode, resp.Header)
+	}
+	events := bufio.NewReader(resp.Body)
+	for i := 1; i <= 3; i++ {
+		line, err := events.ReadString('\n')
+		if want := fmt.Sprintf("data: event %d\n", i); err != nil || line != want {
+			t.Fatalf("SSE event %d: %q %v, want %q", i, line, err, want)
+		}
+		_, _ = events.ReadString('\n')
+		shell(t, g.URL, thread, fmt.Sprintf("touch site/cgi-bin/go%d", i), bearer("alice-key")...)
 	}
 }
