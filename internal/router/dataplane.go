@@ -9,6 +9,7 @@ import (
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // proxied is what a data-plane handler reports for the access log and
@@ -54,7 +55,7 @@ func (rt *Router) threadPortProxy(c echo.Context, p *auth.Principal) (proxied, e
 	if err := identity.ValidThread(thread); err != nil {
 		return proxied{}, err
 	}
-	if !validPort(port) {
+	if !sandboxspec.ValidPort(port) {
 		return proxied{}, errBadPort
 	}
 	if err := open(p, thread); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Host routing (host_suffix): {sandbox_id}.{suffix} proxies the whole
@@ -38,7 +39,7 @@ func hostRoute(host, suffix string) (sid, port string, match bool, err error) {
 	label := host[:n-1]
 	if i := strings.IndexByte(label, '-'); i >= 0 {
 		port, label = label[:i], label[i+1:]
-		if !validPort(port) {
+		if !sandboxspec.ValidPort(port) {
 			return "", "", true, errBadHost
 		}
 	}
@@ -47,21 +48,6 @@ func hostRoute(host, suffix string) (sid, port string, match bool, err error) {
 		return "", "", true, errBadHost
 	}
 	return sid, port, true, nil
-}
-
-// validPort is 1-65535 written plainly (no sign, no leading zero).
-func validPort(s string) bool {
-	if len(s) == 0 || len(s) > 5 || s[0] == '0' {
-		return false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n <= 65535
 }
 
 // NormalizeHostSuffix lowercases a host_suffix and trims its dots; "" stays

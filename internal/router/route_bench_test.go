@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // routeCases are the data-plane routes as a request reaches them; port
@@ -40,7 +41,7 @@ func routeMatcher(tb testing.TB, param, prefix string, valid func(string) bool, 
 		}
 		n := len(prefix) + len(id)
 		if port {
-			if !validPort(c.Param("port")) {
+			if !sandboxspec.ValidPort(c.Param("port")) {
 				return ""
 			}
 			n = portPrefixLen(id, c.Param("port"))

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,8 +32,12 @@ var portStripped = []string{sandboxspec.SecretHeader, "Authorization", "X-Api-Ke
 
 type portKey struct{}
 
+// portTarget is where one request goes: its port, and its path (escaped
+// form too, when it differs) with the bridge's prefix cut off.
+type portTarget struct{ port, path, rawPath string }
+
 // newPortProxy is the bridge's one ReverseProxy: the request's context
-// carries its port (handlePort).
+// carries its portTarget (handlePort).
 func (s *Server) newPortProxy() *httputil.ReverseProxy {
 	dialer := &net.Dialer{Timeout: portDialTimeout}
 	transport := &http.Transport{
@@ -46,16 +49,17 @@ func (s *Server) newPortProxy() *httputil.ReverseProxy {
 			}
 			return dialer.DialContext(ctx, "tcp4", addr)
 		},
+		// No Proxy: the sandbox's HTTP_PROXY (its egress) is not for loopback.
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // the client's Accept-Encoding goes through as sent
 	}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			port, _ := pr.In.Context().Value(portKey{}).(string)
+			to, _ := pr.In.Context().Value(portKey{}).(portTarget)
 			out := pr.Out
-			out.URL.Scheme, out.URL.Host = "http", "127.0.0.1:"+port
-			out.URL.Path, out.URL.RawPath = portRest(pr.In.URL.Path, port), portRest(pr.In.URL.RawPath, port)
+			out.URL.Scheme, out.URL.Host = "http", "127.0.0.1:"+to.port
+			out.URL.Path, out.URL.RawPath = to.path, to.rawPath
 			out.Host = "" // Host: 127.0.0.1:{port}, which dev servers' host checks accept
 			for _, h := range portStripped {
 				out.Header.Del(h)
@@ -71,19 +75,11 @@ func (s *Server) newPortProxy() *httputil.ReverseProxy {
 		Transport:     transport,
 		FlushInterval: -1, // SSE and any streamed body: every write reaches the client at once
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			port, _ := r.Context().Value(portKey{}).(string)
-			s.writeError(w, r, portError(port, err))
+			to, _ := r.Context().Value(portKey{}).(portTarget)
+			s.writeError(w, r, portError(to.port, err))
 		},
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-}
-
-// portRest is the forwarded path: p without PortPrefix and the port ("" stays "").
-func portRest(p, port string) string {
-	if p == "" {
-		return ""
-	}
-	return strings.TrimPrefix(p, sandboxspec.PortPrefix+port)
 }
 
 // handlePort serves sandboxspec.PortPrefix: 400 for a bad port, else the
@@ -94,27 +90,25 @@ func (s *Server) handlePort(w http.ResponseWriter, r *http.Request) error {
 	// From the escaped path: a port is plain digits, never %33000.
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), sandboxspec.PortPrefix)
 	port, _, _ := strings.Cut(rest, "/")
-	if !validPort(port) {
+	if !sandboxspec.ValidPort(port) {
 		return statusErr(http.StatusBadRequest, "port %q: want 1-65535 as in %s3000/", port, sandboxspec.PortPrefix)
 	}
-	if len(rest) == len(port) { // "/sandgate/port/3000": the app's root
-		r.URL.Path += "/"
-		if r.URL.RawPath != "" {
-			r.URL.RawPath += "/"
-		}
+	prefix := sandboxspec.PortPath(port)
+	to := portTarget{port: port, path: forwardPath(r.URL.Path, prefix)}
+	if r.URL.RawPath != "" {
+		to.rawPath = forwardPath(r.URL.RawPath, prefix)
 	}
-	s.ports.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portKey{}, port)))
+	s.ports.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portKey{}, to)))
 	return nil
 }
 
-// validPort is 1-65535 written plainly (no sign, no leading zero), the
-// gateway's own rule.
-func validPort(s string) bool {
-	if len(s) == 0 || len(s) > 5 || s[0] == '0' || strings.Trim(s, "0123456789") != "" {
-		return false
+// forwardPath is p without prefix; "/sandgate/port/3000" alone is the
+// app's root.
+func forwardPath(p, prefix string) string {
+	if p = strings.TrimPrefix(p, prefix); p == "" {
+		return "/"
 	}
-	n, err := strconv.Atoi(s)
-	return err == nil && n <= 65535
+	return p
 }
 
 // portError names the port in a 502 the client can act on; the cause
