@@ -2,13 +2,18 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"mime/multipart"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/sandgate/sandgate/internal/identity"
 )
@@ -17,22 +22,23 @@ import (
 // 127.0.0.1:3000 answers through the gateway, by the path route and the
 // host route, on the process backend (isolated: the jail has only lo) and
 // the docker backend (network none): only the sandbox server, in the same
-// network namespace, can reach it. Server-sent events pass one by one; a
-// port with no listener is a 502 naming it within 1 s; another user's
+// network namespace, can reach it. Server-sent events pass one by one and
+// a WebSocket echoes, through both proxies; a port with no listener is a 502 naming it within 1 s; another user's
 // credential never opens it.
 func TestPorts(t *testing.T) {
 	t.Parallel()
+	wsecho := buildTestdata(t, "wsecho")
 	t.Run("process", func(t *testing.T) {
 		t.Parallel()
-		checkPorts(t, securedFleet(t))
+		checkPorts(t, securedFleet(t), wsecho)
 	})
 	t.Run("docker", func(t *testing.T) {
 		t.Parallel()
-		checkPorts(t, securedFleet(t, newDockerEnv(t).args()...))
+		checkPorts(t, securedFleet(t, newDockerEnv(t).args()...), wsecho)
 	})
 }
 
-func checkPorts(t *testing.T, g *gateway) {
+func checkPorts(t *testing.T, g *gateway, wsecho string) {
 	const thread = "webapp"
 	alice, bob := bearer("alice-key"), bearer("bob-key")
 	sid := identity.SandboxID("alice", thread)
@@ -66,6 +72,7 @@ func checkPorts(t *testing.T, g *gateway) {
 	}
 
 	checkPortSSE(t, g, thread)
+	checkPortWebSocket(t, g, thread, sid, wsecho)
 
 	// Nothing listens on 3001: a 502 naming it, at once.
 	for _, rt := range []struct{ name, path, host string }{
@@ -145,5 +152,65 @@ func checkPortSSE(t *testing.T, g *gateway, thread string) {
 		}
 		_, _ = events.ReadString('\n')
 		shell(t, g.URL, thread, fmt.Sprintf("touch site/cgi-bin/go%d", i), bearer("alice-key")...)
+	}
+}
+
+// checkPortWebSocket puts testdata/wsecho into the sandbox, starts it on
+// port 3002 and talks to it through both routes.
+func checkPortWebSocket(t *testing.T, g *gateway, thread, sid, wsecho string) {
+	t.Helper()
+	bin, err := os.ReadFile(wsecho)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	_ = mw.WriteField("path", "/mnt/user-data/workspace/wsecho")
+	part, _ := mw.CreateFormFile("file", "wsecho")
+	_, _ = part.Write(bin)
+	_ = mw.Close()
+	up, _ := http.NewRequest("POST", g.URL+"/threads/"+thread+"/v1/file/upload", &form)
+	up.Header.Set("Content-Type", mw.FormDataContentType())
+	up.Header.Set("Authorization", "Bearer alice-key")
+	resp, err := g.client.Do(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("upload wsecho: %d", resp.StatusCode)
+	}
+	shell(t, g.URL, thread, "chmod +x wsecho && (setsid ./wsecho 3002 >/dev/null 2>&1 </dev/null &)", bearer("alice-key")...)
+
+	ws := "ws" + strings.TrimPrefix(g.URL, "http")
+	for _, rt := range []struct{ name, url, host string }{
+		{"path route", ws + "/threads/" + thread + "/ports/3002/hmr", ""},
+		{"host route", ws + "/hmr", "3002-" + sid + "." + hostSuffix},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		opts := &websocket.DialOptions{HTTPClient: g.client, HTTPHeader: http.Header{"Authorization": {"Bearer alice-key"}}, Host: rt.host}
+		var conn *websocket.Conn
+		// The server may still be starting: a few tries.
+		for {
+			conn, _, err = websocket.Dial(ctx, rt.url, opts)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: WebSocket dial: %v", rt.name, err)
+		}
+		for _, msg := range []string{"one", "two"} {
+			if err := conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+				t.Fatalf("%s: write: %v", rt.name, err)
+			}
+			if _, got, err := conn.Read(ctx); err != nil || string(got) != "echo: "+msg {
+				t.Errorf("%s: echo of %q: %q %v", rt.name, msg, got, err)
+			}
+		}
+		conn.Close(websocket.StatusNormalClosure, "")
+		cancel()
 	}
 }
