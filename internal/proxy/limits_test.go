@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // endless yields n bytes and counts what was read from it.
@@ -212,7 +214,11 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestGatewayKeyAndProxyPort(t *testing.T) {
 	t.Parallel()
 	seen := make(chan http.Header, 1)
-	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Clone() })
+	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("X-Test-Uri", r.RequestURI)
+		seen <- h
+	})
 	inner, sandbox := newUpstream(t, record), newUpstream(t, record)
 	innerTarget := newTarget(t, inner.URL+"/sandboxes/0123456789abcdef")
 	sandboxTarget := newTarget(t, sandbox.URL)
@@ -243,8 +249,8 @@ func TestGatewayKeyAndProxyPort(t *testing.T) {
 	if got := h.Get("Authorization"); got != "" {
 		t.Errorf("a sandbox got Authorization %q", got)
 	}
-	if got := h.Get(ProxyPortHeader); got != "6080" {
-		t.Errorf("%s = %q, want the gateway's 6080 (never the client's)", ProxyPortHeader, got)
+	if got, uri := h.Get(ProxyPortHeader), h.Get("X-Test-Uri"); got != "" || uri != sandboxspec.PortPath("6080")+"/v1/x?port=6080" {
+		t.Errorf("port 6080 reached %s with %s %q, want the sandbox server's bridge and no client selector", uri, ProxyPortHeader, got)
 	}
 	if h = send(sandboxTarget, ""); h.Get(ProxyPortHeader) != "" {
 		t.Errorf("the client's %s reached the sandbox: %q", ProxyPortHeader, h.Get(ProxyPortHeader))

@@ -104,7 +104,8 @@ func (c Config) withDefaults() Config {
 
 // ProxyPortHeader is the all-in-one sandbox's header naming the port its
 // internal forwarder sends a request to (its API key header is
-// sandboxspec.SecretHeader).
+// sandboxspec.SecretHeader); a client's is stripped, and the gateway sends
+// none: it reaches ports through the sandbox server's bridge.
 const ProxyPortHeader = "X-Aio-Proxy-Port"
 
 // Proxy is the one ReverseProxy every data-plane request goes through.
@@ -161,15 +162,16 @@ type state struct {
 	up      Upstream
 	path    string
 	rawPath string
-	port    string       // ProxyPortHeader to send; "" = none
+	port    string       // a port inside the sandbox (sandboxspec.PortPrefix); "" = the sandbox API
 	body    *guardedBody // the request body as sent upstream; nil without one
 }
 
 // Serve proxies r to up at path (the upstream path, e.g. /v1/shell/exec;
 // rawPath is its escaped form when it differs, else "") and returns how
 // many request body bytes were sent upstream (for the access log). port,
-// when set, goes to the sandbox as ProxyPortHeader (host routing's
-// {port}-{sandbox_id} form): the one place the gateway sets it.
+// when set (1-65535, validated by the caller), sends the request to that
+// port inside the sandbox through the sandbox server's bridge: path goes
+// under sandboxspec.PortPath(port).
 func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath, port string) (bytesIn int64) {
 	if r.Header.Get("Upgrade") != "" {
 		if !p.upgrades.admit() {

@@ -8,7 +8,8 @@ import (
 )
 
 // Headers a client may not send to a sandbox: the gateway's own credential,
-// and the all-in-one sandbox's internal port-forward selector.
+// and the all-in-one sandbox's internal port-forward selector (ports go
+// through the sandbox server's bridge, sandboxspec.PortPrefix, instead).
 var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", sandboxspec.SecretHeader}
 
 // rewrite points the outbound request at the sandbox. ReverseProxy has
@@ -19,11 +20,19 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
 	out.URL.Scheme = base.Scheme
 	out.URL.Host = base.Host
-	out.URL.Path, out.URL.RawPath = st.path, st.rawPath
+	path, rawPath := st.path, st.rawPath
+	if st.port != "" { // the sandbox server's bridge to that port (the only allocation, on port routes only)
+		prefix := sandboxspec.PortPath(st.port)
+		path = prefix + path
+		if rawPath != "" {
+			rawPath = prefix + rawPath
+		}
+	}
+	out.URL.Path, out.URL.RawPath = path, rawPath
 	if base.Path != "" { // a sandbox behind another gateway: http://host/sandboxes/{id}
-		out.URL.Path = base.Path + st.path
-		if st.rawPath != "" {
-			out.URL.RawPath = base.EscapedPath() + st.rawPath
+		out.URL.Path = base.Path + path
+		if rawPath != "" {
+			out.URL.RawPath = base.EscapedPath() + rawPath
 		}
 	}
 	out.Host = ""
@@ -41,9 +50,6 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.SetXForwarded()
 	p.setSandboxKey(out.Header, st.up)
-	if st.port != "" {
-		out.Header.Set(ProxyPortHeader, st.port)
-	}
 	if p.gateway != nil && base.Host == p.gateway.Host && base.Scheme == p.gateway.Scheme {
 		out.Header.Set("Authorization", p.gwAuth)
 	}

@@ -32,6 +32,7 @@ func (u fixedUpstream) End()                            {}
 func BenchmarkRewrite(b *testing.B) {
 	for _, c := range []struct {
 		name, base, key, secret string
+		port                    string // a port inside the sandbox: its path goes under the bridge's prefix
 		header                  map[string]string
 		wantXFF                 string
 	}{
@@ -42,6 +43,7 @@ func BenchmarkRewrite(b *testing.B) {
 		{name: "per-sandbox-secret", base: "http://127.0.0.1:9000", key: "shared", secret: "own-secret",
 			header: map[string]string{sandboxspec.SecretHeader: "forged"}, wantXFF: "192.0.2.1"},
 		{name: "behind-another-gateway", base: "http://127.0.0.1:9000/sandboxes/0123456789abcdef", wantXFF: "192.0.2.1"},
+		{name: "port", base: "http://127.0.0.1:9000", port: "3000", wantXFF: "192.0.2.1"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := New(Config{SandboxAPIKey: c.key}, nil, nil, nil)
@@ -60,7 +62,7 @@ func BenchmarkRewrite(b *testing.B) {
 			if c.secret != "" {
 				up.key, want = []string{c.secret}, c.secret
 			}
-			ctx := context.WithValue(in.Context(), stateKey{}, &state{up: up, path: "/v1/file/read"})
+			ctx := context.WithValue(in.Context(), stateKey{}, &state{up: up, path: "/v1/file/read", port: c.port})
 			in = in.WithContext(ctx)
 
 			// What ReverseProxy hands to Rewrite: a clone without inbound X-Forwarded-*.
@@ -83,9 +85,13 @@ func BenchmarkRewrite(b *testing.B) {
 			}
 			pr := &httputil.ProxyRequest{In: in, Out: out}
 
+			wantPath := base.Path + "/v1/file/read"
+			if c.port != "" {
+				wantPath = base.Path + sandboxspec.PortPath(c.port) + "/v1/file/read"
+			}
 			reset()
 			p.rewrite(pr)
-			if out.URL.Host != base.Host || out.URL.Path != base.Path+"/v1/file/read" || out.Header.Get("Authorization") != "" ||
+			if out.URL.Host != base.Host || out.URL.Path != wantPath || out.Header.Get("Authorization") != "" ||
 				out.Header.Get("X-Api-Key") != "" || out.Header.Get("X-Forwarded-For") != c.wantXFF ||
 				len(out.Header.Values(sandboxspec.SecretHeader)) > 1 || out.Header.Get(sandboxspec.SecretHeader) != want {
 				b.Fatalf("rewrite: url %s, headers %v", out.URL, out.Header)

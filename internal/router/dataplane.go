@@ -9,6 +9,7 @@ import (
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // proxied is what a data-plane handler reports for the access log and
@@ -42,6 +43,38 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 	}
 	n := rt.serve(c, route, path, raw, "")
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
+}
+
+// threadPortProxy serves ANY /threads/{thread}/ports/{port}/...: the
+// thread's sandbox as threadProxy gets it, the rest of the path sent to
+// that port inside it (the sandbox server's bridge, sandboxspec.PortPrefix).
+// The port is checked before any I/O; another port is another app, not
+// the sandbox API, so no quota applies to its paths.
+func (rt *Router) threadPortProxy(c echo.Context, p *auth.Principal) (proxied, error) {
+	thread, port := c.Param("thread"), c.Param("port")
+	if err := identity.ValidThread(thread); err != nil {
+		return proxied{}, err
+	}
+	if !sandboxspec.ValidPort(port) {
+		return proxied{}, errBadPort
+	}
+	if err := open(p, thread); err != nil {
+		return proxied{}, err
+	}
+	r := c.Request()
+	route, outcome, err := rt.acquire(r.Context(), p, p.User, thread)
+	if err != nil {
+		return proxied{}, err
+	}
+	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, portPrefixLen(thread, port))
+	n := rt.serve(c, route, path, raw, port)
+	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
+}
+
+// portPrefixLen is the length of /threads/{thread}/ports/{port}, which
+// has no escapes (both are validated).
+func portPrefixLen(thread, port string) int {
+	return len("/threads/") + len(thread) + len("/ports/") + len(port)
 }
 
 // sandboxProxy serves ANY /sandboxes/{id}/v1/...: an existing sandbox by

@@ -43,6 +43,7 @@ var (
 
 	// dataplane.go
 	errBadSandboxID = errors.New("sandbox id must be 16 lowercase hex characters")
+	errBadPort      = errors.New("port must be 1-65535, written plainly (no sign, no leading zero)")
 
 	// dotsegment.go
 	// errDotSegment refuses a data-plane path with dot segments (why:
@@ -146,7 +147,7 @@ func statusOf(err error) apiError {
 		}
 		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
-		errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress),
+		errors.Is(err, errBadPort), errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress),
 		errors.Is(err, errBadFilter), errors.Is(err, errBadTail), errors.Is(err, errBadUntil),
 		errors.Is(err, errBadCheckpointBody), errors.Is(err, errForkSelf), errors.Is(err, checkpoint.ErrBadID),
 		errors.Is(err, checkpoint.ErrBadLabel):

@@ -9,14 +9,16 @@ import (
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Host routing (host_suffix): {sandbox_id}.{suffix} proxies the whole
 // sandbox, any path, so browser UIs that use absolute paths (noVNC's
-// /websockify, code-server) work; {port}-{sandbox_id}.{suffix} also sends
-// the all-in-one sandbox's X-AIO-Proxy-Port, so its internal forwarder
-// picks that port. Like /sandboxes/{id}, it never provisions and only the
-// owner (or an admin) gets through.
+// /websockify, code-server) work; {port}-{sandbox_id}.{suffix} reaches that
+// port inside the sandbox, any path, through the sandbox server's bridge
+// (sandboxspec.PortPrefix), as /threads/{t}/ports/{port} does. Like
+// /sandboxes/{id}, it never provisions and only the owner (or an admin)
+// gets through.
 
 // hostRoutePath names host-routed requests in traces and logs.
 const hostRoutePath = "{sandbox_id}.{host_suffix}/*"
@@ -37,7 +39,7 @@ func hostRoute(host, suffix string) (sid, port string, match bool, err error) {
 	label := host[:n-1]
 	if i := strings.IndexByte(label, '-'); i >= 0 {
 		port, label = label[:i], label[i+1:]
-		if !validPort(port) {
+		if !sandboxspec.ValidPort(port) {
 			return "", "", true, errBadHost
 		}
 	}
@@ -46,21 +48,6 @@ func hostRoute(host, suffix string) (sid, port string, match bool, err error) {
 		return "", "", true, errBadHost
 	}
 	return sid, port, true, nil
-}
-
-// validPort is 1-65535 written plainly (no sign, no leading zero).
-func validPort(s string) bool {
-	if len(s) == 0 || len(s) > 5 || s[0] == '0' {
-		return false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n <= 65535
 }
 
 // NormalizeHostSuffix lowercases a host_suffix and trims its dots; "" stays
@@ -79,7 +66,7 @@ func NormalizeHostSuffix(s string) (string, error) {
 }
 
 // hostProxy serves a host-routed request: the whole path goes to the
-// sandbox.
+// sandbox's API, or with a port to that port inside it.
 func (rt *Router) hostProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	r := c.Request()
 	sid, port, _, err := hostRoute(r.Host, rt.hostSuffix)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 const suffix = "sandbox.example.com"
@@ -130,7 +131,7 @@ func FuzzHostRoute(f *testing.F) {
 	rt := New(Deps{Pool: down, Aliases: down, HostSuffix: suffix})
 	f.Fuzz(func(t *testing.T, host string) {
 		sid, port, match, err := hostRoute(host, suffix)
-		if match && err == nil && (!identity.ValidSandboxID(sid) || port != "" && !validPort(port)) {
+		if match && err == nil && (!identity.ValidSandboxID(sid) || port != "" && !sandboxspec.ValidPort(port)) {
 			t.Fatalf("%q: sid %q port %q", host, sid, port)
 		}
 		if !match && (sid != "" || port != "" || err != nil) {

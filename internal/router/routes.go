@@ -121,6 +121,7 @@ func New(d Deps) *Router {
 	}
 
 	e.Any("/threads/:thread/v1/*", rt.dataPlane(telemetry.RouteThread, rt.threadProxy))
+	e.Any("/threads/:thread/ports/:port/*", rt.dataPlane(telemetry.RouteThread, rt.threadPortProxy))
 	e.Any("/sandboxes/:id/v1/*", rt.dataPlane(telemetry.RouteSandbox, rt.sandboxProxy))
 
 	rt.mcpRoutes(e)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"path"
 	"runtime/debug"
@@ -66,6 +67,7 @@ type Server struct {
 	stopNow   context.CancelFunc
 	wsPing    time.Duration
 	mux       *http.ServeMux
+	ports     *httputil.ReverseProxy       // the port bridge (ports.go)
 	secret    []byte                       // SHA-256 of Config.Secret; nil = open
 	inflight  atomic.Int64                 // requests being handled (activity.go)
 	frozen    freezer                      // admin.go
@@ -110,6 +112,7 @@ func New(cfg Config) (*Server, error) {
 	s.groups.m = map[int]*command{}
 	s.stop, s.stopNow = context.WithCancel(context.Background())
 	s.routes()
+	s.ports = s.newPortProxy()
 	go s.warmUp()
 	return s, nil
 }
@@ -166,8 +169,20 @@ func homeDir(home string, pm *PathMap, env []string) (string, error) {
 	return "/", nil
 }
 
-// Handler is the HTTP API.
-func (s *Server) Handler() http.Handler { return s.recoverer(s.requireSecret(s.sameSite(s.mux))) }
+// Handler is the HTTP API, and the port bridge (ports.go) behind the same
+// secret and cross-site checks. The bridge is matched before the mux,
+// which would redirect a path it cleans ("//", a trailing "/.") to a
+// location only this server knows, instead of forwarding it as sent.
+func (s *Server) Handler() http.Handler {
+	ports := s.api(s.handlePort)
+	return s.recoverer(s.requireSecret(s.sameSite(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, sandboxspec.PortPrefix) {
+			ports.ServeHTTP(w, r)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	}))))
+}
 
 // Shutdown refuses new commands, closes WebSocket terminals and kills every
 // command's process group.
@@ -204,7 +219,8 @@ type route struct {
 // routeTable is every endpoint the server serves, and the only place one is
 // registered: Handler wraps all of them in the secret and cross-site checks,
 // and the tests walk this table (Routes), so an endpoint added here is
-// checked without anyone editing a test list.
+// checked without anyone editing a test list. The port bridge, any method
+// under sandboxspec.PortPrefix, is Handler's (ports.go).
 func (s *Server) routeTable() []route {
 	return []route{
 		{"GET /v1/sandbox", s.handleSandbox},

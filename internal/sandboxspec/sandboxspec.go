@@ -86,6 +86,35 @@ type Activity struct {
 // Running: a command runs, or a request other than the probe is served.
 func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
 
+// PortPrefix is the sandbox server's bridge into its own network
+// namespace: any request to PortPrefix+"{port}/{path}" is forwarded to
+// 127.0.0.1:{port}/{path} inside the sandbox (query kept), where the
+// process jail (only lo), docker's network none and a Pod's loopback
+// leave nothing else to reach it by. Outside /v1, so no AIO endpoint can
+// ever collide with it; it needs the secret like every other route.
+const PortPrefix = "/sandgate/port/"
+
+// PortPath is the bridge's path for port (ValidPort) without the
+// forwarded path: PortPath("3000") + "/index.html".
+func PortPath(port string) string { return PortPrefix + port }
+
+// ValidPort reports whether s is a TCP port, 1-65535, written plainly (no
+// sign, no leading zero), the one spelling both sides accept. It
+// allocates nothing: the gateway checks it on every port request.
+func ValidPort(s string) bool {
+	if len(s) == 0 || len(s) > 5 || s[0] == '0' {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n <= 65535
+}
+
 // FreezePath (POST) has the sandbox server stop, with SIGSTOP, every
 // process of its sandbox but itself, and answer once all of them are
 // stopped (Freeze in the data of its usual envelope): the freezer of a
