@@ -26,17 +26,11 @@ type proxied struct {
 // name is another sandbox), then stream the request to {sandbox}/v1/....
 func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	thread := c.Param("thread")
-	if err := identity.ValidThread(thread); err != nil {
-		return proxied{}, err
-	}
-	if err := open(p, thread); err != nil {
-		return proxied{}, err
-	}
-	r := c.Request()
-	route, outcome, err := rt.acquire(r.Context(), p, p.User, thread)
+	route, outcome, err := rt.threadRoute(c, p, thread)
 	if err != nil {
 		return proxied{}, err
 	}
+	r := c.Request()
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, len("/threads/")+len(thread))
 	if err := rt.checkQuota(route, path); err != nil {
 		return proxied{route: route, outcome: outcome}, err
@@ -52,23 +46,29 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 // the sandbox API, so no quota applies to its paths.
 func (rt *Router) threadPortProxy(c echo.Context, p *auth.Principal) (proxied, error) {
 	thread, port := c.Param("thread"), c.Param("port")
-	if err := identity.ValidThread(thread); err != nil {
-		return proxied{}, err
-	}
 	if !sandboxspec.ValidPort(port) {
 		return proxied{}, errBadPort
 	}
-	if err := open(p, thread); err != nil {
-		return proxied{}, err
-	}
-	r := c.Request()
-	route, outcome, err := rt.acquire(r.Context(), p, p.User, thread)
+	route, outcome, err := rt.threadRoute(c, p, thread)
 	if err != nil {
 		return proxied{}, err
 	}
+	r := c.Request()
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, portPrefixLen(thread, port))
 	n := rt.serve(c, route, path, raw, port)
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
+}
+
+// threadRoute checks thread and that p may open it, then gets or
+// provisions p's sandbox for it.
+func (rt *Router) threadRoute(c echo.Context, p *auth.Principal, thread string) (Sandbox, pool.Outcome, error) {
+	if err := identity.ValidThread(thread); err != nil {
+		return nil, "", err
+	}
+	if err := open(p, thread); err != nil {
+		return nil, "", err
+	}
+	return rt.acquire(c.Request().Context(), p, p.User, thread)
 }
 
 // portPrefixLen is the length of /threads/{thread}/ports/{port}, which
