@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,8 +38,14 @@ import (
 const LabelClaimedAs = "sandgate.claimed-as"
 
 // claimAttempts bounds the check-and-patch rounds of one claim: each
-// round lost to a status update of the kubelet's is retried.
-const claimAttempts = 5
+// round lost to a status update of the kubelet's is retried after a
+// jittered pause of up to claimBackoff, so that two claimers and the
+// kubelet do not keep colliding (a loaded CI run lost 5 rounds in a row
+// to a Pod written every 20 ms).
+const (
+	claimAttempts = 10
+	claimBackoff  = 30 * time.Millisecond
+)
 
 var _ backend.Binder = (*Kubernetes)(nil)
 
@@ -129,6 +137,11 @@ func (k *Kubernetes) Bind(ctx context.Context, warm backend.Info, spec backend.S
 		// changes, which moves its resourceVersion too: check it again.
 		if !apierrors.IsConflict(err) || attempt == claimAttempts-1 {
 			return backend.Info{}, apiErr("claim sandbox "+pw, err)
+		}
+		select {
+		case <-ctx.Done():
+			return backend.Info{}, apiErr("claim sandbox "+pw, ctx.Err())
+		case <-time.After(rand.N(claimBackoff)):
 		}
 	}
 	info := k.infoOf(&claimed, warm.URL)
