@@ -2,9 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
-
-	units "github.com/docker/go-units"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -53,11 +50,11 @@ func (t TemplateConfig) poolTemplate(lookupEnv func(string) (string, bool)) (poo
 		if s.value == "" {
 			continue
 		}
-		n, err := units.RAMInBytes(strings.TrimSpace(s.value))
-		if err != nil || n <= 0 {
+		var n offBytes // the sizes of memory and docker_memory
+		if err := n.Set(s.value); err != nil || n <= 0 {
 			return out, fmt.Errorf("templates: %s: %s: %q is not a size (e.g. 512m, 2g)", t.Name, s.field, s.value)
 		}
-		*s.dst = n
+		*s.dst = int64(n)
 	}
 	switch t.IdleTimeout {
 	case "":

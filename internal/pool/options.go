@@ -31,15 +31,18 @@ func (p *Pool) SetOptions(ctx context.Context, user, thread string, o Options) e
 		return fmt.Errorf("encode create options: %w", err)
 	}
 	sid := identity.SandboxID(user, thread)
-	old, err := p.Options(ctx, sid)
-	if err != nil {
-		return err
-	}
-	changed, err := p.store.SetOptions(ctx, sid, data)
+	stored, changed, err := p.store.SetOptions(ctx, sid, data)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !changed || p.templates.sameSandbox(old, o) {
+	if !changed {
+		return nil
+	}
+	old, err := decodeOptions(sid, stored)
+	if err != nil {
+		return err
+	}
+	if p.templates.sameSandbox(old, o) {
 		return nil
 	}
 	p.log.InfoContext(ctx, "thread's create options set", "sandbox_id", sid, "thread", thread, "template", o.Template)
@@ -52,13 +55,18 @@ func (p *Pool) SetOptions(ctx context.Context, user, thread string, o Options) e
 // Options returns the stored create options of sandbox sid (zero: none
 // stored, the default template).
 func (p *Pool) Options(ctx context.Context, sid string) (Options, error) {
+	data, _, err := p.store.Options(ctx, sid)
+	if err != nil {
+		return Options{}, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return decodeOptions(sid, data)
+}
+
+// decodeOptions decodes stored options (nil: none, the zero Options).
+func decodeOptions(sid string, data []byte) (Options, error) {
 	var o Options
-	data, ok, err := p.store.Options(ctx, sid)
-	if err != nil || !ok {
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrState, err)
-		}
-		return o, err
+	if data == nil {
+		return o, nil
 	}
 	if err := json.Unmarshal(data, &o); err != nil {
 		return o, fmt.Errorf("%w: decode create options of %s: %w", ErrState, sid, err)

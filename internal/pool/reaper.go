@@ -26,7 +26,12 @@ const (
 // the bucket leases split the buckets between replicas. A pass counts what
 // is expired in each of its buckets' indexes (one round trip per node),
 // then reads only those expired ranges: O(buckets + expired), not O(pool).
-type Reaper struct{ p reaperParams }
+type Reaper struct {
+	p reaperParams
+	// shortest is the shortest idle timeout any sandbox has (the fleet's
+	// or a template's); negative when none expires.
+	shortest time.Duration
+}
 
 type reaperParams struct {
 	idleTimeout, interval time.Duration
@@ -53,12 +58,20 @@ type reaperStore interface {
 	ClaimExpired(ctx context.Context, sid string, index state.Index, cutoff, now time.Time) (state.Record, bool, error)
 }
 
-func newReaper(p reaperParams) *Reaper { return &Reaper{p: p} }
+func newReaper(p reaperParams) *Reaper {
+	shortest := p.idleTimeout
+	for _, d := range p.templateIdle {
+		if d >= 0 && (shortest < 0 || d < shortest) {
+			shortest = d
+		}
+	}
+	return &Reaper{p: p, shortest: shortest}
+}
 
 // Run reaps every ReapInterval until ctx ends; an idle_timeout < 0 of the
 // fleet and every template disables it.
 func (r *Reaper) Run(ctx context.Context) {
-	if r.p.shortest() < 0 {
+	if r.shortest < 0 {
 		return
 	}
 	every(ctx, r.p.log, "reaper", r.p.interval, func(ctx context.Context) error {
@@ -70,8 +83,7 @@ func (r *Reaper) Run(ctx context.Context) {
 // Pass reaps what is expired now and returns how many sandboxes it destroyed.
 func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 	p := r.p
-	shortest := p.shortest()
-	if shortest < 0 {
+	if r.shortest < 0 {
 		return 0, nil
 	}
 	ctx, span := telemetry.Root(ctx, p.tracer, spanReapPass)
@@ -83,7 +95,7 @@ func (r *Reaper) Pass(ctx context.Context) (n int, err error) {
 	}()
 	// Read with the shortest timeout; each sandbox is then held to its own
 	// (reap), so one of a longer timeout stays.
-	cutoff := p.clock.Now().Add(-shortest)
+	cutoff := p.clock.Now().Add(-r.shortest)
 	due, err := p.store.Due(ctx, p.held.mine(), cutoff)
 	if err != nil {
 		return 0, err
@@ -151,7 +163,7 @@ func (r *Reaper) reap(ctx context.Context, sid string, index state.Index, cutoff
 	if err != nil || !ok {
 		return false, err
 	}
-	if idle := p.idleOf(cur.Template); idle != p.shortest() {
+	if idle := p.idleOf(cur.Template); idle != r.shortest {
 		if idle < 0 {
 			return false, nil
 		}
@@ -184,16 +196,4 @@ func (p reaperParams) idleOf(name string) time.Duration {
 		return d
 	}
 	return p.idleTimeout
-}
-
-// shortest is the shortest idle timeout any sandbox has; negative when
-// none expires.
-func (p reaperParams) shortest() time.Duration {
-	out := p.idleTimeout
-	for _, d := range p.templateIdle {
-		if d >= 0 && (out < 0 || d < out) {
-			out = d
-		}
-	}
-	return out
 }

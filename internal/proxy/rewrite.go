@@ -21,11 +21,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme = base.Scheme
 	out.URL.Host = base.Host
 	path, rawPath := st.path, st.rawPath
-	if st.port != "" { // the sandbox server's bridge to that port (the only allocation, on port routes only)
-		prefix := sandboxspec.PortPath(st.port)
-		path = prefix + path
+	if st.port != "" { // the sandbox server's bridge to that port (one allocation, on port routes only)
+		path = sandboxspec.PortPrefix + st.port + path
 		if rawPath != "" {
-			rawPath = prefix + rawPath
+			rawPath = sandboxspec.PortPrefix + st.port + rawPath
 		}
 	}
 	out.URL.Path, out.URL.RawPath = path, rawPath

@@ -24,7 +24,7 @@ func (s *Store) SetEgress(ctx context.Context, sid string, e backend.Egress) (ch
 	if err := s.rdb.SAdd(ctx, s.keys.fleetKeys()[5], sid).Err(); err != nil {
 		return false, fmt.Errorf("mark egress policy: %w", err)
 	}
-	changed, err = s.replace(ctx, s.keys.Egress(sid), data)
+	_, changed, err = s.replace(ctx, s.keys.Egress(sid), data)
 	if err != nil {
 		return false, fmt.Errorf("store egress policy: %w", err)
 	}

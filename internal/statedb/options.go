@@ -9,27 +9,28 @@ import (
 )
 
 // SetOptions stores a thread's create options (the pool's encoding; every
-// later incarnation is made from them) and reports whether they differ
-// from those stored before. One SET ... GET: no condition to keep.
-func (s *Store) SetOptions(ctx context.Context, sid string, data []byte) (changed bool, err error) {
-	changed, err = s.replace(ctx, s.keys.Options(sid), data)
+// later incarnation is made from them) and returns those stored before
+// (nil: none) and whether they differ. One SET ... GET: no condition to
+// keep.
+func (s *Store) SetOptions(ctx context.Context, sid string, data []byte) (old []byte, changed bool, err error) {
+	old, changed, err = s.replace(ctx, s.keys.Options(sid), data)
 	if err != nil {
-		return false, fmt.Errorf("store create options: %w", err)
+		return nil, false, fmt.Errorf("store create options: %w", err)
 	}
-	return changed, nil
+	return old, changed, nil
 }
 
-// replace sets key to data in one SET ... GET and reports whether it held
-// something else (or nothing) before.
-func (s *Store) replace(ctx context.Context, key string, data []byte) (bool, error) {
-	old, err := s.rdb.SetArgs(ctx, key, data, redis.SetArgs{Get: true}).Result()
+// replace sets key to data in one SET ... GET and returns what it held
+// before (nil: nothing) and whether that differs.
+func (s *Store) replace(ctx context.Context, key string, data []byte) (old []byte, changed bool, err error) {
+	old, err = s.rdb.SetArgs(ctx, key, data, redis.SetArgs{Get: true}).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return true, nil
+		return nil, true, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	return old != string(data), nil
+	return old, string(old) != string(data), nil
 }
 
 // Options returns a thread's stored create options, if a create set them.

@@ -17,7 +17,7 @@ func TestOptions(t *testing.T) {
 			data    string
 			changed bool
 		}{{`{"template":"py"}`, true}, {`{"template":"py"}`, false}, {`{}`, true}} {
-			changed, err := s.SetOptions(ctx, "0123456789abcdef", []byte(step.data))
+			_, changed, err := s.SetOptions(ctx, "0123456789abcdef", []byte(step.data))
 			if err != nil || changed != step.changed {
 				t.Fatalf("step %d: changed %v err %v, want changed %v", i, changed, err, step.changed)
 			}
