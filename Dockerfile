@@ -1,12 +1,16 @@
 # The Sandgate gateway image: one static binary on scratch, running as a
 # non-root numeric user (65532), with a CA bundle for rediss:// and OTLP.
+# The binary is bin/gateway from `make build` (scripts/build.sh: static,
+# -trimpath, stripped, version stamped), the one way to get it; the image
+# copies it rather than compile it again with other flags:
 #
-#   docker build -t sandgate-gateway:latest \
+#   make build && docker build -t sandgate-gateway:latest \
 #     --build-arg VERSION="$(git describe --tags --always --dirty)" \
 #     --build-arg REVISION="$(git rev-parse HEAD)" .
 #
-# Without a registry (the golang base image cannot be pulled) build the same
-# final stage from a binary built on the host:
+# For another architecture: make build GOARCH=arm64, then docker build
+# --platform linux/arm64. Without a registry (debian cannot be pulled) build
+# the same final stage from the same binary and this host's CA bundle:
 #   deployments/gateway-image/build.sh sandgate-gateway:latest
 # The final stage here and in deployments/gateway-image/Dockerfile.prebuilt
 # are the same text; test/deploy checks that and tests the built image.
@@ -20,23 +24,17 @@
 # SANDGATE_INSECURE=true only where nothing untrusted reaches the port.
 # docs/DEPLOYMENT.md has the details.
 
-ARG GO_VERSION=1.26
-FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
-ARG TARGETOS
-ARG TARGETARCH
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-ARG VERSION=dev
-ARG REVISION=unknown
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" \
-      -o /rootfs/gateway ./cmd/gateway
+# The CA bundle is the same for every architecture: fetched once, on the
+# build machine's platform.
+FROM --platform=$BUILDPLATFORM debian:bookworm-slim AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY bin/gateway /rootfs/gateway
+COPY deployments/gateway-image/rootfs/etc/passwd deployments/gateway-image/rootfs/etc/group /rootfs/etc/
 # The rest of the root filesystem, laid out as build.sh lays out its context.
 RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/data /rootfs/tmp \
- && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
- && cp deployments/gateway-image/rootfs/etc/passwd deployments/gateway-image/rootfs/etc/group /rootfs/etc/
+ && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/
 
 # ---- final stage: keep identical to deployments/gateway-image/Dockerfile.prebuilt ----
 FROM scratch AS gateway

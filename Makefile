@@ -4,18 +4,29 @@ GO ?= go
 
 all: build
 
-# The gateway and, beside it, the sandbox server alone, which the process
-# backend runs when it finds it there (it starts sandboxes sooner).
-# VERSION and REVISION are stamped into the binary (gateway --version), as
-# the image build does.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+# The gateway and, beside it, the sandbox server alone, into $(BINDIR): the
+# one way to get the binary, which the gateway image reuses
+# (deployments/gateway-image/build.sh, the root Dockerfile). scripts/build.sh
+# holds the flags (static, -trimpath, stripped, VERSION and REVISION stamped
+# for gateway --version) and shows progress: a first build on empty Go caches
+# takes minutes.
+# Empty VERSION and REVISION: the script's git describe and commit, run
+# after it has said what it is doing.
+VERSION ?=
+REVISION ?=
 BINDIR ?= bin
+BUILD := GO="$(GO)" BINDIR="$(BINDIR)" VERSION="$(VERSION)" REVISION="$(REVISION)" ./scripts/build.sh
 
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BINDIR)/gateway ./cmd/gateway
-	CGO_ENABLED=0 $(GO) build -o $(BINDIR)/sandgate-sandbox ./cmd/sandgate-sandbox
+	@$(BUILD)
+
+# README command 1: make build, then the gateway on its embedded defaults
+# (embedded Redis, process backend, data in ./.sandgate, 127.0.0.1:8080);
+# ARGS are serve's flags, e.g. make run ARGS="--config sandgate.yaml".
+ARGS ?=
+.PHONY: run
+run:
+	@$(BUILD) && exec $(BINDIR)/gateway $(ARGS)
 
 # The Python sandbox image (Debian bookworm: python3, pip, venv, node, npm,
 # git, curl, build tools) built offline with mmdebstrap, no registry; prints
@@ -92,7 +103,7 @@ mutate:
 # the 2-core machine, plus about 8 for the scale suite's 1 M records on two
 # Redis configurations) and writes the doc from what finished, which leaves
 # the builds before and the cleanup after their 2 minutes. `build` first:
-# the harness builds its own gateway binary the same way (CGO_ENABLED=0),
+# the harness builds its own gateway binary with scripts/build.sh too,
 # which is then a cache hit instead of a cold compile inside the bound.
 bench: build
 	./scripts/install-deps.sh

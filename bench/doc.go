@@ -134,7 +134,7 @@ func writeDoc(dir, doc string, h docHeader) error {
 	fmt.Fprintf(&b, "- Versions: %s.\n", strings.Join(h.Versions, "; "))
 
 	b.WriteString("\n## Goals\n\n")
-	b.WriteString("Issues 10, 21, 22, 23 and 38's goals, each computed from the figures in the result files (the run and its load are in the last column).\n\n")
+	b.WriteString("Issues 10, 21, 22, 23, 38 and 42's goals, each computed from the figures in the result files (the run and its load are in the last column).\n\n")
 	writeTable(&b, goalColumns, goalRows(byName))
 
 	b.WriteString("\n## Latency and throughput by connections (small GET, cached thread)\n\n")
@@ -157,6 +157,17 @@ func writeDoc(dir, doc string, h docHeader) error {
 		fmt.Fprintf(&b, "Drawn from `lifecycle` (%s): the numbers are in its table below.\n", runLabel(lc))
 	} else {
 		b.WriteString("No chart: the lifecycle result is missing or predates its first-request figures (`go run ./bench -suite lifecycle`).\n")
+	}
+
+	b.WriteString("\n## Density: memory per sandbox and p99 by live sandboxes\n\n")
+	if d, ok := byName["density"]; ok && hasDensitySeries(d) {
+		if err := drawDensityChart(d, filepath.Join(filepath.Dir(doc), densityChartFile)); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+		fmt.Fprintf(&b, "![memory per sandbox and the sweep's p99 against live isolated sandboxes](%s)\n\n", densityChartFile)
+		fmt.Fprintf(&b, "Drawn from `density` (%s): the numbers and the limit that stopped the run are in its table below.\n", runLabel(d))
+	} else {
+		b.WriteString("No chart: the density result is missing (`go run ./bench -suite density`).\n")
 	}
 
 	for _, r := range results {

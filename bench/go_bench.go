@@ -23,6 +23,7 @@ type goBenchmark struct {
 var goBenchmarks = []goBenchmark{
 	{"./internal/router", "BenchmarkRouteMatch", "route parse: echo's route match, id validation and upstream path, /threads/{t}/v1/... and /sandboxes/{id}/v1/...", true},
 	{"./internal/pool", "BenchmarkAcquireCached", "cache lookup: cached acquire and in-flight mark, with tracing off and with an unsampled trace", true},
+	{"./internal/pool", "BenchmarkPreviewVerify", "preview link check on a cached route: parse, expiry, revocation, key, route look-up, HMAC-SHA256", true},
 	{"./internal/pool", "BenchmarkRouteByIDCached", "cache lookup by sandbox id: ownership check and in-flight mark", true},
 	{"./internal/pool", "BenchmarkTouchFlush1000Routes", "touch coalescing: one flush of 1,000 touched routes (one pipelined Redis call, real redis-server)", false},
 	{"./internal/proxy", "BenchmarkRewrite", "header rewrite: upstream URL, stripped credentials, X-Forwarded-*", false},

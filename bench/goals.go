@@ -69,7 +69,7 @@ func goalRows(rs map[string]Result) [][]string {
 	}
 	rows = append(rows, proxyGoalRows(rs)...)
 	return append(rows, goalScaleLoad(rs), goalScaleThroughput(rs), goalThaw(rs), goalCheckpoint(rs), goalResume(rs),
-		goalTplClaim(rs), goalTplFirst(rs))
+		goalTplClaim(rs), goalTplFirst(rs), goalDensity(rs), goalSampler(rs))
 }
 
 // figs reads figures of one suite; ok is false if any is missing.

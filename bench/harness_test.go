@@ -98,14 +98,21 @@ func TestGoalVerdicts(t *testing.T) {
 		{"template first request met", []Result{{Name: "templates", Figures: map[string]float64{figTplFirstP50: 4.4, figTplFirstP99: 12, figTplColdImageP50: 24}}}, 19, "met"},
 		{"template first request missed", []Result{{Name: "templates", Figures: map[string]float64{figTplFirstP50: 14.5, figTplFirstP99: 40, figTplColdImageP50: 24}}}, 19, "missed by 4.50 ms"},
 		{"template first request before its figures", []Result{{Name: "templates", Figures: map[string]float64{figTplClaimPct: 100}}}, 19, "not measured"},
+		{"density met", []Result{{Name: "density", Figures: map[string]float64{figDensityLive: 5000, figDensityKeepP99: 12, figDensityFreshP99: 30, figDensityPSS: 1 << 20}}}, 20, "met"},
+		{"density stopped short", []Result{{Name: "density", Figures: map[string]float64{figDensityLive: 3250, figDensityKeepP99: 12, figDensityFreshP99: 30, figDensityPSS: 1 << 20}}}, 20, "missed: 3250 of 5000"},
+		{"density too slow", []Result{{Name: "density", Figures: map[string]float64{figDensityLive: 5000, figDensityKeepP99: 12, figDensityFreshP99: 62.5, figDensityPSS: 1 << 20}}}, 20, "missed by 12.50 ms"},
+		{"density not run", nil, 20, "not measured"},
+		{"sampler met", []Result{{Name: "sampler", Figures: map[string]float64{figSampler1000Pct: 0.4}}}, 21, "met"},
+		{"sampler missed", []Result{{Name: "sampler", Figures: map[string]float64{figSampler1000Pct: 3.25}}}, 21, "missed by 2.25 points"},
+		{"sampler not run", nil, 21, "not measured"},
 	} {
 		rs := map[string]Result{}
 		for _, r := range tc.results {
 			rs[r.Name] = r
 		}
 		rows := goalRows(rs)
-		if len(rows) != 20 {
-			t.Fatalf("%d goal rows, want 20", len(rows))
+		if len(rows) != 22 {
+			t.Fatalf("%d goal rows, want 22", len(rows))
 		}
 		if got := rows[tc.row][2]; got != tc.verdict {
 			t.Errorf("%s: verdict %q, want %q (row %v)", tc.name, got, tc.verdict, rows[tc.row])
@@ -339,6 +346,9 @@ func TestDocFromFixture(t *testing.T) {
 		"| throughput on a 3-node Cluster ≥ 2.5× one node's | 2.75× (modelled: 10000 → 27500 pool ops/s) | met |",
 		"| claim rate ≥ 95 %, new threads over 4 templates sharing one prewarm pool | 97.5 % claimed | met |",
 		"| first request (create) of a new thread < 10 ms p50, mixed templates | p50 4.40 ms, p99 31.00 ms (cold create of the Python template: p50 23.75 ms) | met |",
+		"| ≥ 5000 live isolated sandboxes, sweep p99 ≤ 50.00 ms through the gateway | 3000 live, p99 12.50 ms kept-alive / 20.25 ms new connection, 1.50 MiB PSS each | missed: 3000 of 5000 | **Stopped by: pids: fixture.** |",
+		"![memory per sandbox and the sweep's p99 against live isolated sandboxes](bench-density.png)",
+		"| metrics sampling of 1,000 sandboxes every second < 1 % of one core | 0.80 % (load 0.50 0.40 0.30) | met |",
 		// A result's further tables follow its first.
 		"(39 of 40 claimed a pre-started sandbox) | 40 | 4.40 | 7.80 | 31.00 | 31.00 |\n\nPre-started sandboxes per template during the mixed workload:\n\n" +
 			"| t (s) | python pre-started (50 %) |\n| --- | --- |\n| 0.00 | 3 |\n| 2.00 | 5 |\n\n- Fixture.",
@@ -358,12 +368,15 @@ func TestDocFromFixture(t *testing.T) {
 	if slices.Contains(at, -1) || !slices.IsSorted(at) {
 		t.Errorf("sections missing or out of run order (offsets %v):\n%s", at, s)
 	}
-	f, err := os.Open(filepath.Join(dir, chartFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := png.Decode(f); err != nil {
-		t.Fatalf("chart: %v", err)
+	for _, chart := range []string{chartFile, densityChartFile} {
+		f, err := os.Open(filepath.Join(dir, chart))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("chart %s: %v", chart, err)
+		}
 	}
 }

@@ -30,8 +30,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Result is what a suite reports; the harness fills in Name, Command, Machine and Quick.
@@ -85,7 +83,7 @@ func register(name string, s Suite) { suites[name] = s }
 // chart need first, so a run cut short by -timeout on a busy machine
 // loses the least of them.
 var suiteOrder = []string{"proxy-throughput", "lifecycle", "process-cold-create", "docker-cold-create", "go-bench",
-	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume", "templates", "kube"}
+	"replicas", "threads-10k", "tracing", "scale", "freeze", "checkpoint", "resume", "templates", "preview-links", "kube", "density", "sampler", "webhooks"}
 
 // suiteNames are the registered suites in run order; one missing from
 // suiteOrder runs last.
@@ -125,17 +123,28 @@ type settings struct {
 	CheckpointRuns              int // checkpoints, restores and forks per method
 	ResumeRuns                  int // exec streams cut and resumed, per row
 	KubeRuns                    int // kubernetes backend creates, freeze rounds and gateway first requests
+	// DensityMax bounds the live sandboxes of the density suite, which
+	// adds DensityStep at a time until a limit is met
+	// (-density-max, -density-step).
+	DensityMax, DensityStep int
+	// DensityPidMax, when set, is kernel.pid_max for the density run
+	// (root; restored after), and DensityNoFile the RLIMIT_NOFILE the
+	// gateway is started with: the two host limits an operator raises for
+	// thousands of sandboxes (-density-pid-max, -density-nofile).
+	DensityPidMax, DensityNoFile int
 }
 
 var (
 	fullSettings = settings{ProxyWarmup: time.Second, ProxyMeasure: 4 * time.Second, ProxyRounds: 4,
 		LifecycleRuns: 200, LifecycleColdRuns: 30, ColdCreateRuns: 50, DockerColdRuns: 20, DockerWarmRuns: 30,
 		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s",
-		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10, ResumeRuns: 30, KubeRuns: 20}
+		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10, ResumeRuns: 30, KubeRuns: 20,
+		DensityMax: 5_000, DensityStep: 250}
 	quickSettings = settings{Quick: true, ProxyWarmup: time.Second, ProxyMeasure: 2 * time.Second, ProxyRounds: 2,
 		LifecycleRuns: 50, LifecycleColdRuns: 10, ColdCreateRuns: 15, DockerColdRuns: 5, DockerWarmRuns: 10,
 		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms",
-		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3, ResumeRuns: 10, KubeRuns: 5}
+		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3, ResumeRuns: 10, KubeRuns: 5,
+		DensityMax: 200, DensityStep: 50}
 	// opts is the run's settings; the suites read it, run sets it.
 	opts = fullSettings
 	// resultsDir is -out: a suite that compares itself with others reads
@@ -170,12 +179,23 @@ func run(ctx context.Context, args []string) error {
 	doc := fs.String("doc", "docs/BENCHMARKS.md", "markdown file regenerated from every result in -out; the chart goes beside it")
 	quick := fs.Bool("quick", false, "shorter runs and fewer samples (a smoke run of the harness, not figures to publish)")
 	timeout := fs.Duration("timeout", defaultTimeout, "bound on the whole run: suites still running then are stopped, the doc is regenerated from what finished")
+	densityMax := fs.Int("density-max", 0, "density suite: stop at this many live sandboxes (0: 5000, 200 with -quick)")
+	densityStep := fs.Int("density-step", 0, "density suite: sandboxes added per step (0: 250, 50 with -quick)")
+	densityPidMax := fs.Int("density-pid-max", 0, "density suite: set kernel.pid_max to this for the run and restore it after (root; 0: leave it)")
+	densityNoFile := fs.Int("density-nofile", 0, "density suite: start the gateway with this RLIMIT_NOFILE (root past the hard limit; 0: inherited)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *quick {
 		opts = quickSettings
 	}
+	if *densityMax > 0 {
+		opts.DensityMax = *densityMax
+	}
+	if *densityStep > 0 {
+		opts.DensityStep = *densityStep
+	}
+	opts.DensityPidMax, opts.DensityNoFile = *densityPidMax, *densityNoFile
 	resultsDir = *out
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -219,10 +239,21 @@ func run(ctx context.Context, args []string) error {
 
 // suiteCommand reruns one suite the way it was run.
 func suiteCommand(name string) string {
+	cmd := "go run ./bench -suite " + name
 	if opts.Quick {
-		return "go run ./bench -quick -suite " + name
+		cmd = "go run ./bench -quick -suite " + name
 	}
-	return "go run ./bench -suite " + name
+	if base := map[bool]settings{false: fullSettings, true: quickSettings}[opts.Quick]; name == "density" &&
+		(opts.DensityMax != base.DensityMax || opts.DensityStep != base.DensityStep) {
+		cmd += fmt.Sprintf(" -density-max %d -density-step %d", opts.DensityMax, opts.DensityStep)
+	}
+	if name == "density" && opts.DensityPidMax > 0 {
+		cmd += fmt.Sprintf(" -density-pid-max %d", opts.DensityPidMax)
+	}
+	if name == "density" && opts.DensityNoFile > 0 {
+		cmd += fmt.Sprintf(" -density-nofile %d", opts.DensityNoFile)
+	}
+	return cmd
 }
 
 func writeJSON(path string, res Result) error {
@@ -271,8 +302,10 @@ var gatewayBuild struct {
 	err       error
 }
 
-// buildGateway builds ./cmd/gateway as shipped (CGO_ENABLED=0, with
-// cmd/sandgate-sandbox beside it, as `make build` does), once per run.
+// buildGateway builds the gateway as shipped, once per run: make build's
+// scripts/build.sh (its flags, cmd/sandgate-sandbox beside it) into a
+// directory of the run's own, so that after `make bench`'s build every
+// package is a cache hit.
 func buildGateway(ctx context.Context) (string, error) {
 	g := &gatewayBuild
 	g.once.Do(func() {
@@ -285,17 +318,10 @@ func buildGateway(ctx context.Context) (string, error) {
 			return
 		}
 		g.path = filepath.Join(g.dir, "gateway")
-		for _, target := range []struct{ out, pkg string }{
-			{g.path, "./cmd/gateway"},
-			{filepath.Join(g.dir, sandboxspec.ServerBinary), "./cmd/sandgate-sandbox"},
-		} {
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", target.out, target.pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				g.err = fmt.Errorf("build %s: %w\n%s", target.pkg, err, out)
-				return
-			}
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build.sh"))
+		cmd.Env = append(os.Environ(), "BINDIR="+g.dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			g.err = fmt.Errorf("scripts/build.sh: %w\n%s", err, out)
 		}
 	})
 	return g.path, g.err

@@ -155,7 +155,7 @@ func processColdCreate(ctx context.Context) (Result, error) {
 				"probe queues in the backlog and is answered as soon as the server serves (no polling interval is paid).",
 			"Isolated, the binary starts as sandbox-init in new user, mount, pid, net, ipc, uts and cgroup namespaces (a vfork " +
 				"of the gateway: the child execs unmapped, the gateway writes its id maps, the child takes uid 1000 once it has " +
-				"read its spec), with one Go P (GOMAXPROCS=1) until it is locked down; at package init it empties its capability " +
+				"read its spec), with one Go P (GOMAXPROCS=1), kept while it serves; at package init it empties its capability " +
 				"bounding set, clears its ambient set, locks its securebits and sets no_new_privs on every thread (each a signal " +
 				"round trip per thread, so while the runtime has its fewest threads), builds its root with pivot_root while the " +
 				"gateway puts it in its cgroups, applies rlimits, Landlock, drops its capabilities and loads seccomp (the filter " +

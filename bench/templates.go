@@ -188,8 +188,9 @@ func templatesSuite(ctx context.Context) (Result, error) {
 			len(coldImage), tplColdWarmups),
 		"The imports are one run each (the archive is 0.7 GiB): read the `docker save` archive, unpack every layer into a temporary "+
 			"directory checking each layer's diff ID, remove write bits, rename into place; the page cache holds the archive. "+
-			"Disk: the image's rootfs is bound read-only into each jail (its root a tmpfs), so a sandbox of it adds only its thread's "+
-			"dirs and its state file; the store does not grow with sandboxes.")
+			"Disk: the image's rootfs is shared, idmapped and read-only, under each jail's writable layer (a root gateway), so a "+
+			"sandbox of it adds only its thread's dirs, its layer's empty upper and work dirs until it writes, and its state file; "+
+			"the store does not grow with sandboxes.")
 	return res, nil
 }
 

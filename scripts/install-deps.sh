@@ -28,6 +28,11 @@ want+=(containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-p
 # mmdebstrap: scripts/sandbox-image.sh (make sandbox-image, and the tests of
 # the Python sandbox image) builds the Debian rootfs with it.
 want+=(mmdebstrap:mmdebstrap)
+# INSTALL_DEPS_WANT replaces the list (cmd:pkg ...): test/deploy's test of
+# this script runs it on commands no machine has, with a fake apt-get.
+if [ -n "${INSTALL_DEPS_WANT:-}" ]; then
+  read -r -a want <<<"$INSTALL_DEPS_WANT"
+fi
 missing=()
 for pair in "${want[@]}"; do
   cmd=${pair%%:*} pkg=${pair#*:}
@@ -38,6 +43,14 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "installing: ${missing[*]}"
+# Say what is about to happen, and as whom, before anything does: make test
+# runs this first. On a terminal, ask; elsewhere (CI) go on.
+echo "make deps: the tests need ${#missing[@]} Debian package(s) this machine lacks; installing with" \
+  "'${sudo:+sudo }apt-get install --no-install-recommends':" >&2
+printf '  %s\n' "${missing[@]}" >&2
+if [ -t 0 ] && [ -z "${CI:-}" ]; then
+  read -r -p "Install them? [Y/n] " answer
+  case "$answer" in [nN]*) echo "not installed; the tests that need them will skip (or fail under CI=true)" >&2; exit 1 ;; esac
+fi
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

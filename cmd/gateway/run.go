@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/term"
 
@@ -28,9 +29,19 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
 func run(ctx context.Context, args []string) error {
-	if len(args) > 0 && cli.IsCommand(args[0]) {
-		code := cli.Main(ctx, cli.Env{Args: args, Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-			StdinTTY: isTerminal(os.Stdin), Version: cli.BuildVersion(version, revision)})
+	// A word that names nothing goes to the CLI too, which suggests the
+	// command it is closest to.
+	known := len(args) > 0 && (args[0] == "serve" || args[0] == sandboxspec.ServerCommand || args[0] == jail.InitCommand)
+	if len(args) > 0 && (cli.IsCommand(args[0]) || !known && !strings.HasPrefix(args[0], "-")) {
+		env := cli.Env{Args: args, Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+			StdinTTY: isTerminal(os.Stdin), Version: cli.BuildVersion(version, revision)}
+		if env.StdinTTY {
+			env.TermSize = func() (int, int, bool) {
+				cols, rows, err := term.GetSize(int(os.Stdin.Fd()))
+				return cols, rows, err == nil
+			}
+		}
+		code := cli.Main(ctx, env)
 		if code != 0 {
 			return exitCode(code)
 		}
@@ -38,6 +49,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 {
 		switch args[0] {
+		case "-h", "-help", "--help": // the commands first, then serve's flags
+			cli.PrintCommands(os.Stderr)
+			fmt.Fprintf(os.Stderr, "\nserve's flags:\n\n")
 		case sandboxspec.ServerCommand:
 			return sandboxtrace.Main(ctx, args[1:])
 		case jail.InitCommand: // an isolated process sandbox
@@ -57,6 +71,8 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	build := cli.BuildVersion(version, revision)
+	cfg.Version, cfg.Revision = build.Version, build.Revision
 	log := telemetry.NewLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	gateway.TuneGC() // unless GOGC is set
 	for _, w := range warnings {

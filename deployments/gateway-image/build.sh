@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds the gateway image without a registry: the binary is built on this
-# host with the root Dockerfile's flags (static, -trimpath, version stamped),
-# the CA bundle is this host's, and Dockerfile.prebuilt assembles the same
-# final stage as the root Dockerfile.
+# Builds the gateway image without a registry: the binary is make build's
+# bin/gateway (scripts/build.sh, the one way to get it; rebuilt only if the
+# sources changed), the one the root Dockerfile copies too; the CA bundle is
+# this host's, and Dockerfile.prebuilt assembles the same final stage as the
+# root Dockerfile.
 #
 # Usage: deployments/gateway-image/build.sh [TAG]   (default sandgate-gateway:latest)
 # Env:   VERSION, REVISION   default: git describe / git rev-parse of the checkout
+#        BINDIR              make build's output directory (default: the checkout's bin)
 #        CA_BUNDLE           default: /etc/ssl/certs/ca-certificates.crt (Debian's ca-certificates)
 #        GOARCH              target architecture (default: this host's)
 #        LABELS              extra labels, one KEY=VALUE per word (the tests mark their images)
@@ -23,9 +25,9 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 root=$ctx/rootfs
 mkdir -p "$root/etc/ssl/certs" "$root/data" "$root/tmp"
-(cd "$repo" && CGO_ENABLED=0 GOOS=linux go build -trimpath \
-	-ldflags "-s -w -X main.version=$version -X main.revision=$revision" \
-	-o "$root/gateway" ./cmd/gateway)
+bindir=${BINDIR:-$repo/bin}
+GOOS=linux make -C "$repo" --no-print-directory build BINDIR="$bindir" VERSION="$version" REVISION="$revision" >&2
+cp "$bindir/gateway" "$root/gateway"
 cp "$ca" "$root/etc/ssl/certs/ca-certificates.crt"
 cp "$here/rootfs/etc/passwd" "$here/rootfs/etc/group" "$root/etc/"
 cp "$here/Dockerfile.prebuilt" "$ctx/Dockerfile"

@@ -30,6 +30,10 @@ type ErrorDetail struct {
 type Health struct {
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`
+	// Version and Revision are the gateway's build (/healthz only; empty
+	// when unknown).
+	Version  string `json:"version,omitempty"`
+	Revision string `json:"revision,omitempty"`
 }
 
 // SessionsRevoked answers DELETE /status/sessions.

@@ -75,9 +75,12 @@ type ProvisionerCapabilities struct {
 	MountContractVersion int  `json:"mount_contract_version"`
 }
 
-// ProvisionerDetail is FastAPI's error shape: a message, or an object.
+// ProvisionerDetail is an error of the provisioner API whose detail
+// DeerFlow reads as FastAPI shapes it (a message, or an object), with the
+// gateway's own error envelope beside it, as every other error has.
 type ProvisionerDetail struct {
-	Detail any `json:"detail"`
+	Error  ErrorDetail `json:"error"`
+	Detail any         `json:"detail"`
 }
 
 // MountContractChanged is the detail of a create whose

@@ -136,6 +136,9 @@ type Stats struct {
 	MemoryBytes int64     `json:"memory_bytes"`
 	PIDs        int       `json:"pids"`
 	At          time.Time `json:"at"`
+	// DiskEgress is the answering replica's sampler's latest figures; absent
+	// for a sandbox it does not sample.
+	DiskEgress
 }
 
 // StatsRow is one sandbox of GET /admin/v1/stats.
@@ -172,4 +175,47 @@ type Pruned struct {
 	Thread    string    `json:"thread,omitempty"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	Error     string    `json:"error,omitempty"` // removing it failed; the rest went on
+}
+
+// MetricsSample is one sample of a sandbox's resource use
+// (GET /threads/{thread}/sandbox/metrics, docs/OBSERVABILITY.md).
+type MetricsSample struct {
+	At         time.Time `json:"at"`
+	CPUSeconds float64   `json:"cpu_seconds"`
+	// CPUPercent is the CPU used since the previous sample, in percent of
+	// one core (200 = two cores busy); absent on the first sample.
+	CPUPercent       *float64 `json:"cpu_percent,omitempty"`
+	MemoryBytes      int64    `json:"memory_bytes"`
+	MemoryPeakBytes  int64    `json:"memory_peak_bytes,omitempty"`
+	MemoryLimitBytes int64    `json:"memory_limit_bytes,omitempty"`
+	PIDs             int      `json:"pids"`
+	DiskEgress
+}
+
+// DiskEgress is a sandbox's disk and egress figures: measured by the
+// gateway, not the backend's sample (docs/OBSERVABILITY.md). Absent = none
+// or not measured here.
+type DiskEgress struct {
+	// DataBytes is the thread's data on the gateway host, and LayerBytes
+	// the sandbox's writable image layer (the process backend keeps it in
+	// the thread's data, so DataBytes counts it too; docker's is the
+	// container's own). Measured every few samples.
+	DataBytes  int64 `json:"data_bytes,omitempty"`
+	LayerBytes int64 `json:"layer_bytes,omitempty"`
+	// EgressSentBytes and EgressReceivedBytes count what the sandbox sent
+	// and got through the gateway's egress proxy since its proxy opened
+	// (or this gateway started).
+	EgressSentBytes     int64 `json:"egress_sent_bytes,omitempty"`
+	EgressReceivedBytes int64 `json:"egress_received_bytes,omitempty"`
+}
+
+// SandboxMetrics is a sandbox's latest sample and its recent history,
+// oldest first, as kept by the replica that answers.
+type SandboxMetrics struct {
+	SandboxID       string          `json:"sandbox_id"`
+	Thread          string          `json:"thread"`
+	Backend         string          `json:"backend"`
+	IntervalSeconds float64         `json:"interval_seconds"`
+	Latest          *MetricsSample  `json:"latest,omitempty"`
+	History         []MetricsSample `json:"history"`
 }

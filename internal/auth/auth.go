@@ -63,6 +63,18 @@ type Principal struct {
 	scopes Scope
 	// threads are path.Match patterns the principal may open; nil = any.
 	threads []string
+	// caller is User as a header value, made once: the proxy names the
+	// principal to sandboxes with it on every request (Caller).
+	caller []string
+}
+
+// As is p acting for user: the same scopes and thread patterns, another
+// user's threads. The router lets only an admin ask for it.
+func (p *Principal) As(user string) *Principal {
+	q := *p
+	q.User = user
+	q.caller = []string{user}
+	return &q
 }
 
 // NewPrincipal returns a principal; threads nil means every thread.
@@ -70,8 +82,12 @@ func NewPrincipal(user string, scopes Scope, threads []string) *Principal {
 	if scopes&ScopeAdmin != 0 {
 		scopes |= ScopeThreads
 	}
-	return &Principal{User: user, scopes: scopes, threads: threads}
+	return &Principal{User: user, scopes: scopes, threads: threads, caller: []string{user}}
 }
+
+// Caller is the principal's user as a header value (the data plane's
+// sandboxspec.CallerHeader), shared by every request: never modify it.
+func (p *Principal) Caller() []string { return p.caller }
 
 // Has reports whether the principal holds every scope in s (s == 0: any
 // authenticated principal).

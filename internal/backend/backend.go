@@ -92,6 +92,13 @@ type Info struct {
 	// List return it too, so a replica that adopts the sandbox after Redis
 	// lost its record can still reach it. Never logged or shown to clients.
 	Secret string
+	// PortHost is where the sandbox's own ports are dialled, for an image
+	// without Sandgate's server (a "TCP image": docker without the
+	// server label, kubernetes without kubernetes_server): the
+	// container's or Pod's address. "" = its ports go through the sandbox
+	// server's bridge (sandboxspec.PortPrefix), which reaches its
+	// loopback.
+	PortHost string
 }
 
 // ErrUnavailable marks a backend that cannot be reached (engine down, API

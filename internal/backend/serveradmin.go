@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	neturl "net/url"
+	"strconv"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/sandboxspec"
@@ -17,7 +18,8 @@ import (
 // The gateway's side of the sandbox server's own freezer and statistics
 // (sandboxspec.FreezePath, ThawPath, StatsPath), for a backend with no
 // freezer or container statistics of its own (Kubernetes): it delegates
-// its Freezer to ServerFreezer and its Statter to ServerStats.
+// its Freezer to ServerFreezer and its Statter to ServerStats. And its
+// command log (sandboxspec.CommandsPath), on every backend: ServerCommands.
 
 // serverAdminTimeout bounds one call: the server itself gives a freeze up
 // to 10 s before it undoes it.
@@ -57,14 +59,28 @@ func (ServerFreezer) Thaw(ctx context.Context, info Info) error {
 }
 
 // ServerStats measures a sandbox through its server (its cgroup, or its
-// processes in /proc).
+// processes in /proc). The cgroup's OOM kill count goes on to the
+// sampler, which publishes oom_killed when it grows.
 func ServerStats(ctx context.Context, info Info) (Stats, error) {
 	st, err := callServer[sandboxspec.Stats](ctx, info, http.MethodGet, sandboxspec.StatsPath)
 	if err != nil {
 		return Stats{}, err
 	}
-	return Stats{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, PIDs: st.PIDs, At: time.Now().UTC()}, nil
+	return Stats{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, PIDs: st.PIDs, OOMKills: st.OOMKills,
+		At: time.Now().UTC()}, nil
 }
+
+// ServerCommands reads the last limit records of the commands that ended
+// in a sandbox (sandboxspec.CommandsPath; 0 = all it keeps), oldest first.
+func ServerCommands(ctx context.Context, info Info, limit int) (sandboxspec.CommandLog, error) {
+	return callServer[sandboxspec.CommandLog](ctx, info, http.MethodGet,
+		sandboxspec.CommandsPath+"?"+sandboxspec.CommandsLimitParam+"="+strconv.Itoa(max(limit, 0)))
+}
+
+// maxServerAnswer bounds an answer read: a full command log
+// (sandboxspec.MaxCommandRecords records of at most
+// sandboxspec.MaxRecordedCommand bytes each) fits.
+const maxServerAnswer = 1 << 20
 
 // callServer sends one bodyless request to the sandbox's server and
 // decodes the data of its envelope. A server that cannot be reached is
@@ -102,7 +118,7 @@ func callServer[T any](ctx context.Context, info Info, method, path string) (T, 
 		Message string `json:"message"`
 		Data    T      `json:"data"`
 	}
-	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&env)
+	decodeErr := json.NewDecoder(io.LimitReader(resp.Body, maxServerAnswer)).Decode(&env)
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusNotImplemented:
 		return zero, fmt.Errorf("sandbox %s %s: %w (%d %s)", info.SandboxID, path, ErrNotSupported, resp.StatusCode, env.Message)

@@ -76,6 +76,10 @@ const (
 var (
 	// ErrNotFound: no checkpoint with this id.
 	ErrNotFound = errors.New("checkpoint not found")
+	// ErrNoThread: the thread has no workspace (it never ran, or was
+	// removed), so there is nothing to checkpoint, fork or list: told
+	// apart from ErrNotFound, which would send its caller hunting for an id.
+	ErrNoThread = errors.New("the thread has no workspace yet")
 	// ErrBadID: not a checkpoint id ("ck-" + 13 digits + "-" + 6 hex);
 	// nothing is looked up.
 	ErrBadID = errors.New("invalid checkpoint id")

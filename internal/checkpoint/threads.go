@@ -119,7 +119,7 @@ func (t *Threads) store(user, thread string) (*Store, error) {
 func (t *Threads) Create(ctx context.Context, user, thread, label string, hold Hold) (api.Checkpoint, error) {
 	ws := t.Workspace(user, thread)
 	if _, err := os.Lstat(ws); errors.Is(err, fs.ErrNotExist) {
-		return api.Checkpoint{}, fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
+		return api.Checkpoint{}, ErrNoThread
 	}
 	s, err := t.store(user, thread)
 	if err != nil {
@@ -140,7 +140,15 @@ func (t *Threads) List(ctx context.Context, user, thread string) ([]api.Checkpoi
 	if err != nil {
 		return nil, err
 	}
-	return s.List(ctx)
+	list, err := s.List(ctx)
+	if err == nil && len(list) == 0 {
+		// No checkpoints and no workspace: a thread that does not exist
+		// (a typo, another user's), not one with an empty list.
+		if _, serr := os.Lstat(t.Workspace(user, thread)); errors.Is(serr, fs.ErrNotExist) {
+			return nil, ErrNoThread
+		}
+	}
+	return list, err
 }
 
 // Get is one of (user, thread)'s checkpoints.
@@ -200,7 +208,7 @@ func (t *Threads) Fork(ctx context.Context, user, from, to, id string, holdFrom,
 		}
 		src = filepath.Join(s.root, id, treeName)
 	} else if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: the thread has no workspace yet", ErrNotFound)
+		return ErrNoThread
 	}
 	threadDir := filepath.Dir(dst)
 	_, serr := os.Lstat(threadDir)

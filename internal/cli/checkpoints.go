@@ -13,8 +13,8 @@ import (
 )
 
 // The thread commands call a user's /threads routes, which act as the
-// credential's own user: the gateway has no admin form of them, so an
-// admin key reaches its own user's threads, not another user's.
+// credential's own user; with --user an admin credential acts on that
+// user's thread (?user=, which the gateway refuses to anyone else).
 
 // threadClient is a client of the /threads routes.
 func threadClient(c common) (*client, error) {
@@ -44,7 +44,7 @@ func checkpointTable(env Env, list []api.Checkpoint) error {
 func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 	var c common
 	var label string
-	fs := newFlags(env, "checkpoint create", "checkpoint create THREAD [--label L]   (the sandbox is frozen while its workspace is copied)", &c)
+	fs := newUserThreadFlags(env, "checkpoint create", "checkpoint create THREAD [--label L]   (the sandbox is frozen while its workspace is copied)", &c)
 	fs.StringVar(&label, "label", "", "a label to remember the checkpoint by")
 	pos, err := parse(fs, args, &c)
 	if err != nil {
@@ -58,7 +58,7 @@ func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	var cp api.Checkpoint
-	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/checkpoints", nil, api.CreateCheckpoint{Label: label}, &cp); err != nil {
+	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/checkpoints", c.userQuery(), api.CreateCheckpoint{Label: label}, &cp); err != nil {
 		return err
 	}
 	if cp.Skipped > 0 {
@@ -72,7 +72,7 @@ func runCheckpointCreate(ctx context.Context, env Env, args []string) error {
 
 func runCheckpointList(ctx context.Context, env Env, args []string) error {
 	var c common
-	fs := newFlags(env, "checkpoint ls", "checkpoint ls THREAD [-o json]   (newest first)", &c)
+	fs := newUserThreadFlags(env, "checkpoint ls", "checkpoint ls THREAD [-o json]   (newest first)", &c)
 	pos, err := parse(fs, args, &c)
 	if err != nil {
 		return err
@@ -85,7 +85,7 @@ func runCheckpointList(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	var list api.CheckpointList
-	if err := cl.call(ctx, "GET", threadPath(pos[0])+"/checkpoints", nil, &list); err != nil {
+	if err := cl.call(ctx, "GET", threadPath(pos[0])+"/checkpoints", c.userQuery(), &list); err != nil {
 		return err
 	}
 	if c.output == "json" {
@@ -97,7 +97,7 @@ func runCheckpointList(ctx context.Context, env Env, args []string) error {
 func runCheckpointRestore(ctx context.Context, env Env, args []string) error {
 	var c common
 	var force bool
-	fs := newFlags(env, "checkpoint restore", "checkpoint restore THREAD ID [--force]   (the workspace becomes the checkpoint's; the sandbox keeps running)", &c)
+	fs := newUserThreadFlags(env, "checkpoint restore", "checkpoint restore THREAD ID [--force]   (the workspace becomes the checkpoint's; the sandbox keeps running)", &c)
 	fs.BoolVar(&force, "force", false, "restore even while the sandbox runs a command (its processes are frozen during the swap)")
 	fs.BoolVar(&force, "f", false, "same as --force")
 	pos, err := parse(fs, args, &c)
@@ -113,7 +113,7 @@ func runCheckpointRestore(ctx context.Context, env Env, args []string) error {
 	}
 	var out api.Restored
 	path := threadPath(pos[0]) + "/checkpoints/" + url.PathEscape(pos[1]) + "/restore"
-	err = cl.send(ctx, "POST", path, nil, api.RestoreCheckpoint{Force: force}, &out)
+	err = cl.send(ctx, "POST", path, c.userQuery(), api.RestoreCheckpoint{Force: force}, &out)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == "sandbox_busy" {
 		return fmt.Errorf("%w\nRun again with --force to restore under the running command (its processes are frozen during the swap)", err)
@@ -134,7 +134,7 @@ func runCheckpointRestore(ctx context.Context, env Env, args []string) error {
 
 func runCheckpointRm(ctx context.Context, env Env, args []string) error {
 	var c common
-	fs := newFlags(env, "checkpoint rm", "checkpoint rm THREAD ID...", &c)
+	fs := newUserThreadFlags(env, "checkpoint rm", "checkpoint rm THREAD ID...", &c)
 	pos, err := parse(fs, args, &c)
 	if err != nil {
 		return err
@@ -149,7 +149,7 @@ func runCheckpointRm(ctx context.Context, env Env, args []string) error {
 	thread, ids := pos[0], pos[1:]
 	deleted := []string{}
 	err = eachID(env, ids, func(id string) error {
-		if err := cl.call(ctx, "DELETE", threadPath(thread)+"/checkpoints/"+url.PathEscape(id), nil, nil); err != nil {
+		if err := cl.call(ctx, "DELETE", threadPath(thread)+"/checkpoints/"+url.PathEscape(id), c.userQuery(), nil); err != nil {
 			return err
 		}
 		deleted = append(deleted, id)
@@ -167,7 +167,7 @@ func runCheckpointRm(ctx context.Context, env Env, args []string) error {
 func runFork(ctx context.Context, env Env, args []string) error {
 	var c common
 	var from string
-	fs := newFlags(env, "fork", "fork THREAD NEW_THREAD [--checkpoint ID]   (NEW_THREAD gets a copy of the workspace and a sandbox of its own)", &c)
+	fs := newUserThreadFlags(env, "fork", "fork THREAD NEW_THREAD [--checkpoint ID]   (NEW_THREAD gets a copy of the workspace and a sandbox of its own)", &c)
 	fs.StringVar(&from, "checkpoint", "", "copy this checkpoint of THREAD (default: its current workspace)")
 	pos, err := parse(fs, args, &c)
 	if err != nil {
@@ -182,7 +182,7 @@ func runFork(ctx context.Context, env Env, args []string) error {
 	}
 	req := api.Fork{Thread: pos[1], Checkpoint: from}
 	var v api.Sandbox
-	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/fork", nil, req, &v); err != nil {
+	if err := cl.send(ctx, "POST", threadPath(pos[0])+"/fork", c.userQuery(), req, &v); err != nil {
 		return err
 	}
 	if c.output == "json" {
@@ -197,7 +197,7 @@ func runFork(ctx context.Context, env Env, args []string) error {
 
 func runFreeze(ctx context.Context, env Env, args []string) error {
 	var c common
-	fs := newFlags(env, "freeze", "freeze THREAD   (stops the sandbox's processes, memory kept; its next request thaws it)", &c)
+	fs := newUserThreadFlags(env, "freeze", "freeze THREAD   (stops the sandbox's processes, memory kept; its next request thaws it)", &c)
 	pos, err := parse(fs, args, &c)
 	if err != nil {
 		return err
@@ -210,7 +210,7 @@ func runFreeze(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	var out api.Frozen
-	if err := cl.call(ctx, "POST", threadPath(pos[0])+"/sandbox/freeze", nil, &out); err != nil {
+	if err := cl.call(ctx, "POST", threadPath(pos[0])+"/sandbox/freeze", c.userQuery(), &out); err != nil {
 		return err
 	}
 	if c.output == "json" {

@@ -1,8 +1,9 @@
 // Package cli is the operator CLI of the gateway binary (`gateway sandboxes
 // ls`, `threads rm`, `prune`, `version`): a client of any gateway's
 // /admin/v1 API with an admin credential. Its thread commands (`templates`,
-// `threads create`, `checkpoint`, `fork`, `freeze`) call /api/templates and
-// the /threads routes instead, as the credential's own user. Conventions
+// `threads create`, `exec`, `shell`, `checkpoint`, `fork`, `freeze`) call
+// /api/templates and the /threads routes instead, as the credential's own
+// user. commands.go has the one table of commands. Conventions
 // follow kubectl and docker: exit 0 on success, 1 on an error, 2 on a usage
 // error; tables for people, -o json for scripts; no color, so no TTY
 // question.
@@ -14,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -36,40 +38,41 @@ type Env struct {
 	StdinTTY bool
 	// Version is the binary's build.
 	Version Version
-}
-
-// Commands are the first arguments Main handles.
-var Commands = []string{"sandboxes", "threads", "prune", "templates", "checkpoint", "checkpoints", "fork", "freeze",
-	"version", "--version", "-version"}
-
-// IsCommand reports whether arg names a CLI command.
-func IsCommand(arg string) bool {
-	for _, c := range Commands {
-		if arg == c {
-			return true
-		}
-	}
-	return false
+	// TermSize is the controlling terminal's columns and rows (shell sends
+	// them); nil when stdin is not a terminal.
+	TermSize func() (cols, rows int, ok bool)
 }
 
 // usageError is a bad command line: exit 2, with the command's usage.
-type usageError struct{ msg string }
+type usageError struct {
+	msg string
+	// hint is the command whose usage helps ("gateway sandboxes"); empty:
+	// the one the arguments name.
+	hint string
+}
 
 func (e *usageError) Error() string { return e.msg }
 
-func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+func usagef(format string, a ...any) error { return &usageError{msg: fmt.Sprintf(format, a...)} }
 
 // Main runs one command and returns its exit code.
 func Main(ctx context.Context, env Env) int {
 	err := dispatch(ctx, env)
 	var ue *usageError
+	var status exitStatus
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &status):
+		return int(status) // exec's command's own code, its output already shown
 	case errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(env.Stderr, "gateway: %s\nRun 'gateway %s -h' for usage.\n", ue.msg, commandPath(env.Args))
+		hint := ue.hint
+		if hint == "" {
+			hint = "gateway " + commandPath(env.Args)
+		}
+		fmt.Fprintf(env.Stderr, "gateway: %s\nRun '%s -h' for usage.\n", ue.msg, hint)
 		return ExitUsage
 	default:
 		fmt.Fprintf(env.Stderr, "gateway: %s\n", err)
@@ -90,7 +93,7 @@ func commandPath(args []string) string {
 }
 
 const topUsage = `Operator commands (talk to a gateway with an admin credential):
-  gateway sandboxes ls [--user U] [--thread T] [--state active|warm] [--backend B]
+  gateway sandboxes ls [--user U] [--thread T] [--state active|warm|frozen] [--backend B]
   gateway sandboxes inspect ID...
   gateway sandboxes destroy ID...
   gateway sandboxes logs [-f] [--tail N] ID
@@ -99,7 +102,10 @@ const topUsage = `Operator commands (talk to a gateway with an admin credential)
   gateway prune [--force]
   gateway version
 
-Thread commands (act on the credential's own user's threads; any threads-scoped credential):
+Thread commands (act on the credential's own user's threads, any threads-scoped credential; an admin's
+credential acts on another user's with --user U, except exec and shell):
+  gateway exec THREAD -- COMMAND [ARG...]
+  gateway shell THREAD
   gateway templates [ls]
   gateway threads create THREAD [--template NAME] [--env K=V]... [--memory 512m] [--meta K=V]...
   gateway checkpoint create THREAD [--label L]
@@ -108,76 +114,14 @@ Thread commands (act on the credential's own user's threads; any threads-scoped 
   gateway checkpoint rm THREAD ID...
   gateway fork THREAD NEW_THREAD [--checkpoint ID]
   gateway freeze THREAD
+  gateway preview create THREAD --port P [--ttl 1h]
+  gateway preview ls THREAD
+  gateway preview rm THREAD ID...
 
-Every command takes --url (default $SANDGATE_URL, else http://127.0.0.1:8080),
+Run 'gateway help' for every command with one line each, 'gateway completion bash|zsh|fish'
+for tab completion. Every command takes --url (default $SANDGATE_URL, else http://127.0.0.1:8080),
 --token (default $SANDGATE_TOKEN), --timeout and -o table|json.
 `
-
-func dispatch(ctx context.Context, env Env) error {
-	args := env.Args
-	if len(args) == 0 {
-		return usagef("no command")
-	}
-	switch args[0] {
-	case "version", "--version", "-version":
-		return runVersion(env, args[1:])
-	case "prune":
-		return runPrune(ctx, env, args[1:])
-	case "templates":
-		if len(args) > 1 && (args[1] == "ls" || args[1] == "list") {
-			args = args[1:]
-		}
-		return runTemplates(ctx, env, args[1:])
-	case "threads":
-		if err := wantSubcommand(env, args, "create, rm"); err != nil {
-			return err
-		}
-		switch args[1] {
-		case "create":
-			return runThreadsCreate(ctx, env, args[2:])
-		case "rm", "delete":
-			return runThreadsRm(ctx, env, args[2:])
-		}
-		return usagef("threads: unknown subcommand %q (want create, rm)", args[1])
-	case "checkpoint", "checkpoints":
-		if err := wantSubcommand(env, args, "create, ls, restore, rm"); err != nil {
-			return err
-		}
-		switch args[1] {
-		case "create":
-			return runCheckpointCreate(ctx, env, args[2:])
-		case "ls", "list":
-			return runCheckpointList(ctx, env, args[2:])
-		case "restore":
-			return runCheckpointRestore(ctx, env, args[2:])
-		case "rm", "delete":
-			return runCheckpointRm(ctx, env, args[2:])
-		}
-		return usagef("checkpoint: unknown subcommand %q (want create, ls, restore, rm)", args[1])
-	case "fork":
-		return runFork(ctx, env, args[1:])
-	case "freeze":
-		return runFreeze(ctx, env, args[1:])
-	case "sandboxes", "sandbox", "sb":
-		if err := wantSubcommand(env, args, "ls, inspect, destroy, logs, top"); err != nil {
-			return err
-		}
-		switch args[1] {
-		case "ls", "list":
-			return runList(ctx, env, args[2:])
-		case "inspect":
-			return runInspect(ctx, env, args[2:])
-		case "destroy", "rm":
-			return runDestroy(ctx, env, args[2:])
-		case "logs":
-			return runLogs(ctx, env, args[2:])
-		case "top":
-			return runTop(ctx, env, args[2:])
-		}
-		return usagef("sandboxes: unknown subcommand %q (want ls, inspect, destroy, logs, top)", args[1])
-	}
-	return usagef("unknown command %q", args[0])
-}
 
 // wantSubcommand answers a command word without a subcommand, or with -h,
 // with the usage of every command.
@@ -196,6 +140,17 @@ func wantSubcommand(env Env, args []string, want string) error {
 type common struct {
 	url, token, output string
 	timeout            time.Duration
+	// user is --user of the thread commands: an admin acts on that user's
+	// thread (?user=); empty: the credential's own.
+	user string
+}
+
+// userQuery is ?user= for a thread route, nil without --user.
+func (c common) userQuery() url.Values {
+	if c.user == "" {
+		return nil
+	}
+	return url.Values{"user": {c.user}}
 }
 
 // cmdFlags is a command's flag set and its usage line.
@@ -223,6 +178,22 @@ func newFlags(env Env, name, usage string, c *common) *cmdFlags {
 	return &cmdFlags{FlagSet: fs, usage: usage, stderr: env.Stderr}
 }
 
+// newThreadFlags is newFlags for a command on a thread: any credential of
+// the thread's user will do, not only an admin's.
+func newThreadFlags(env Env, name, usage string, c *common) *cmdFlags {
+	fs := newFlags(env, name, usage, c)
+	fs.Lookup("token").Usage = "a credential of the thread's user, or an admin's with --user: API key or JWT ($SANDGATE_TOKEN)"
+	return fs
+}
+
+// newUserThreadFlags is newThreadFlags for the commands on a thread's
+// control routes, which take --user: an admin names whose thread.
+func newUserThreadFlags(env Env, name, usage string, c *common) *cmdFlags {
+	fs := newThreadFlags(env, name, usage, c)
+	fs.StringVar(&c.user, "user", "", "act on this user's thread (for admins; default: the credential's own user)")
+	return fs
+}
+
 // printUsage answers -h.
 func (f *cmdFlags) printUsage() {
 	fmt.Fprintf(f.stderr, "Usage: gateway %s\n\nFlags:\n", f.usage)
@@ -236,19 +207,24 @@ func (f *cmdFlags) printUsage() {
 func parse(fs *cmdFlags, args []string, c *common) ([]string, error) {
 	var pos []string
 	for {
+		if len(args) > 0 && args[0] == "--" {
+			pos = append(pos, args[1:]...)
+			break
+		}
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.printUsage()
 				return nil, err
 			}
-			return nil, &usageError{err.Error()}
+			return nil, &usageError{msg: err.Error()}
 		}
-		args = fs.Args()
-		if len(args) == 0 {
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" { // Parse ate the "--"
+			pos = append(pos, rest...)
 			break
 		}
-		if args[0] == "--" {
-			pos = append(pos, args[1:]...)
+		args = rest
+		if len(args) == 0 {
 			break
 		}
 		pos = append(pos, args[0])

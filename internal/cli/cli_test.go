@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -148,7 +149,7 @@ func TestInspectShowsTemplate(t *testing.T) {
 func TestTopComputesCPUPercent(t *testing.T) {
 	t.Parallel()
 	srv, _ := gatewayStub(t)
-	code, out, stderr := run(t, map[string]string{"SANDGATE_URL": srv.URL}, "", false, "sandboxes", "top", "--interval", "1ms")
+	code, out, stderr := run(t, map[string]string{"SANDGATE_URL": srv.URL}, "", false, "sandboxes", "top", "--once", "--interval", "1ms")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -174,14 +175,40 @@ func TestThreadsRmConfirmation(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	for _, arg := range []string{"version", "--version", "-version"} {
-		code, out, _ := run(t, nil, "", false, arg)
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok","version":"v9.9.9","revision":"def"}`))
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"SANDGATE_URL": srv.URL}
+	// The flag forms are this binary's alone, offline.
+	for _, arg := range []string{"--version", "-version"} {
+		code, out, _ := run(t, env, "", false, arg)
 		if code != 0 || out != "gateway v1.2.3 (revision abc) go1.x\n" {
 			t.Errorf("%s: %d %q", arg, code, out)
 		}
 	}
-	if _, out, _ := run(t, nil, "", false, "version", "-o", "json"); !strings.Contains(out, `"version": "v1.2.3"`) {
+	if hits.Load() != 0 {
+		t.Errorf("--version asked the server")
+	}
+	// The command adds the server's (issue 40: it showed only the binary's).
+	code, out, _ := run(t, env, "", false, "version")
+	if code != 0 || out != "gateway v1.2.3 (revision abc) go1.x\nserver "+srv.URL+": gateway v9.9.9 (revision def)\n" {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if _, out, _ := run(t, env, "", false, "version", "-o", "json"); !strings.Contains(out, `"version": "v1.2.3"`) ||
+		!strings.Contains(out, `"server": {`) || !strings.Contains(out, `"version": "v9.9.9"`) {
 		t.Errorf("version -o json: %q", out)
+	}
+	// No server: the binary's version all the same, the failure on stderr.
+	code, out, stderr := run(t, map[string]string{"SANDGATE_URL": "http://127.0.0.1:1"}, "", false, "version")
+	if code != 0 || out != "gateway v1.2.3 (revision abc) go1.x\n" || !strings.Contains(stderr, "server at http://127.0.0.1:1") {
+		t.Errorf("version without a server: %d %q %q", code, out, stderr)
 	}
 	if v := BuildVersion("", ""); v.Version == "" || v.Go == "" {
 		t.Errorf("unstamped: %+v", v)

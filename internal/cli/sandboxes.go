@@ -18,7 +18,7 @@ type filters struct{ user, thread, state, backend string }
 func (f *filters) bind(fs *cmdFlags) {
 	fs.StringVar(&f.user, "user", "", "only this user's sandboxes")
 	fs.StringVar(&f.thread, "thread", "", "only this thread's sandboxes")
-	fs.StringVar(&f.state, "state", "", "only sandboxes in this state: active | warm")
+	fs.StringVar(&f.state, "state", "", "only sandboxes in this state: active | frozen | warm")
 	fs.StringVar(&f.backend, "backend", "", "only sandboxes of this backend")
 }
 
@@ -35,7 +35,7 @@ func (f filters) query() url.Values {
 func runList(ctx context.Context, env Env, args []string) error {
 	var c common
 	var f filters
-	fs := newFlags(env, "sandboxes ls", "sandboxes ls [--user U] [--thread T] [--state active|warm] [--backend B] [-o json]", &c)
+	fs := newFlags(env, "sandboxes ls", "sandboxes ls [--user U] [--thread T] [--state active|frozen|warm] [--backend B] [-o json]", &c)
 	f.bind(fs)
 	pos, err := parse(fs, args, &c)
 	if err != nil {

@@ -19,8 +19,11 @@ import (
 // options (PUT /threads/{thread}/sandbox with an api.CreateSandbox body).
 
 func runTemplates(ctx context.Context, env Env, args []string) error {
+	if len(args) > 0 && (args[0] == "ls" || args[0] == "list") {
+		args = args[1:]
+	}
 	var c common
-	fs := newFlags(env, "templates", "templates [ls] [-o json]   (the templates threads create --template may name)", &c)
+	fs := newThreadFlags(env, "templates", "templates [ls] [-o json]   (the templates threads create --template may name)", &c)
 	pos, err := parse(fs, args, &c)
 	if err != nil {
 		return err
@@ -97,7 +100,7 @@ func runThreadsCreate(ctx context.Context, env Env, args []string) error {
 	var req api.CreateSandbox
 	var mem string
 	var envs, meta pairs
-	fs := newFlags(env, "threads create", "threads create THREAD [--template NAME] [--env K=V]... [--memory 512m] [--meta K=V]...\n"+
+	fs := newUserThreadFlags(env, "threads create", "threads create THREAD [--template NAME] [--env K=V]... [--memory 512m] [--meta K=V]...\n"+
 		"  (creates the thread's sandbox, or answers the running one. The options replace the thread's stored ones whole:\n"+
 		"  a change replaces a running sandbox, its files stay. Without any option the stored ones are kept;\n"+
 		"  --template '' resets them to the default.)", &c)
@@ -131,7 +134,7 @@ func runThreadsCreate(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	var v api.Sandbox
-	if err := cl.send(ctx, "PUT", threadPath(pos[0])+"/sandbox", nil, body, &v); err != nil {
+	if err := cl.send(ctx, "PUT", threadPath(pos[0])+"/sandbox", c.userQuery(), body, &v); err != nil {
 		return err
 	}
 	if c.output == "json" {

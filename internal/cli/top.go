@@ -23,13 +23,19 @@ type statsAnswer struct {
 	Supported bool       `json:"supported"`
 }
 
+// runTop shows each sandbox's CPU %, memory, processes, disk and egress
+// bytes, redrawn every interval until Ctrl-C (which ends it with
+// success); --once prints one table (or JSON document) computed from two
+// samples and exits, as scripts want.
 func runTop(ctx context.Context, env Env, args []string) error {
 	var c common
 	var f filters
 	var interval time.Duration
-	fs := newFlags(env, "sandboxes top", "sandboxes top [--user U] [--thread T] [--state S] [--backend B] [--interval 1s] [-o json]", &c)
+	var once bool
+	fs := newFlags(env, "sandboxes top", "sandboxes top [--user U] [--thread T] [--state S] [--backend B] [--interval 1s] [--once] [-o json]", &c)
 	f.bind(fs)
-	fs.DurationVar(&interval, "interval", time.Second, "time between the two samples CPU % is computed from")
+	fs.DurationVar(&interval, "interval", time.Second, "time between samples (CPU % is computed from two)")
+	fs.BoolVar(&once, "once", false, "print one table from two samples and exit, instead of updating until Ctrl-C")
 	pos, err := parse(fs, args, &c)
 	if err != nil {
 		return err
@@ -44,39 +50,77 @@ func runTop(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var first, second statsAnswer
-	if err := cl.call(ctx, "GET", "/admin/v1/stats", f.query(), &first); err != nil {
+	var prev statsAnswer
+	if err := cl.call(ctx, "GET", "/admin/v1/stats", f.query(), &prev); err != nil {
 		return err
 	}
-	if first.Supported {
+	if !prev.Supported {
+		fmt.Fprintln(env.Stderr, "gateway: this gateway's sandbox backend cannot tell resource use; listing only")
+		return writeTop(env, c.output, prev)
+	}
+	// A terminal gets each frame in place of the last; a pipe gets them
+	// one after another.
+	clear := !once && c.output != "json" && env.TermSize != nil
+	for frame := 0; ; frame++ {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			if once {
+				return ctx.Err()
+			}
+			return nil // Ctrl-C: the usual end of a live top
 		case <-time.After(interval):
 		}
-		if err := cl.call(ctx, "GET", "/admin/v1/stats", f.query(), &second); err != nil {
+		var cur statsAnswer
+		if err := cl.call(ctx, "GET", "/admin/v1/stats", f.query(), &cur); err != nil {
+			if !once && ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
-		cpuPercents(first.Sandboxes, second.Sandboxes)
-	} else {
-		second = first
-		fmt.Fprintln(env.Stderr, "gateway: this gateway's sandbox backend cannot tell resource use; listing only")
+		cpuPercents(prev.Sandboxes, cur.Sandboxes)
+		switch {
+		case clear:
+			fmt.Fprint(env.Stdout, "\x1b[H\x1b[2J")
+		case frame > 0 && c.output != "json":
+			fmt.Fprintln(env.Stdout)
+		}
+		if err := writeTop(env, c.output, cur); err != nil || once {
+			return err
+		}
+		prev = cur
 	}
-	if c.output == "json" {
-		return writeJSON(env.Stdout, second)
+}
+
+// writeTop writes one frame: a table, or a JSON document.
+func writeTop(env Env, output string, a statsAnswer) error {
+	if output == "json" {
+		return writeJSON(env.Stdout, a)
 	}
-	t := newTable(env.Stdout, "SANDBOX ID", "USER", "THREAD", "BACKEND", "CPU %", "MEM", "PIDS")
-	for _, r := range second.Sandboxes {
+	t := newTable(env.Stdout, "SANDBOX ID", "USER", "THREAD", "BACKEND", "STATE", "CPU %", "MEM", "PIDS",
+		"DATA", "LAYER", "EGRESS OUT", "EGRESS IN")
+	for _, r := range a.Sandboxes {
 		cpu, mem, pids := "-", "-", "-"
+		var de api.DiskEgress
 		if r.CPUPercent != nil {
 			cpu = strconv.FormatFloat(*r.CPUPercent, 'f', 1, 64)
 		}
 		if r.Stats != nil {
 			mem, pids = bytesIEC(r.MemoryBytes), strconv.Itoa(r.PIDs)
+			de = r.DiskEgress
 		}
-		t.row(r.SandboxID, r.User, r.Thread, r.Backend, cpu, mem, pids)
+		t.row(r.SandboxID, r.User, r.Thread, r.Backend, r.State, cpu, mem, pids,
+			bytesOrDash(de.DataBytes), bytesOrDash(de.LayerBytes), bytesOrDash(de.EgressSentBytes), bytesOrDash(de.EgressReceivedBytes))
 	}
 	return t.flush()
+}
+
+// bytesOrDash is n in IEC units, "-" for none (or not measured by the
+// replica that answered: its sampler's figures).
+func bytesOrDash(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return bytesIEC(n)
 }
 
 // cpuPercents sets each row of now that also has a sample in before to the

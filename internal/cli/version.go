@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/sandgate/sandgate/internal/api"
 )
 
 // Version is a binary's build, stamped with -ldflags -X by make build and
@@ -52,9 +55,9 @@ func (v Version) String() string {
 	return s + " " + v.Go
 }
 
-func runVersion(env Env, args []string) error {
+func runVersion(ctx context.Context, env Env, args []string) error {
 	var c common
-	fs := newFlags(env, "version", "version [-o json]", &c)
+	fs := newFlags(env, "version", "version [-o json]   (this binary's build, then the gateway's at --url; --version: this binary's only)", &c)
 	pos, err := parse(fs, args, &c)
 	if err != nil {
 		return err
@@ -62,9 +65,57 @@ func runVersion(env Env, args []string) error {
 	if len(pos) > 0 {
 		return usagef("version takes no arguments (got %q)", pos[0])
 	}
-	if c.output == "json" {
-		return writeJSON(env.Stdout, env.Version)
+	out := struct {
+		Version
+		Server *serverVersion `json:"server,omitempty"`
+	}{Version: env.Version}
+	var serverErr error
+	if len(env.Args) > 0 && env.Args[0] == "version" { // the flag forms stay offline
+		out.Server, serverErr = askServerVersion(ctx, c)
 	}
-	_, err = fmt.Fprintln(env.Stdout, env.Version.String())
+	if c.output == "json" {
+		err = writeJSON(env.Stdout, out)
+	} else {
+		_, err = fmt.Fprintln(env.Stdout, env.Version.String())
+		if err == nil && out.Server != nil {
+			_, err = fmt.Fprintln(env.Stdout, out.Server.String())
+		}
+	}
+	if serverErr != nil {
+		// Not a failure: the binary's own version is the answer offline.
+		fmt.Fprintf(env.Stderr, "gateway: server at %s: %s\n", c.url, serverErr)
+	}
 	return err
+}
+
+// serverVersion is the build a gateway answers on /healthz.
+type serverVersion struct {
+	URL      string `json:"url"`
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+}
+
+func (v serverVersion) String() string {
+	s := "server " + v.URL + ": gateway " + v.Version
+	if v.Revision != "" {
+		s += " (revision " + v.Revision + ")"
+	}
+	return s
+}
+
+// askServerVersion reads the build of the gateway at --url from /healthz
+// (open: no credential needed).
+func askServerVersion(ctx context.Context, c common) (*serverVersion, error) {
+	cl, err := newClient(c)
+	if err != nil {
+		return nil, err
+	}
+	var h api.Health
+	if err := cl.call(ctx, "GET", "/healthz", nil, &h); err != nil {
+		return nil, err
+	}
+	if h.Version == "" {
+		return nil, fmt.Errorf("it does not tell its version (older than this binary?)")
+	}
+	return &serverVersion{URL: cl.base.String(), Version: h.Version, Revision: h.Revision}, nil
 }

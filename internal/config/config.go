@@ -26,12 +26,14 @@ import (
 	"github.com/sandgate/sandgate/internal/backend/kubernetes"
 	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/backend/remote"
+	"github.com/sandgate/sandgate/internal/imagestore"
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/router"
 	"github.com/sandgate/sandgate/internal/serve"
 	"github.com/sandgate/sandgate/internal/statedb"
+	"github.com/sandgate/sandgate/internal/webhook"
 )
 
 // Backends the gateway knows.
@@ -39,6 +41,10 @@ var Backends = []string{"process", "docker", "kubernetes", "remote", "appleconta
 
 // Config is the whole gateway configuration.
 type Config struct {
+	// Version and Revision are the binary's build (not settings: main
+	// fills them in), answered on /healthz for `gateway version`.
+	Version, Revision string
+
 	Listen string
 	// Insecure allows a non-loopback listen address without authentication.
 	Insecure bool
@@ -55,7 +61,14 @@ type Config struct {
 	// RedisBuckets splits the indexes into this many buckets (0 =
 	// statedb.DefaultBuckets); fixed for the life of a prefix's state.
 	RedisBuckets int
-	Backend      string
+	// EventsRetention is how long the fleet's lifecycle events stay
+	// readable (0 = events.DefaultRetention, 7 days).
+	EventsRetention time.Duration
+	// EgressDeniedEvery is how often one sandbox's refused egress makes an
+	// egress_denied event; the refusals between are counted in the next
+	// (0 = events.DefaultThrottleEvery, 10 s).
+	EgressDeniedEvery time.Duration
+	Backend           string
 	// PublicURL is how clients reach this gateway (for sandbox_url in the
 	// provisioner API); empty = taken from each request's Host.
 	PublicURL string
@@ -87,6 +100,12 @@ type Config struct {
 	ServerImpl, TransportImpl string
 	// HostSuffix turns on host routing: {sandbox_id}.{suffix}; "" = off.
 	HostSuffix string
+	// PreviewSuffix serves preview links as {link}.{suffix}; "" = off.
+	PreviewSuffix string
+	// SandboxOrigin is the origin (scheme://host[:port]) preview links'
+	// path form is served on; "" = the gateway's own, confined by a
+	// Content-Security-Policy sandbox.
+	SandboxOrigin string
 	// AllowedHosts are host names a gateway without authentication serves
 	// besides localhost, 127.0.0.1, [::1], public_url's and host_suffix's
 	// (the DNS-rebinding check); "*" turns the check off.
@@ -115,6 +134,13 @@ type Config struct {
 	// Egress is the egress proxy's configuration; the policy itself is
 	// Pool.Egress (every sandbox's).
 	Egress EgressConfig
+	// Webhooks configures the delivery of lifecycle events to operators'
+	// endpoints; Webhooks.Endpoints are the YAML `webhook_endpoints:`.
+	Webhooks webhook.Config
+	// WebhookAllowAddresses are CIDRs webhook endpoints may be on although
+	// private, loopback or link-local (the egress proxy's address policy,
+	// with these exceptions instead of egress_allow_addresses).
+	WebhookAllowAddresses []string
 	// Templates are the YAML `templates:` as written; Pool.Templates are
 	// the same, parsed, that the gateway completes with imported images.
 	Templates []TemplateConfig
@@ -173,6 +199,15 @@ type ProcessConfig struct {
 	// programs and libraries; "" = the host's. Imported at start-up into
 	// {DataDir}/images.
 	Image string
+	// ImageGCGrace: an entry of {DataDir}/images that no template,
+	// process_image or live sandbox uses is removed once unused this long
+	// (and an abandoned import's temporaries once this old); 0 = 1h,
+	// negative = never. See imagestore.Store.Collect.
+	ImageGCGrace time.Duration
+	// ReadOnlyImage turns off the per-sandbox writable layer over image
+	// roots (process.Config.ReadOnlyImage); false = a layer where the
+	// gateway runs as root.
+	ReadOnlyImage bool
 	// Limits bound each isolated sandbox.
 	Limits jail.Limits
 }
@@ -228,6 +263,7 @@ func Default() Config {
 			ProvisionWait:     pool.DefaultProvisionWait,
 			CreateTimeout:     pool.DefaultCreateTimeout,
 			CacheTTL:          pool.DefaultCacheTTL,
+			PreviewMaxTTL:     pool.DefaultPreviewMaxTTL,
 			TouchInterval:     pool.DefaultTouchInterval,
 			ReapInterval:      pool.DefaultReapInterval,
 			LockTTL:           statedb.DefaultLockTTL,
@@ -235,9 +271,12 @@ func Default() Config {
 			ReconcileGrace:    pool.DefaultReconcileGrace,
 			BusyIdleAfter:     sandboxspec.DefaultBusyIdleAfter,
 			MaxLifetime:       pool.DefaultMaxLifetime,
+			HealthInterval:    pool.DefaultHealthInterval,
+			HealthTimeout:     pool.DefaultHealthTimeout,
+			HealthFailures:    pool.DefaultHealthFailures,
 			Fleet:             backend.DefaultFleet,
 		},
-		Process: ProcessConfig{Limits: jail.Limits{}.WithDefaults()},
+		Process: ProcessConfig{Limits: jail.Limits{}.WithDefaults(), ImageGCGrace: imagestore.DefaultGCGrace},
 		Docker: docker.Config{
 			Image:           docker.DefaultImage,
 			ContainerPrefix: docker.DefaultPrefix,
@@ -293,6 +332,9 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return errors.New("shutdown_timeout: must not be negative")
 	}
+	if c.EgressDeniedEvery < 0 {
+		return errors.New("egress_denied_every: must not be negative")
+	}
 	if !contains([]string{"json", "text", "auto"}, c.LogFormat) {
 		return fmt.Errorf("log_format: %q is not json, text or auto", c.LogFormat)
 	}
@@ -306,6 +348,12 @@ func (c Config) Validate() error {
 		return errors.New("max_header_bytes: must be between 4k and 16m")
 	}
 	if _, err := router.NormalizeHostSuffix(c.HostSuffix); err != nil {
+		return err
+	}
+	if _, err := router.NormalizeHostSuffix(c.PreviewSuffix); err != nil {
+		return errors.New("preview_suffix: want a DNS name such as preview.example.com")
+	}
+	if _, err := router.NormalizeSandboxOrigin(c.SandboxOrigin); err != nil {
 		return err
 	}
 	for _, h := range c.AllowedHosts {
@@ -345,6 +393,9 @@ func (c Config) Validate() error {
 			"network, and authentication is configured (several users): refusing; keep process_isolation: namespaces " +
 			"or use a container backend")
 	}
+	if g := c.Process.ImageGCGrace; g > 0 && g < imagestore.MinGCGrace {
+		return fmt.Errorf("process_image_gc_grace: %s is under %s, the bound of one import: an import in progress could be collected", g, imagestore.MinGCGrace)
+	}
 	if c.Process.Image != "" && c.Process.Isolation == process.IsolationNone {
 		return errors.New("process_image: the image's userland replaces the host's inside the jail, and " +
 			"process_isolation: none has no jail; keep process_isolation: namespaces or drop process_image")
@@ -368,6 +419,14 @@ func (c Config) Validate() error {
 		if _, err := netip.ParsePrefix(a); err != nil {
 			return fmt.Errorf("egress_allow_addresses: %q is not a CIDR such as 10.1.2.0/24", a)
 		}
+	}
+	for _, a := range c.WebhookAllowAddresses {
+		if p, err := netip.ParsePrefix(a); err != nil || p.Masked() != p {
+			return fmt.Errorf("webhook_allow_addresses: %q is not a CIDR such as 127.0.0.1/32", a)
+		}
+	}
+	if err := c.Webhooks.Validate(); err != nil {
+		return fmt.Errorf("webhooks: %w", err)
 	}
 	if c.Egress.DNS != "" {
 		if _, err := netip.ParseAddrPort(c.Egress.DNS); err != nil {

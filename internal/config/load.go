@@ -86,34 +86,63 @@ func (e *UsageError) Unwrap() error { return e.Err }
 const UsageHint = "run 'gateway -h' for usage"
 
 // printUsage lists the flags section by section, in the registry's order,
-// each with its default, which the flag package leaves out when it is the
-// type's zero value (0 that means 30s, "soft"), and what 0 or empty means.
+// each with its default (shownDefault) and what 0 or empty means.
 func printUsage(w io.Writer, fs *flag.FlagSet, sections []section) {
 	fmt.Fprintf(w, "Usage: gateway [serve] [flags]\n\n"+
 		"Every flag is also an environment variable (SANDGATE_NAME) and a key of the YAML file,\n"+
 		"flat (name) or nested in its section's block (section: {name}); docs/CONFIG.md lists them all.\n\n")
-	printFlag(w, fs.Lookup("config"), " (env "+ConfigEnv+")")
+	cfg := fs.Lookup("config")
+	fmt.Fprintf(w, "  -config string\n    \t%s (env %s) (default %q)\n", cfg.Usage, ConfigEnv, cfg.DefValue)
 	for _, sec := range sections {
 		fmt.Fprintf(w, "\n[%s] %s\n", sec.name, sec.title)
 		for _, s := range sec.settings {
-			printFlag(w, fs.Lookup(s.name), zeroNote(s)+" (env "+s.envName()+") (YAML "+sec.nestedKeyOf(s)+")")
+			printFlag(w, fs.Lookup(s.name), s, " (env "+s.envName()+") (YAML "+sec.nestedKeyOf(s)+")")
 		}
 	}
 }
 
-// printFlag prints f as the flag package would, its usage followed by note.
-func printFlag(w io.Writer, f *flag.Flag, note string) {
-	kind, def := kindOf(f.Value), f.DefValue
-	if computed, ok := computedDefaults[f.Name]; ok {
-		def = computed
-	} else if kind == "string" || def == "" {
-		def = strconv.Quote(def)
+// printFlag prints f as the flag package would, its usage followed by what
+// its zero means, note and its default.
+func printFlag(w io.Writer, f *flag.Flag, s setting, note string) {
+	def, fromZero := shownDefault(f, s)
+	if !fromZero {
+		note = zeroNote(s) + note
 	}
 	name := f.Name
-	if kind != "" {
+	if kind := kindOf(f.Value); kind != "" {
 		name += " " + kind
 	}
 	fmt.Fprintf(w, "  -%s\n    \t%s%s (default %s)\n", name, f.Usage, note, def)
+}
+
+// shownDefault is the default -h shows, from the one source the config
+// has: Default()'s value, or where that is the kind's zero, what the
+// registry says the zero means (egress "" is proxy, redis-buckets 0 is 64),
+// or the default worked out at start-up. fromZero: it is the zero's
+// meaning, which the "(empty = ...)" note would repeat.
+func shownDefault(f *flag.Flag, s setting) (def string, fromZero bool) {
+	if computed, ok := computedDefaults[f.Name]; ok {
+		return computed, false
+	}
+	if isZero(f.Value, f.DefValue) && s.zero != "" {
+		return s.zero, true
+	}
+	if kindOf(f.Value) == "string" || f.DefValue == "" {
+		return strconv.Quote(f.DefValue), false
+	}
+	return f.DefValue, false
+}
+
+// isZero reports whether def, the String of a flag's default, is the zero
+// of its kind.
+func isZero(v flag.Value, def string) bool {
+	switch kindOf(v) {
+	case "duration":
+		return def == "0s" || def == "0"
+	case "int", "size", "cpus":
+		return def == "0"
+	}
+	return def == ""
 }
 
 // zeroNote is " (0 = never)" or " (empty = off)": what the zero of s means.

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"strings"
 
+	"github.com/sandgate/sandgate/internal/backend/process"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
@@ -91,6 +92,8 @@ func (c *Config) sections() []section {
 			{"insecure", "allow a non-loopback listen address without authentication", "", (*boolValue)(&c.Insecure)},
 			{"public-url", "URL clients use to reach this gateway (for the sandbox URLs it returns)", "taken from each request's Host", (*stringValue)(&c.PublicURL)},
 			{"host-suffix", "host routing: {sandbox_id}.{suffix} reaches a sandbox on any path", "off", (*stringValue)(&c.HostSuffix)},
+			{"preview-suffix", "preview links' host form: {link}.{suffix} (wildcard DNS to the gateway); each link is an origin of its own", "off: links use the path form", (*stringValue)(&c.PreviewSuffix)},
+			{"sandbox-origin", "origin (scheme://host[:port]) that serves preview links' path form, /preview/{link}/, and nothing else; must reach this gateway", "the gateway's own origin, every preview response with Content-Security-Policy: sandbox", (*stringValue)(&c.SandboxOrigin)},
 			{"allowed-hosts", "without auth, host names served besides localhost, 127.0.0.1, [::1], public-url's and host-suffix's, comma separated (* = any: no DNS-rebinding check)", "only those", (*listValue)(&c.AllowedHosts)},
 			{"drain-delay", "how long a stopping gateway keeps serving with readiness failing before it stops accepting, so load balancers polling /readyz move traffic away first; a second SIGTERM cuts it short", "none: stop accepting at once", (*offDuration)(&c.DrainDelay)},
 			{"shutdown-timeout", "how long a draining gateway waits for requests", "no wait for in-flight requests", (*durationValue)(&c.ShutdownTimeout)},
@@ -99,8 +102,8 @@ func (c *Config) sections() []section {
 			{"body-timeout", "a request body the gateway reads itself (status login, checkpoints, fork, MCP) must arrive within this long of its headers", "never", (*offDuration)(&c.BodyTimeout)},
 			{"max-connections", "client connections open at once; past it new ones wait in the listen backlog", "half the descriptor limit", (*intValue)(&c.Conns.Max)},
 			{"max-connections-per-source", "client connections one source address (an IPv6 /64) may hold open; past it they are closed", "a quarter of max-connections", (*intValue)(&c.Conns.PerSource)},
-			{"server-impl", "HTTP server of the gateway: sandgate (its own) | net/http (the standard library's: a fallback should a bug be found in Sandgate's request parser)", "refused: sandgate or net/http", (*stringValue)(&c.ServerImpl)},
-			{"transport-impl", "HTTP client the proxy reaches sandboxes with: sandgate (its own) | net/http (the standard library's http.Transport: a fallback should a bug be found in Sandgate's)", "refused: sandgate or net/http", (*stringValue)(&c.TransportImpl)},
+			{"server-impl", "HTTP server of the gateway: sandgate (its own) | net/http (the standard library's: a fallback should a bug be found in Sandgate's request parser)", "refused: sandgate or net/http", &oneOf{&c.ServerImpl, HTTPImpls}},
+			{"transport-impl", "HTTP client the proxy reaches sandboxes with: sandgate (its own) | net/http (the standard library's http.Transport: a fallback should a bug be found in Sandgate's)", "refused: sandgate or net/http", &oneOf{&c.TransportImpl, HTTPImpls}},
 		}},
 		{name: "auth", title: "API keys, JWTs, the metrics token", settings: []setting{
 			{"auth-api-keys", "static API keys: name=sha256hex[:threads+admin],... (sha256 of the key, never the key)", "none", (*apiKeysValue)(&c.Auth.APIKeys)},
@@ -125,9 +128,11 @@ func (c *Config) sections() []section {
 			{"redis-url", "Redis URL (redis://, rediss://, sentinel, cluster)", "an embedded server inside the gateway process: not durable, one replica only", (*stringValue)(&c.RedisURL)},
 			{"redis-prefix", "key prefix (braces are dropped: Sandgate places its own hash tags)", "refused: must be set", (*stringValue)(&c.RedisPrefix)},
 			{"redis-buckets", "how many buckets the indexes are split into; keep it for the life of the prefix's state", "64", (*intValue)(&c.RedisBuckets)},
+			{"events-retention", "how long lifecycle events stay replayable (by id or time) in the fleet's stream, which also keeps at most 100000", "168h (7 days)", (*durationValue)(&c.EventsRetention)},
+			{"egress-denied-every", "at most one egress_denied event per sandbox this often; the refusals between are counted in the next event", "10s", (*durationValue)(&c.EgressDeniedEvery)},
 		}},
 		{name: "pool", title: "the sandbox pool: backend, lifecycle, capacity", settings: []setting{
-			{"backend", "sandbox backend: " + strings.Join(Backends, " | "), "refused: one of them", (*stringValue)(&c.Backend)},
+			{"backend", "sandbox backend: " + strings.Join(Backends, " | "), "refused: one of them", &oneOf{&c.Backend, Backends}},
 			{"instance", "name of this replica in labels and logs", "hostname-pid", (*stringValue)(&p.Instance)},
 			{"fleet", "this fleet's name, the sandgate.fleet label on every sandbox; reconciler and prune touch only its own", "the fleet named default", (*stringValue)(&p.Fleet)},
 			{"idle-timeout", "destroy sandboxes idle this long", "never", (*offDuration)(&p.IdleTimeout)},
@@ -137,10 +142,17 @@ func (c *Config) sections() []section {
 			{"provision-wait", "how long a request waits for its sandbox before 503 + Retry-After", "the default, 30s", (*durationValue)(&p.ProvisionWait)},
 			{"create-timeout", "bound on one backend create incl. readiness", "the default, 2m", (*durationValue)(&p.CreateTimeout)},
 			{"max-lifetime", "destroy a sandbox this long after it was created, busy or not", "never", (*offDuration)(&p.MaxLifetime)},
+			{"health-interval", "how often each replica probes the sandboxes it serves; a sandbox whose server does not answer health-failures probes in a row is destroyed", "never", (*offDuration)(&p.HealthInterval)},
+			{"health-timeout", "how long a health probe waits for the sandbox server's answer", "the default, 5s", (*durationValue)(&p.HealthTimeout)},
+			{"health-failures", "health probes in a row without an answer that destroy a sandbox", "the default, 3", (*intValue)(&p.HealthFailures)},
+			{"preview-max-ttl", "longest ttl a preview link may have; also how long a rotated-out signing key keeps verifying", "the default, 24h", (*durationValue)(&p.PreviewMaxTTL)},
 			{"busy-idle-after", "a running command that used no CPU and wrote no output this long no longer keeps its sandbox from being frozen or reaped; a stopped one never does", "only a stop ends busy", (*offDuration)(&p.BusyIdleAfter)},
 			{"freeze-after", "freeze a sandbox (process, docker) with no request and no running command for this long: processes stopped, memory kept, thawed by its next request on any replica", "never", (*durationValue)(&p.FreezeAfter)},
 			{"prewarm", "pre-started sandboxes kept ready fleet-wide for new threads' first requests (process, docker, kubernetes); with templates, shared among them by recent demand", "none (with templates: the sum of their prewarm)", (*intValue)(&p.Prewarm)},
 			{"default_template", "the template (YAML `templates:`) a thread gets when its create names none", "none: the backend's configuration", (*stringValue)(&p.DefaultTemplate)},
+			{"metrics-interval", "how often each sandbox a replica serves is measured (CPU, memory, pids: GET /threads/{t}/sandbox/metrics, Prometheus); docker and kubernetes every 5 intervals", "the default, 1s", (*durationValue)(&p.MetricsInterval)},
+			{"metrics-per-sandbox", "export one Prometheus series set per sampled sandbox (label sandbox_id); off: aggregates and the top metrics-top-n", "", (*boolValue)(&p.MetricsPerSandbox)},
+			{"metrics-top-n", "without metrics-per-sandbox: how many sandboxes using the most CPU, and holding the most memory, get a Prometheus series each (labels rank, sandbox_id); at most 100", "none", (*intValue)(&p.MetricsTopN)},
 			{"pause-warm", "pause warm sandboxes (process, docker) and unpause them on reclaim", "", (*boolValue)(&p.PauseWarm)},
 			{"cache-ttl", "how long a replica trusts a cached route", "the default, 5s", (*durationValue)(&p.CacheTTL)},
 			{"touch-interval", "how often activity is flushed to Redis", "the default, 1s", (*durationValue)(&p.TouchInterval)},
@@ -175,6 +187,16 @@ func (c *Config) sections() []section {
 			{"egress-allow-addresses", "CIDRs the egress proxy may connect to although private, loopback or link-local (an internal mirror), comma separated", "public addresses only", (*listValue)(&c.Egress.AllowAddresses)},
 			{"egress-listen", "TCP address where the egress proxy also serves networked sandboxes (kubernetes), authenticated per sandbox", "off", (*stringValue)(&c.Egress.Listen)},
 		}},
+		{name: "webhooks", title: "lifecycle events delivered to operators' endpoints (endpoints: YAML webhook_endpoints or /admin/v1/webhooks)", trim: "webhook-", settings: []setting{
+			{"webhook-max-age", "how long after an event its delivery to an endpoint is retried before it is dead-lettered", "24h", (*durationValue)(&c.Webhooks.MaxAge)},
+			{"webhook-timeout", "bound on one delivery attempt, from dial to the end of the answer", "10s", (*durationValue)(&c.Webhooks.Timeout)},
+			{"webhook-backoff", "delay before the first retry, doubled (with jitter) per retry up to webhook-max-backoff", "1s", (*durationValue)(&c.Webhooks.Backoff)},
+			{"webhook-max-backoff", "longest delay between retries", "30s", (*durationValue)(&c.Webhooks.MaxBackoff)},
+			{"webhook-claim-idle", "how long an event a replica took may go untouched before another replica delivers it (the first died); must exceed webhook-max-backoff + webhook-timeout", "1m", (*durationValue)(&c.Webhooks.ClaimIdle)},
+			{"webhook-dead-letters", "dead letters kept per endpoint, the oldest dropped", "1000", (*intValue)(&c.Webhooks.DeadLetters)},
+			{"webhook-concurrency", "deliveries in flight per endpoint and replica", "16", (*intValue)(&c.Webhooks.Concurrency)},
+			{"webhook-allow-addresses", "CIDRs webhook endpoints may be on although private, loopback or link-local (a receiver inside the network), comma separated", "public addresses only", (*listValue)(&c.WebhookAllowAddresses)},
+		}},
 		{name: "checkpoints", title: "workspace checkpoints and their disk budget", trim: "checkpoint-", settings: []setting{
 			{"checkpoint-keep", "workspace checkpoints kept per thread, newest first", "no limit", (*offInt)(&ck.Keep)},
 			{"checkpoint-max-age", "drop workspace checkpoints older than this", "never", (*offDuration)(&ck.MaxAge)},
@@ -186,8 +208,10 @@ func (c *Config) sections() []section {
 		}},
 		{name: "process", title: "the process backend", settings: []setting{
 			{"process-binary", "sandbox server binary for the process backend", "this binary", (*stringValue)(&c.Process.Binary)},
-			{"process-isolation", "namespaces: each process sandbox in its own user, mount, PID, network, IPC and UTS namespaces with Landlock, seccomp and limits; none: a plain child process of the gateway's user (one trusted user only; refused with auth)", "namespaces", (*stringValue)(&c.Process.Isolation)},
+			{"process-isolation", "namespaces: each process sandbox in its own user, mount, PID, network, IPC and UTS namespaces with Landlock, seccomp and limits; none: a plain child process of the gateway's user (one trusted user only; refused with auth)", "namespaces", &oneOf{&c.Process.Isolation, []string{"", process.IsolationNamespaces, process.IsolationNone}}},
 			{"process-image", "image archive (docker save or OCI layout tarball) whose programs and libraries isolated process sandboxes run instead of the host's", "the host's", (*stringValue)(&c.Process.Image)},
+			{"process-image-gc-grace", "an image store entry ({data_dir}/images) that no template, process_image or live sandbox uses is removed once unused this long (checked at start-up and every quarter of it); at least 10m, the bound of one import", "1h", (*offDuration)(&c.Process.ImageGCGrace)},
+			{"process-read-only-image", "keep image roots (process-image, templates' rootfs) read-only in every sandbox: no writable layer of its own over the image, so nothing installs system-wide", "", (*boolValue)(&c.Process.ReadOnlyImage)},
 			{"process-memory", "memory limit per isolated process sandbox (cgroup, else RLIMIT_AS), e.g. 512m, 2g", "none", (*offBytes)(&c.Process.Limits.Memory)},
 			{"process-pids-limit", "processes and threads per isolated process sandbox", "none", (*offInt)(&c.Process.Limits.Processes)},
 			{"process-open-files", "open files per process in an isolated process sandbox", "none", (*offInt)(&c.Process.Limits.OpenFiles)},
@@ -247,8 +271,8 @@ func (c *Config) sections() []section {
 			{"provisioner-sandbox-hosts", "hosts besides the provisioner's own that its sandbox_urls may name (any port; * = any), comma separated", "the provisioner's own only", (*listValue)(&r.SandboxHosts)},
 		}},
 		{name: "log", title: "logging", settings: []setting{
-			{"log-format", "json | text | auto (text on a terminal)", "refused: one of them", (*stringValue)(&c.LogFormat)},
-			{"log-level", "debug | info | warn | error", "refused: one of them", (*stringValue)(&c.LogLevel)},
+			{"log-format", "json | text | auto (text on a terminal)", "refused: one of them", &oneOf{&c.LogFormat, []string{"json", "text", "auto"}}},
+			{"log-level", "debug | info | warn | error", "refused: one of them", &oneOf{&c.LogLevel, []string{"debug", "info", "warn", "error"}}},
 		}},
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/pool"
@@ -32,6 +33,9 @@ type TemplateConfig struct {
 	// IdleTimeout replaces idle_timeout for its sandboxes ("30m"; empty =
 	// idle_timeout; "never").
 	IdleTimeout string `yaml:"idle_timeout"`
+	// FreezeAfter replaces freeze_after for its sandboxes ("2m"; empty =
+	// freeze_after; "never").
+	FreezeAfter string `yaml:"freeze_after"`
 }
 
 // poolTemplate is t as the pool takes it, without a process rootfs (the
@@ -56,16 +60,22 @@ func (t TemplateConfig) poolTemplate(lookupEnv func(string) (string, bool)) (poo
 		}
 		*s.dst = int64(n)
 	}
-	switch t.IdleTimeout {
-	case "":
-	case "never":
-		out.IdleTimeout = -1
-	default:
-		d, err := parseDuration(t.IdleTimeout)
-		if err != nil || d <= 0 {
-			return out, fmt.Errorf("templates: %s: idle_timeout: %q is not a duration (e.g. 30m) or never", t.Name, t.IdleTimeout)
+	for _, d := range []struct {
+		field string
+		value string
+		dst   *time.Duration
+	}{{"idle_timeout", t.IdleTimeout, &out.IdleTimeout}, {"freeze_after", t.FreezeAfter, &out.FreezeAfter}} {
+		switch d.value {
+		case "":
+		case "never":
+			*d.dst = -1
+		default:
+			v, err := parseDuration(d.value)
+			if err != nil || v <= 0 {
+				return out, fmt.Errorf("templates: %s: %s: %q is not a duration (e.g. 30m) or never", t.Name, d.field, d.value)
+			}
+			*d.dst = v
 		}
-		out.IdleTimeout = d
 	}
 	return out, out.Validate()
 }

@@ -21,8 +21,10 @@ templates:
     egress: {mode: proxy, allow: [pypi.org]}
     prewarm: 2
     idle_timeout: 30m
+    freeze_after: 2m
   - name: minimal
     idle_timeout: never
+    freeze_after: never
 default_template: python
 `)
 	if err != nil {
@@ -39,6 +41,17 @@ default_template: python
 	if py.IdleTimeout != 30*time.Minute || c.Pool.Templates[1].IdleTimeout >= 0 {
 		t.Fatalf("idle timeouts %s and %s, want 30m and never", py.IdleTimeout, c.Pool.Templates[1].IdleTimeout)
 	}
+	// The fleet freezes nothing; a template's delay stands on its own.
+	if py.FreezeAfter != 2*time.Minute || c.Pool.Templates[1].FreezeAfter >= 0 || c.Pool.FreezeAfter != 0 {
+		t.Fatalf("freeze delays %s and %s (fleet %s), want 2m, never and none", py.FreezeAfter, c.Pool.Templates[1].FreezeAfter, c.Pool.FreezeAfter)
+	}
+	// The image store's grace: 1h by default, 0 turns collection off.
+	if c.Process.ImageGCGrace != time.Hour {
+		t.Fatalf("process_image_gc_grace %s, want the 1h default", c.Process.ImageGCGrace)
+	}
+	if off, _, err := loadWith(t, nil, nil, "process_image_gc_grace: 0\n"); err != nil || off.Process.ImageGCGrace >= 0 {
+		t.Fatalf("process_image_gc_grace 0: %s (%v), want never", off.Process.ImageGCGrace, err)
+	}
 	if src := c.TemplateSources(); len(src) != 1 || src["python"].Image == "" {
 		t.Fatalf("sources %v: only python has an image", src)
 	}
@@ -46,6 +59,11 @@ default_template: python
 		{"bad size", "templates:\n  - {name: a, memory: lots}\n", "templates: a: memory"},
 		{"bad idle timeout", "templates:\n  - {name: a, idle_timeout: soon}\n", "idle_timeout"},
 		{"idle timeout under touch_interval", "templates:\n  - {name: a, idle_timeout: 1s}\n", "touch_interval"},
+		{"bad freeze_after", "templates:\n  - {name: a, freeze_after: later}\n", "templates: a: freeze_after"},
+		{"freeze_after under the cache", "cache_ttl: 5s\ntemplates:\n  - {name: a, freeze_after: 5s}\n", "templates: a: freeze_after 5s must exceed cache_ttl + touch_interval"},
+		{"freeze_after past its idle_timeout", "templates:\n  - {name: a, idle_timeout: 5m, freeze_after: 5m}\n", "templates: a: freeze_after 5m0s must be shorter than idle_timeout (5m0s)"},
+		{"freeze_after past the fleet's idle_timeout", "idle_timeout: 5m\ntemplates:\n  - {name: a, freeze_after: 10m}\n", "templates: a: freeze_after 10m0s must be shorter than idle_timeout (5m0s)"},
+		{"fleet freeze_after past its idle_timeout", "idle_timeout: 1h\nfreeze_after: 10m\ntemplates:\n  - {name: a, idle_timeout: 5m}\n", "templates: a: freeze_after 10m0s must be shorter than idle_timeout (5m0s)"},
 		{"memory over max", "templates:\n  - {name: a, memory: 2g, max_memory: 1g}\n", "max_memory"},
 		{"bad name", "templates:\n  - {name: A_B}\n", "template name"},
 		{"twice", "templates:\n  - {name: a}\n  - {name: a}\n", "configured twice"},

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -53,6 +54,11 @@ func TestBadFlagIsOneLineWithoutUsage(t *testing.T) {
 		{[]string{"-idle-timeout", "x"}, `invalid value "x" for flag -idle-timeout: "x" is not a duration`},
 		{[]string{"-cap-mode=medium"}, `invalid value "medium" for flag -cap-mode: "medium" is not soft or hard`},
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
+		// A bad choice is a bad value too (exit 2), not a start-up failure.
+		{[]string{"--backend", "dokcer"}, `invalid value "dokcer" for flag -backend: "dokcer" is not process, docker, kubernetes, remote, applecontainer or auto`},
+		{[]string{"--process-isolation=chroot"}, `invalid value "chroot" for flag -process-isolation: "chroot" is not namespaces or none`},
+		{[]string{"--log-level", "loud"}, `invalid value "loud" for flag -log-level`},
+		{[]string{"--server-impl", "nginx"}, `invalid value "nginx" for flag -server-impl`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		var out bytes.Buffer
@@ -67,6 +73,66 @@ func TestBadFlagIsOneLineWithoutUsage(t *testing.T) {
 		}
 		if out.Len() != 0 {
 			t.Errorf("%v: printed %d bytes of usage besides the error", c.args, out.Len())
+		}
+	}
+}
+
+// TestHelpDefaultsAreTheConfigs: every flag's "(default X)" in -h is the
+// configuration's own default: Default()'s value, or where that is the
+// zero, what the registry says the zero means (issue 40, point 10: -h
+// showed "" for egress and process-isolation, whose empty means proxy and
+// namespaces).
+func TestHelpDefaultsAreTheConfigs(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if _, _, err := Load([]string{"-h"}, envOf(nil), &out); !IsHelp(err) {
+		t.Fatalf("-h: %v", err)
+	}
+	shown := map[string]string{}
+	lines := strings.Split(out.String(), "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "  -") || i+1 == len(lines) {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(l, "  -"), " ")
+		usage := lines[i+1]
+		j := strings.LastIndex(usage, " (default ")
+		if j < 0 || !strings.HasSuffix(usage, ")") {
+			t.Errorf("-%s: no default in %q", name, usage)
+			continue
+		}
+		shown[name] = usage[j+len(" (default ") : len(usage)-1]
+	}
+	def := Default()
+	for _, s := range def.settings() {
+		got, ok := shown[s.name]
+		if !ok {
+			t.Errorf("-h lists no -%s", s.name)
+			continue
+		}
+		value := s.value.String() // the default config's own value
+		var want string
+		switch computed, isComputed := computedDefaults[s.name]; {
+		case isComputed:
+			want = computed
+		case isZero(s.value, value) && s.zero != "":
+			want = s.zero
+		case kindOf(s.value) == "string" || value == "":
+			want = strconv.Quote(value)
+		default:
+			want = value
+		}
+		if got != want {
+			t.Errorf("-%s: -h shows default %s, the config's is %s", s.name, got, want)
+		}
+		if got == `""` && s.zero != "" {
+			t.Errorf("-%s: -h shows an empty default where empty means %q", s.name, s.zero)
+		}
+	}
+	for name, want := range map[string]string{"egress": "proxy", "process-isolation": "namespaces", "redis-buckets": "64",
+		"backend": `"process"`, "cap-mode": `"soft"`} {
+		if shown[name] != want {
+			t.Errorf("-%s: default %s, want %s", name, shown[name], want)
 		}
 	}
 }

@@ -323,3 +323,39 @@ func (v *egressModeValue) Set(s string) error {
 	*v = egressModeValue(m)
 	return nil
 }
+
+// oneOf is a string setting that takes one of choices ("" among them
+// where empty means a default): a typo is refused as the flag is parsed,
+// a usage error (exit 2) like any other bad value, not a start-up failure.
+type oneOf struct {
+	s       *string
+	choices []string
+}
+
+func (v *oneOf) String() string {
+	if v == nil || v.s == nil { // flag's zero-value probe
+		return ""
+	}
+	return *v.s
+}
+func (v *oneOf) Set(s string) error {
+	if !contains(v.choices, s) {
+		return fmt.Errorf("%q is not %s", s, orList(v.choices))
+	}
+	*v.s = s
+	return nil
+}
+
+// orList is "a, b or c" of the non-empty choices.
+func orList(choices []string) string {
+	var named []string
+	for _, c := range choices {
+		if c != "" {
+			named = append(named, c)
+		}
+	}
+	if len(named) < 2 {
+		return strings.Join(named, "")
+	}
+	return strings.Join(named[:len(named)-1], ", ") + " or " + named[len(named)-1]
+}

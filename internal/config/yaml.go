@@ -13,6 +13,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/events"
+	"github.com/sandgate/sandgate/internal/webhook"
 )
 
 // deerflowKeys maps DeerFlow's `sandbox:` keys onto ours.
@@ -36,7 +38,7 @@ var deerflowIgnored = map[string]string{
 }
 
 // structuredKeys are the top-level YAML-only keys, decoded through yamlFile.
-var structuredKeys = []string{"mounts", "environment", "labels", "templates"}
+var structuredKeys = []string{"mounts", "environment", "labels", "templates", "webhook_endpoints"}
 
 // yamlFile holds what does not fit a scalar setting.
 type yamlFile struct {
@@ -44,6 +46,16 @@ type yamlFile struct {
 	Environment map[string]string `yaml:"environment"`
 	Labels      map[string]string `yaml:"labels"`
 	Templates   []TemplateConfig  `yaml:"templates"`
+	// WebhookEndpoints: id, url, events, secret ($VAR expanded from the
+	// gateway's environment, so the file need not hold it).
+	WebhookEndpoints []webhookEndpointYAML `yaml:"webhook_endpoints"`
+}
+
+type webhookEndpointYAML struct {
+	ID     string   `yaml:"id"`
+	URL    string   `yaml:"url"`
+	Events []string `yaml:"events"`
+	Secret string   `yaml:"secret"`
 }
 
 // yamlValue is one value of the file: key is the setting's flat YAML name
@@ -166,7 +178,7 @@ func (c *Config) applyYAML(path string, sections []section, fromFlag map[string]
 		dec := yaml.NewDecoder(bytes.NewReader(b))
 		dec.KnownFields(true)
 		if err := dec.Decode(&structured); err != nil {
-			return nil, fmt.Errorf("config file %s: mounts/environment/labels/templates: %w", path, err)
+			return nil, fmt.Errorf("config file %s: mounts/environment/labels/templates/webhook_endpoints: %w", path, err)
 		}
 	}
 	c.Pool.Mounts.Extra = append(c.Pool.Mounts.Extra, structured.Mounts...)
@@ -177,6 +189,14 @@ func (c *Config) applyYAML(path string, sections []section, fromFlag map[string]
 		c.Pool.Labels = structured.Labels
 	}
 	c.Templates = structured.Templates
+	c.Webhooks.Endpoints = nil
+	for _, w := range structured.WebhookEndpoints {
+		e := webhook.Endpoint{ID: w.ID, URL: w.URL, Secret: expandEnv(w.Secret, lookupEnv)}
+		for _, t := range w.Events {
+			e.Events = append(e.Events, events.Type(t))
+		}
+		c.Webhooks.Endpoints = append(c.Webhooks.Endpoints, e)
+	}
 	c.Pool.Templates = nil
 	for _, t := range structured.Templates {
 		pt, err := t.poolTemplate(lookupEnv)
@@ -227,10 +247,15 @@ func scalar(v any) string {
 func resolveEnv(in map[string]string, lookupEnv func(string) (string, bool)) map[string]string {
 	out := make(map[string]string, len(in))
 	for k, v := range in {
-		out[k] = os.Expand(v, func(name string) string {
-			val, _ := lookupEnv(name)
-			return val
-		})
+		out[k] = expandEnv(v, lookupEnv)
 	}
 	return out
+}
+
+// expandEnv expands $VAR and ${VAR} in v; a missing variable is empty.
+func expandEnv(v string, lookupEnv func(string) (string, bool)) string {
+	return os.Expand(v, func(name string) string {
+		val, _ := lookupEnv(name)
+		return val
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/backend"
 )
 
 // Resolver resolves a name to addresses; *net.Resolver is one.
@@ -51,6 +53,12 @@ type Config struct {
 	IdleTimeout time.Duration
 	Log         *slog.Logger
 	Recorder    Recorder
+	// Denied hears of each request or tunnel of a known sandbox that its
+	// policy refused (403: a name off the allow-list, a private address,
+	// an IP literal, a tunnel's wrong server name), before anything was
+	// dialled; nil = none. It must not block (the gateway makes it a
+	// rate-limited egress_denied event).
+	Denied func(id backend.EgressIdentity, host, reason string)
 	// Dial connects to a checked address ("ip:port", never a name); nil
 	// means a net.Dialer. Tests count dials with it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)

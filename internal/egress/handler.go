@@ -79,16 +79,14 @@ func (p *Proxy) check(ctx context.Context, x *exchange, authority string, defaul
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
-	addrs, err := p.cfg.Resolver.LookupNetIP(ctx, "ip", t.host)
-	if err != nil || len(addrs) == 0 {
+	addrs, err := resolveChecked(ctx, p.cfg.Resolver, t.host, p.cfg.AllowAddresses)
+	if refused, ok := errors.AsType[*RefusedError](err); ok {
+		x.err = errors.New("resolves to " + refused.Addr.String())
+		return ReasonPrivateAddress
+	}
+	if err != nil {
 		x.err = err
 		return ReasonResolveFailed
-	}
-	for _, a := range addrs {
-		if refusedAddr(a, p.cfg.AllowAddresses) {
-			x.err = errors.New("resolves to " + a.String())
-			return ReasonPrivateAddress
-		}
 	}
 	x.addrs = addrs
 	return ReasonOK
@@ -164,18 +162,11 @@ func (p *Proxy) dialForward(ctx context.Context, _, _ string) (net.Conn, error) 
 func (p *Proxy) dial(ctx context.Context, x *exchange) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
-	var errs []error
-	for _, a := range x.addrs {
-		c, err := p.cfg.Dial(ctx, "tcp", netip.AddrPortFrom(a, x.t.port).String())
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
+	c, err := dialFirst(ctx, p.cfg.Dial, "tcp", x.addrs, x.t.port)
+	if err != nil {
+		return nil, &dialError{err}
 	}
-	return nil, &dialError{errors.Join(errs...)}
+	return c, nil
 }
 
 // connect opens a tunnel to a checked address and splices it to the
@@ -353,6 +344,9 @@ func (p *Proxy) finish(r *http.Request, x *exchange, began time.Time) {
 	}
 	allowed := x.reason == ReasonOK
 	p.cfg.Recorder.EgressDecision(allowed, x.reason)
+	if !allowed && statusFor(x.reason) == http.StatusForbidden && x.id.SandboxID != "" && p.cfg.Denied != nil {
+		p.cfg.Denied(x.id, x.t.host, x.reason)
+	}
 	level, decision := slog.LevelInfo, "allow"
 	if !allowed {
 		level, decision = slog.LevelWarn, "deny"

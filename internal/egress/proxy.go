@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +30,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	sockets map[string]*server // by sandbox id
 	authed  map[*server]struct{}
+	// traffic counts each served sandbox's bytes (Traffic), by sandbox id.
+	traffic map[string]*traffic
 	closed  bool
 }
 
@@ -44,7 +45,8 @@ func New(cfg Config) (*Proxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg.withDefaults(), sockets: map[string]*server{}, authed: map[*server]struct{}{}}
+	p := &Proxy{cfg: cfg.withDefaults(), sockets: map[string]*server{}, authed: map[*server]struct{}{},
+		traffic: map[string]*traffic{}}
 	p.transport = &http.Transport{
 		DialContext: p.dialForward,
 		// The client's Accept-Encoding goes through as sent and the body
@@ -90,14 +92,19 @@ func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
 	// 0666: the sandbox runs as another uid; the directory's permissions
 	// keep everyone else out.
 	ln, err := backend.ListenSocket(dir, filepath.Base(socket), 0o666)
+	// The directory is not held while it serves: a descriptor per sandbox
+	// would be one more than the listener in the gateway's file limit
+	// (bench -suite density); Close opens it again, with the same checks.
+	dir.Close()
 	if err != nil {
-		dir.Close()
 		return fmt.Errorf("egress: %w", err)
 	}
-	s := p.newServer(ln, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
-	s.dir, s.socket = dir, filepath.Base(socket)
+	// A socket opened again (the keeper's repair) keeps counting on.
+	counted := countingListener{Listener: ln, fixed: p.trafficOf(id.SandboxID)}
+	s := p.newServer(counted, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
+	s.socket = socket
 	p.sockets[id.SandboxID] = s
-	go s.http.Serve(ln) //nolint:errcheck // ends when Close closes ln
+	go s.http.Serve(s.ln) //nolint:errcheck // ends when Close closes ln
 	return nil
 }
 
@@ -106,9 +113,13 @@ func (p *Proxy) Close(sandboxID string) {
 	p.mu.Lock()
 	s := p.sockets[sandboxID]
 	delete(p.sockets, sandboxID)
+	delete(p.traffic, sandboxID)
 	p.mu.Unlock()
 	if s != nil {
-		backend.RemoveSocket(s.dir, s.socket)
+		if dir, err := backend.OwnDir(filepath.Dir(s.socket)); err == nil {
+			backend.RemoveSocket(dir, filepath.Base(s.socket))
+			dir.Close()
+		}
 		s.close()
 	}
 }
@@ -119,7 +130,7 @@ func (p *Proxy) Close(sandboxID string) {
 // sandbox's, sent from source (the connection's address), and who the
 // sandbox is. Anything else is answered 407.
 func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password string, source netip.Addr) (backend.EgressIdentity, bool)) error {
-	s := p.newServer(ln, func(r *http.Request) (backend.EgressIdentity, bool) {
+	s := p.newServer(countingListener{Listener: ln}, func(r *http.Request) (backend.EgressIdentity, bool) {
 		id, password, ok := proxyBasicAuth(r.Header.Get("Proxy-Authorization"))
 		if !ok {
 			return backend.EgressIdentity{}, false
@@ -128,7 +139,11 @@ func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password strin
 		if err != nil {
 			return backend.EgressIdentity{}, false
 		}
-		return lookup(id, password, source.Addr().Unmap())
+		who, ok := lookup(id, password, source.Addr().Unmap())
+		if ok {
+			p.countAuthed(r.Context(), who.SandboxID)
+		}
+		return who, ok
 	})
 	p.mu.Lock()
 	if p.closed {
@@ -142,7 +157,7 @@ func (p *Proxy) ServeAuth(ln net.Listener, lookup func(sandboxID, password strin
 		delete(p.authed, s)
 		p.mu.Unlock()
 	}()
-	if err := s.http.Serve(ln); !s.stopped() {
+	if err := s.http.Serve(s.ln); !s.stopped() {
 		return fmt.Errorf("egress: serve: %w", err)
 	}
 	return nil
@@ -192,9 +207,7 @@ type server struct {
 	// started yet would close it later, unlinking a path that by then may
 	// be a new listener's.
 	ln net.Listener
-	// dir and socket are where Open listens (nil, "" for ServeAuth): the
-	// socket's directory, opened once (backend.OwnDir), and its name.
-	dir    *os.File
+	// socket is where Open listens ("" for ServeAuth).
 	socket string
 
 	mu      sync.Mutex
@@ -210,6 +223,7 @@ func (p *Proxy) newServer(ln net.Listener, identify func(*http.Request) (backend
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       p.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       withConn, // ServeAuth's requests count to the sandbox they name
 		// Malformed requests are answered 400 and logged at debug: a
 		// sandbox may send them at will.
 		ErrorLog: slog.NewLogLogger(p.cfg.Log.Handler(), slog.LevelDebug),
@@ -259,7 +273,6 @@ func (s *server) stopped() bool {
 func (s *server) close() {
 	s.stop()
 	s.http.Close()
-	s.closeDir()
 	s.mu.Lock()
 	for c := range s.tunnels {
 		c.Close()
@@ -267,16 +280,9 @@ func (s *server) close() {
 	s.mu.Unlock()
 }
 
-func (s *server) closeDir() {
-	if s.dir != nil {
-		_ = s.dir.Close()
-	}
-}
-
 // shutdown lets requests and tunnels finish until ctx is done.
 func (s *server) shutdown(ctx context.Context) error {
 	s.stop()
-	s.closeDir()
 	err := s.http.Shutdown(ctx)
 	idle := make(chan struct{})
 	go func() { s.wg.Wait(); close(idle) }()

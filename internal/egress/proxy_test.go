@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,7 +131,15 @@ func TestRefusals(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, w, backend.Egress{Allow: allow})
+			var mu sync.Mutex
+			var denied []string
+			f := newFixture(t, w, backend.Egress{Allow: allow}, func(cfg *Config) {
+				cfg.Denied = func(id backend.EgressIdentity, host, reason string) {
+					mu.Lock()
+					defer mu.Unlock()
+					denied = append(denied, id.SandboxID+" "+id.User+" "+id.Thread+" "+host+" "+reason)
+				}
+			})
 			resp, body := f.raw(t, c.req)
 			var got struct{ Reason, Host string }
 			if err := json.Unmarshal(body, &got); err != nil || resp.StatusCode != c.status || got.Reason != c.reason || got.Host != c.host {
@@ -148,6 +157,17 @@ func TestRefusals(t *testing.T) {
 			}
 			if d := f.rec.all(); !slices.Equal(d, []string{"deny/" + c.reason}) {
 				t.Fatalf("recorded %v", d)
+			}
+			// A policy refusal (403) is told to Denied, for its event;
+			// a malformed request or a failed lookup is no denial.
+			var want []string
+			if c.status == 403 {
+				want = []string{"sb-1 alice th-1 " + c.host + " " + c.reason}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(denied, want) {
+				t.Fatalf("Denied heard %q, want %q", denied, want)
 			}
 		})
 	}
@@ -174,7 +194,15 @@ func TestAllowedVariants(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, w, backend.Egress{Allow: allow})
+			var mu sync.Mutex
+			var denied []string
+			f := newFixture(t, w, backend.Egress{Allow: allow}, func(cfg *Config) {
+				cfg.Denied = func(id backend.EgressIdentity, host, reason string) {
+					mu.Lock()
+					defer mu.Unlock()
+					denied = append(denied, id.SandboxID+" "+id.User+" "+id.Thread+" "+host+" "+reason)
+				}
+			})
 			resp, body := f.raw(t, c.req)
 			var got echo
 			if err := json.Unmarshal(body, &got); err != nil || resp.StatusCode != 200 || got.Host != c.host {
@@ -314,6 +342,11 @@ func TestOpenAndClose(t *testing.T) {
 	fi, err := os.Stat(f.socket)
 	if err != nil || fi.Mode().Perm() != 0o666 || fi.Mode().Type() != os.ModeSocket {
 		t.Fatalf("socket %v %v", fi, err)
+	}
+	// Serving holds the listener only, not its directory: a descriptor
+	// per sandbox counts against the gateway's file limit.
+	if n := openDescriptorsOf(t, filepath.Dir(f.socket)); n != 0 {
+		t.Fatalf("%d descriptors of the socket's directory held while serving", n)
 	}
 	// A second Open for the same sandbox (an adopted sandbox) replaces the first.
 	if err := f.p.Open(f.id, f.socket); err != nil {
@@ -565,4 +598,20 @@ type panicResolver struct{}
 
 func (panicResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
 	panic("resolver bug")
+}
+
+// openDescriptorsOf counts this process's descriptors of path.
+func openDescriptorsOf(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }

@@ -39,12 +39,13 @@ func newBackend(ctx context.Context, cfg config.Config, log *slog.Logger, gate b
 				"docker (or kubernetes, applecontainer) to run them in containers, or drop image", "image", cfg.Docker.Image)
 		}
 		pc := process.Config{
-			Binary:    cfg.Process.Binary,
-			StateDir:  filepath.Join(cfg.DataDir, "sandboxes", "process"),
-			Instance:  cfg.Pool.Instance,
-			Isolation: cfg.Process.Isolation,
-			Limits:    cfg.Process.Limits,
-			Egress:    gate,
+			Binary:        cfg.Process.Binary,
+			StateDir:      filepath.Join(cfg.DataDir, "sandboxes", "process"),
+			Instance:      cfg.Pool.Instance,
+			Isolation:     cfg.Process.Isolation,
+			Limits:        cfg.Process.Limits,
+			Egress:        gate,
+			ReadOnlyImage: cfg.Process.ReadOnlyImage,
 		}
 		if cfg.Process.Image != "" {
 			img, err := importProcessImage(ctx, cfg, log)

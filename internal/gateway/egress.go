@@ -11,11 +11,13 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/egress"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // newEgress builds the egress proxy the backends hand their sandboxes.
-func newEgress(cfg config.Config, log *slog.Logger, metrics *telemetry.Metrics) (*egress.Proxy, error) {
+func newEgress(cfg config.Config, log *slog.Logger, metrics *telemetry.Metrics,
+	denied func(backend.EgressIdentity, string, string)) (*egress.Proxy, error) {
 	allow := make([]netip.Prefix, 0, len(cfg.Egress.AllowAddresses))
 	for _, a := range cfg.Egress.AllowAddresses {
 		p, err := netip.ParsePrefix(a)
@@ -25,13 +27,23 @@ func newEgress(cfg config.Config, log *slog.Logger, metrics *telemetry.Metrics) 
 		allow = append(allow, p)
 	}
 	p, err := egress.New(egress.Config{DNSServer: cfg.Egress.DNS, AllowAddresses: allow,
-		Log: log.With("component", "egress"), Recorder: metrics})
+		Log: log.With("component", "egress"), Recorder: metrics, Denied: denied})
 	if err != nil {
 		return nil, err
 	}
 	policy := cfg.Pool.Egress
 	log.Info("egress policy", "mode", policy.EffectiveMode(), "allow", policy.Allow)
 	return p, nil
+}
+
+// egressDenied makes a refusal of the egress proxy an egress_denied event,
+// at most one per sandbox per egress_denied_every (events.Throttle): a
+// loop of refused connects must not flood the stream.
+func (g *Gateway) egressDenied(id backend.EgressIdentity, host, reason string) {
+	if t := g.denials.Load(); t != nil {
+		t.Offer(context.Background(), id.SandboxID, events.Event{Type: events.EgressDenied, SandboxID: id.SandboxID,
+			User: id.User, Thread: id.Thread, Backend: g.cfg.Backend, Cause: reason, Host: host})
+	}
 }
 
 // egressAuthenticator is a backend whose sandboxes reach the egress proxy

@@ -6,9 +6,12 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/pool"
 )
 
 // startEmbedded serves the embedded Redis-protocol server to this process
@@ -38,6 +41,29 @@ func startEmbedded() (*miniredis.Miniredis, *redis.Client, error) {
 		},
 	})
 	return m, rdb, nil
+}
+
+// adoptPrevious gives a gateway on the embedded server, whose state starts
+// empty with each run, the sandboxes its previous run left running before
+// it serves: it takes its buckets and runs one reconcile pass, which adopts
+// them at once (pool.Config.Solo: no grace), so a laptop's restarted
+// gateway lists them and its threads find them again. A failure only
+// leaves them to the reconciler's next passes.
+func (g *Gateway) adoptPrevious(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := pool.NewBucketLeases(g.pool).Pass(ctx); err != nil {
+		g.log.Warn("adopting the previous run's sandboxes: bucket leases", "err", err)
+		return
+	}
+	rep, err := pool.NewReconciler(g.pool).Pass(ctx)
+	if err != nil {
+		g.log.Warn("adopting the previous run's sandboxes", "err", err)
+		return
+	}
+	if rep.Adopted > 0 {
+		g.log.Info("adopted the sandboxes a previous run left running", "adopted", rep.Adopted, "backend", g.cfg.Backend)
+	}
 }
 
 // socketPair is a connected pair of Unix stream sockets, close-on-exec so

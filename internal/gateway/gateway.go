@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -29,6 +30,7 @@ import (
 	"github.com/sandgate/sandgate/internal/serve"
 	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
+	"github.com/sandgate/sandgate/internal/webhook"
 )
 
 // Gateway is one replica.
@@ -41,16 +43,23 @@ type Gateway struct {
 	layout *layoutGate
 	// events carries lifecycle events between replicas.
 	events   *events.Bus
+	webhooks *webhook.Service
 	pool     *pool.Pool
+	sampler  *pool.Sampler
 	router   *router.Router
 	server   httpServer
 	listener net.Listener
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
 	egress   *egress.Proxy
-	backend  backend.Backend
+	// denials makes the egress proxy's refusals events (set once the
+	// event bus exists; the proxy may be asked before).
+	denials atomic.Pointer[events.Throttle]
+	backend backend.Backend
 	// egressListener serves networked sandboxes' proxy (egress_listen).
 	egressListener net.Listener
+	// images collects the process backend's image store; nil: none.
+	images *imageGC
 }
 
 // ErrInsecure refuses a non-loopback listener without authentication.
@@ -93,8 +102,10 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 		return nil, err
 	}
 	hostSuffix, _ := router.NormalizeHostSuffix(cfg.HostSuffix) // validated by Load
+	previewSuffix, _ := router.NormalizeHostSuffix(cfg.PreviewSuffix)
+	sandboxOrigin, _ := router.NormalizeSandboxOrigin(cfg.SandboxOrigin)
 	limits := router.NewLimits(cfg.Limits)
-	if g.egress, err = newEgress(cfg, log, g.metrics); err != nil {
+	if g.egress, err = newEgress(cfg, log, g.metrics, g.egressDenied); err != nil {
 		g.close()
 		return nil, err
 	}
@@ -112,6 +123,10 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 			g.close()
 			return nil, err
 		}
+		if g.images, err = newImageGC(cfg, be, log); err != nil {
+			g.close()
+			return nil, err
+		}
 	}
 	store := statedb.NewStoreBuckets(g.rdb, cfg.RedisPrefix, cfg.RedisBuckets)
 	keys := store.Keys()
@@ -120,11 +135,16 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 		g.close()
 		return nil, err
 	}
-	if g.events, err = events.New(g.rdb, events.Config{Channel: keys.Events(), RecentKey: keys.EventsRecent(),
+	if g.events, err = events.New(g.rdb, events.Config{Stream: keys.Events(), Retention: cfg.EventsRetention,
 		Replica: cfg.Pool.Instance, Log: log}); err != nil {
 		g.close()
 		return nil, err
 	}
+	if g.webhooks, err = newWebhooks(cfg, g.rdb, keys, log); err != nil {
+		g.close()
+		return nil, err
+	}
+	g.denials.Store(events.NewThrottle(g.events, cfg.EgressDeniedEvery))
 	g.metrics.WatchPool(func(ctx context.Context) (telemetry.PoolCounts, error) {
 		n, err := store.Count(ctx)
 		return telemetry.PoolCounts(n), err
@@ -146,6 +166,8 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 	if threads != nil {
 		ckpts, newThread = threads, threads.AdmitThread
 	}
+	cfg.Pool.Solo = g.embedded != nil
+	meter := threadMeter(cfg, name, log)
 	g.pool, err = pool.New(cfg.Pool, pool.Deps{
 		Store:        store,
 		Backend:      be,
@@ -158,21 +180,27 @@ func newGateway(ctx context.Context, cfg config.Config, log *slog.Logger, makeBa
 		NewThread:    newThread,
 		Events:       g.events,
 		FailReason:   router.ClientReason,
+		Meters:       samplerMeters(meter, g.egress),
 	})
 	if err != nil {
 		g.close()
 		return nil, err
 	}
+	if g.embedded != nil {
+		g.adoptPrevious(ctx)
+	}
+	g.sampler = pool.NewSampler(g.pool)
+	g.metrics.WatchSandboxes(g.sampler.Usage, cfg.Pool.MetricsPerSandbox, cfg.Pool.MetricsTopN)
 	ready := []router.Pinger{store, g.layout}
 	if p, ok := be.(router.Pinger); ok {
 		ready = append(ready, p)
 	}
-	g.router = router.New(router.Deps{Pool: router.PoolOf(g.pool), Admin: pool.NewAdmin(g.pool), Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
-		Checkpoints: ckpts, Holder: pool.NewHolder(g.pool),
+	g.router = router.New(router.Deps{Version: cfg.Version, Revision: cfg.Revision, Pool: router.PoolOf(g.pool), Admin: pool.NewAdmin(g.pool), Aliases: store, Ready: ready, Proxy: proxyConfig(cfg),
+		Checkpoints: ckpts, Holder: pool.NewHolder(g.pool), Sampler: g.sampler,
 		PublicURL: cfg.PublicURL, Log: log, Tracing: g.tracing, Metrics: g.metrics,
-		Auth: authn, Limits: limits, HostSuffix: hostSuffix, AllowedHosts: cfg.AllowedHosts,
-		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: threadMeter(cfg, name, log),
-		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events,
+		Auth: authn, Limits: limits, HostSuffix: hostSuffix, PreviewSuffix: previewSuffix, SandboxOrigin: sandboxOrigin, AllowedHosts: cfg.AllowedHosts,
+		MetricsToken: cfg.MetricsToken, Mounts: mountPoints(cfg), Meter: meter,
+		BodyIdleTimeout: cfg.BodyIdleTimeout, Events: g.events, Webhooks: g.webhooks,
 		Status: router.Status{Source: store, MaxSandboxes: g.pool.Config().MaxSandboxes, HardCap: cfg.Pool.HardCap,
 			MaxSandboxesPerUser: cfg.Pool.MaxSandboxesPerUser, Heartbeat: pool.HeartbeatInterval,
 			Sessions: store, PlainLoopback: cfg.Loopback(), Streams: cfg.Limits.Streams}})
@@ -209,13 +237,19 @@ func (g *Gateway) Run(ctx context.Context, hurry <-chan struct{}) error {
 		pool.NewReaper(g.pool).Run,
 		pool.NewFreezer(g.pool).Run,
 		pool.NewLifetime(g.pool).Run,
+		pool.NewHealth(g.pool).Run,
 		pool.NewReconciler(g.pool).Run,
 		pool.NewPrewarmer(g.pool).Run,
 		pool.NewHeartbeat(g.pool).Run,
+		pool.NewPreviewWatcher(g.pool).Run,
 		pool.NewBucketLeases(g.pool).Run,
+		g.sampler.Run,
+		pool.NewOOMWatch(g.pool).Run,
 		g.layout.Run,
 		g.keepEgress,
 		g.events.Run,
+		g.webhooks.Loop().Run,
+		g.images.Run,
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); run(loops) }()
@@ -318,6 +352,9 @@ func (g *Gateway) close() {
 	defer cancel()
 	if err := g.tracing.Shutdown(fctx); err != nil {
 		g.log.Warn("flush traces", "err", err)
+	}
+	if g.webhooks != nil {
+		g.webhooks.Close()
 	}
 	if g.egress != nil {
 		// Sockets stay: the sandboxes keep their paths for the next gateway.

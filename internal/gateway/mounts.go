@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/egress"
+	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/router"
 	"github.com/sandgate/sandgate/internal/usage"
 )
@@ -49,6 +52,26 @@ func threadMeter(cfg config.Config, backendName string, log *slog.Logger) router
 		log.Warn("thread_data_quota is ignored: the backend keeps thread data off the gateway host", "backend", backendName)
 	}
 	return nil
+}
+
+// samplerMeters measure for the metrics sampler each sandbox's thread
+// data (with meter, when the backend keeps it on this host) and its bytes
+// through the egress proxy.
+func samplerMeters(meter router.Meter, proxy *egress.Proxy) pool.SamplerMeters {
+	var m pool.SamplerMeters
+	if um, ok := meter.(*usage.Meter); ok {
+		m.ThreadDisk = func(ctx context.Context, user, thread string, maxAge time.Duration) (int64, error) {
+			u, err := um.MeasureWithin(ctx, user, thread, maxAge)
+			return u.Bytes, err
+		}
+	}
+	if proxy != nil {
+		m.Egress = func(sid string) (int64, int64, bool) {
+			t, ok := proxy.Traffic(sid)
+			return t.Sent, t.Received, ok
+		}
+	}
+	return m
 }
 
 // threadCheckpoints keeps workspace checkpoints where the gateway reaches

@@ -19,7 +19,8 @@ import (
 
 // imageImportTimeout bounds each start-up import (a multi-GB image unpacks
 // in tens of seconds; one already stored, at once).
-const imageImportTimeout = 10 * time.Minute
+// The image store's collection grace is at least this (MinGCGrace).
+const imageImportTimeout = imagestore.MinGCGrace
 
 func openImageStore(cfg config.Config) (*imagestore.Store, error) {
 	return imagestore.Open(imagestore.Config{Dir: filepath.Join(cfg.DataDir, "images")})

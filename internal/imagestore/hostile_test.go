@@ -228,7 +228,7 @@ var hostileCases = []hostileCase{{
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := fi.Mode(); m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 || m&0o222 != 0 {
+			if m := fi.Mode(); m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 || m&0o022 != 0 {
 				t.Errorf("%s mode %v: special or write bits kept", n, m)
 			}
 			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Getuid() {

@@ -13,12 +13,19 @@
 // in their config share one. Each layer's uncompressed stream is hashed while
 // it is unpacked and must match its diff ID, so the name is the content. The
 // layers are applied in order into a temporary directory beside the final
-// one, every write bit is removed, and the directory is renamed into place:
+// one, every write bit but the owner's (the gateway's uid) is removed, and
+// the directory is renamed into place:
 // a rootfs under its final name is always complete. Concurrent imports of
 // the same content (goroutines or processes) may each unpack, but one rename
 // wins and the others discard their copy; an import that finds the rootfs
 // in place unpacks nothing. Temporary directories left by a crashed process
-// are not collected.
+// are removed by Collect once older than its grace.
+//
+// # Collection
+//
+// Store.Collect removes the rootfs entries nothing references any more
+// (no configured image, no live sandbox) once unused for a grace period,
+// and abandoned temporary entries; see Collect.
 //
 // # Hostile layers
 //
@@ -191,7 +198,8 @@ func (s *Store) store(ctx context.Context, img v1.Image) (Image, error) {
 		User:       cf.Config.User,
 	}
 	if fi, err := os.Lstat(out.RootFS); err == nil && fi.IsDir() {
-		return out, nil
+		s.touchPath(out.RootFS) // in use: see Collect
+		return out, ownerWritable(out.RootFS, fi)
 	}
 	layers, err := img.Layers()
 	if err != nil {
@@ -262,6 +270,7 @@ func (s *Store) unpack(ctx context.Context, layers []v1.Layer, diffIDs []v1.Hash
 		}
 		return 0, fmt.Errorf("imagestore: %w", err)
 	}
+	s.touchPath(final)
 	return x.skipped, nil
 }
 
@@ -294,7 +303,12 @@ func applyLayer(ctx context.Context, x *extractor, l v1.Layer, diffID v1.Hash, l
 	return nil
 }
 
-// makeReadOnly removes every write bit in the tree (symlinks have none).
+// makeReadOnly removes the group and other write bits in the tree
+// (symlinks have none) and gives every entry its owner's: the owner is the
+// gateway's uid, and a sandbox with a writable layer sees the image as its
+// own through an idmapped mount (jail.Spec.Layer), so the owner's bits are
+// what it may write, in its layer only. Nothing writes the store itself:
+// the jail mounts it read-only.
 func makeReadOnly(root *os.Root) error {
 	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -304,14 +318,31 @@ func makeReadOnly(root *os.Root) error {
 			return nil
 		}
 		if p == "." {
-			return root.Chmod(p, 0o555) // readable by the sandbox's user
+			return root.Chmod(p, 0o755) // readable by the sandbox's user
 		}
 		fi, err := d.Info()
 		if err != nil {
 			return err
 		}
-		return root.Chmod(p, fi.Mode().Perm()&^0o222)
+		return root.Chmod(p, fi.Mode().Perm()&^0o022|0o200)
 	})
+}
+
+// ownerWritable gives a rootfs stored before makeReadOnly kept the owner's
+// write bits (its root is 0555) those bits, once.
+func ownerWritable(dir string, fi fs.FileInfo) error {
+	if fi.Mode().Perm()&0o200 != 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("imagestore: %w", err)
+	}
+	defer root.Close()
+	if err := makeReadOnly(root); err != nil {
+		return fmt.Errorf("imagestore: %w", err)
+	}
+	return nil
 }
 
 // removeTree removes a tree that makeReadOnly may have made read-only.

@@ -155,9 +155,10 @@ func (s *Store) Stored(diffIDs []string) (string, bool) {
 		return "", false
 	}
 	dir := filepath.Join(s.rootfs, chain)
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || ownerWritable(dir, fi) != nil {
 		return "", false
 	}
+	s.touchPath(dir) // in use: see Collect
 	return dir, true
 }
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Cgroups puts sandboxes into cgroups of their own that bound their memory
@@ -28,6 +30,11 @@ type Cgroups struct {
 	// parent (cgroup.freeze) or, with v1, the parent in the freezer
 	// hierarchy (freezer.state); "" = none.
 	freezer string
+	// cpuacct is, with v1, the sandboxes' parent in the cpuacct hierarchy
+	// (cpu,cpuacct where the two are mounted together): a sandbox's CPU is
+	// then one read of its cpuacct.usage rather than a /proc/PID/stat read
+	// per process; "" = none (v2 has cpu.stat in every cgroup).
+	cpuacct string
 	// scope sets apart the cgroups of one Cgroups user (a process
 	// backend's state dir) from another's on the same host: sandbox ids
 	// are derived from user and thread, so two fleets serving the same
@@ -99,7 +106,8 @@ const cgroupParent = "sandgate"
 // root/pids are v1 hierarchies: sandboxes go under sandgate in the gateway's
 // own cgroup there (so limits on the gateway's cgroup cover its sandboxes
 // too), or at the top when that is not visible under root; and into the
-// root/freezer hierarchy the same way, when there is one. Else none.
+// root/freezer and root/cpuacct hierarchies the same way, each when there is
+// one the gateway may write. Else none.
 func OpenCgroups(root string) *Cgroups {
 	if dir, err := openV2(root); err == nil {
 		c := &Cgroups{mode: CgroupV2, dirs: []cgroupDir{dir}}
@@ -110,9 +118,13 @@ func OpenCgroups(root string) *Cgroups {
 	}
 	if dirs, err := openV1(root); err == nil {
 		c := &Cgroups{mode: CgroupV1, dirs: dirs}
-		if dir, err := openV1Freezer(root); err == nil {
+		if dir, err := openV1Optional(root, "freezer", "cgroup.procs"); err == nil {
 			c.dirs = append(c.dirs, dir)
 			c.freezer = dir.path
+		}
+		if dir, err := openV1Optional(root, "cpuacct", "cpuacct.usage"); err == nil {
+			c.dirs = append(c.dirs, dir)
+			c.cpuacct = dir.path
 		}
 		return c
 	}
@@ -173,20 +185,28 @@ func openV1(root string) ([]cgroupDir, error) {
 	return dirs, nil
 }
 
-// openV1Freezer makes the sandboxes' parent in the v1 freezer hierarchy,
-// beside openV1's: optional, as a host may not mount it (the process
-// backend then freezes by signals).
-func openV1Freezer(root string) (cgroupDir, error) {
-	hierarchy := filepath.Join(root, "freezer")
-	if _, err := os.Stat(filepath.Join(hierarchy, "cgroup.procs")); err != nil {
+// openV1Optional makes the sandboxes' parent in the v1 hierarchy of
+// controller (probe: a file its root has), beside openV1's: optional, as a
+// host may not mount it or let the gateway write it. Without the freezer
+// the process backend freezes by signals; without cpuacct it sums the CPU
+// of the processes in the sandbox's memory cgroup.
+func openV1Optional(root, controller, probe string) (cgroupDir, error) {
+	hierarchy := filepath.Join(root, controller)
+	if _, err := os.Stat(filepath.Join(hierarchy, probe)); err != nil {
 		return cgroupDir{}, err
 	}
-	if own := OwnCgroups()["freezer"]; own != "" && isDir(filepath.Join(hierarchy, own)) {
+	if own := OwnCgroups()[controller]; own != "" && isDir(filepath.Join(hierarchy, own)) {
 		hierarchy = filepath.Join(hierarchy, own)
 	}
 	parent := filepath.Join(hierarchy, cgroupParent)
 	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return cgroupDir{}, err
+	}
+	// A parent made before, in a hierarchy mounted read-only since (a
+	// container's): mkdir says it exists, and every sandbox's Place
+	// would fail.
+	if err := unix.Access(parent, unix.W_OK); err != nil {
+		return cgroupDir{}, fmt.Errorf("cgroup: %s: %w", parent, err)
 	}
 	return cgroupDir{path: parent}, nil
 }
@@ -212,6 +232,28 @@ func OwnCgroups() map[string]string {
 		}
 	}
 	return own
+}
+
+// CPUFrom says where a sandbox's CPU time comes from, for the start-up
+// log: its cgroup's one counter (v2's cpu.stat, v1's cpuacct.usage), or
+// the /proc/PID/stat of each of its processes (v1 without a cpuacct
+// hierarchy the gateway may write; no cgroups).
+func (c *Cgroups) CPUFrom() string {
+	switch {
+	case c.Mode() == CgroupV2:
+		return "cgroup v2 cpu.stat"
+	case c.CountsCPU():
+		return "cgroup v1 cpuacct.usage"
+	case c.Mode() == CgroupV1:
+		return "/proc of the processes in its memory cgroup"
+	}
+	return "/proc of its process tree"
+}
+
+// CountsCPU reports whether sandboxes placed from now on get a cgroup
+// that counts their CPU time: cgroup v2, or v1 with a cpuacct hierarchy.
+func (c *Cgroups) CountsCPU() bool {
+	return c.Mode() == CgroupV2 || (c.Mode() == CgroupV1 && c.cpuacct != "")
 }
 
 // Mode is CgroupV2, CgroupV1 or CgroupNone.

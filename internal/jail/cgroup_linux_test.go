@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/internal/testutil"
 )
@@ -40,30 +44,42 @@ func TestOpenCgroups(t *testing.T) {
 		mode    string
 		dirs    []string // parents of the sandboxes' cgroups, under root
 		freezer string   // the one that freezes, "" = none
+		cpuacct string   // v1's that counts CPU, "" = none
 	}{
-		{"empty", nil, CgroupNone, nil, ""},
+		{"empty", nil, CgroupNone, nil, "", ""},
 		{"v2", map[string]string{
 			"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "",
 			"sandgate/cgroup.subtree_control": "", "sandgate/cgroup.freeze": "0\n",
-		}, CgroupV2, []string{"sandgate"}, "sandgate"},
+		}, CgroupV2, []string{"sandgate"}, "sandgate", ""},
 		{"v2 before Linux 5.2", map[string]string{
 			"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "",
 			"sandgate/cgroup.subtree_control": "",
-		}, CgroupV2, []string{"sandgate"}, ""},
+		}, CgroupV2, []string{"sandgate"}, "", ""},
 		{"v2 without pids", map[string]string{
 			"cgroup.controllers": "cpu memory\n", "cgroup.subtree_control": "",
-		}, CgroupNone, nil, ""},
+		}, CgroupNone, nil, "", ""},
 		{"v1", map[string]string{
 			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "",
-		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate"}, ""},
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate"}, "", ""},
 		{"v1 with freezer", map[string]string{
 			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "", "freezer/cgroup.procs": "",
-		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate", "freezer/sandgate"}, "freezer/sandgate"},
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate", "freezer/sandgate"}, "freezer/sandgate", ""},
+		{"v1 with cpuacct", map[string]string{
+			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "", "cpuacct/cpuacct.usage": "",
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate", "cpuacct/sandgate"}, "", "cpuacct/sandgate"},
+		{"v1 with freezer and cpuacct", map[string]string{
+			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "", "freezer/cgroup.procs": "", "cpuacct/cpuacct.usage": "",
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate", "freezer/sandgate", "cpuacct/sandgate"}, "freezer/sandgate", "cpuacct/sandgate"},
+		// A cpuacct directory that is not a cpuacct hierarchy (no
+		// cpuacct.usage): none, CPU from /proc.
+		{"v1 cpuacct not a hierarchy", map[string]string{
+			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "", "cpuacct/cgroup.procs": "",
+		}, CgroupV1, []string{"memory/sandgate", "pids/sandgate"}, "", ""},
 		{"v1 in own cgroup", map[string]string{
 			"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "",
 			"memory" + own["memory"] + "/cgroup.procs": "", "pids" + own["pids"] + "/cgroup.procs": "",
-		}, CgroupV1, []string{filepath.Join("memory", own["memory"], "sandgate"), filepath.Join("pids", own["pids"], "sandgate")}, ""},
-		{"v1 without pids", map[string]string{"memory/memory.limit_in_bytes": "", "freezer/cgroup.procs": ""}, CgroupNone, nil, ""},
+		}, CgroupV1, []string{filepath.Join("memory", own["memory"], "sandgate"), filepath.Join("pids", own["pids"], "sandgate")}, "", ""},
+		{"v1 without pids", map[string]string{"memory/memory.limit_in_bytes": "", "freezer/cgroup.procs": ""}, CgroupNone, nil, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +99,15 @@ func TestOpenCgroups(t *testing.T) {
 			}
 			if got := strings.TrimPrefix(c.freezer, root+"/"); got != tt.freezer || c.CanFreeze() != (tt.freezer != "") {
 				t.Errorf("freezer %q (CanFreeze %v), want %q", got, c.CanFreeze(), tt.freezer)
+			}
+			wantCPU := map[string]string{CgroupV2: "cgroup v2 cpu.stat", CgroupV1: "/proc of the processes in its memory cgroup",
+				CgroupNone: "/proc of its process tree"}[tt.mode]
+			if tt.cpuacct != "" {
+				wantCPU = "cgroup v1 cpuacct.usage"
+			}
+			if got := strings.TrimPrefix(c.cpuacct, root+"/"); got != tt.cpuacct || c.CPUFrom() != wantCPU ||
+				c.CountsCPU() != (tt.mode == CgroupV2 || tt.cpuacct != "") {
+				t.Errorf("cpuacct %q (CPUFrom %q, CountsCPU %v), want %q (%q)", got, c.CPUFrom(), c.CountsCPU(), tt.cpuacct, wantCPU)
 			}
 			for _, d := range tt.dirs {
 				if !isDir(filepath.Join(root, d)) {
@@ -200,6 +225,9 @@ func TestCgroupsV1(t *testing.T) {
 		if oom := readTrim(t, filepath.Join(memDir, "memory.oom_control")); !strings.Contains(oom, "oom_kill 1") {
 			t.Errorf("memory.oom_control:\n%s\nwant one OOM kill", oom)
 		}
+		if u, ok, err := c.Usage(name); !ok || err != nil || u.OOMKills != 1 {
+			t.Errorf("Usage after one OOM kill = %+v, %v, %v; want OOMKills 1", u, ok, err)
+		}
 	})
 	t.Run("pids", func(t *testing.T) {
 		out, err := runPlaced(t, c, name, l,
@@ -262,18 +290,42 @@ func runPlaced(t *testing.T, c *Cgroups, name string, l Limits, script string, a
 }
 
 // killCgroup kills every process in a v1 cgroup.
+// startWaiting starts /bin/sh running script once a line arrives on its
+// stdin (returned): the caller places it in a cgroup first.
+func startWaiting(t *testing.T, script string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "read go; "+script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin
+}
+
 func killCgroup(dir string) {
+	for _, pid := range cgroupProcs(dir) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// cgroupProcs lists the processes in a cgroup (none if it cannot tell).
+func cgroupProcs(dir string) []int {
 	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return
+		return nil
 	}
 	defer f.Close()
+	var pids []int
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		if pid, err := strconv.Atoi(s.Text()); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			pids = append(pids, pid)
 		}
 	}
+	return pids
 }
 
 func readTrim(t *testing.T, path string) string {
@@ -314,6 +366,45 @@ func testCgroups(t *testing.T, c *Cgroups) *Cgroups {
 		if d.path == c.freezer {
 			own.freezer = dir
 		}
+		if d.path == c.cpuacct {
+			own.cpuacct = dir
+		}
 	}
 	return own
+}
+
+// TestOpenCgroupsReadOnlyCpuacct: a v1 cpuacct hierarchy the gateway may
+// not write (mounted read-only, with the sandboxes' parent already there
+// from before, so mkdir says it exists) gives no cpuacct, CPU from /proc,
+// rather than a Place that fails for every sandbox. In a mount namespace
+// of this test's own thread.
+func TestOpenCgroupsReadOnlyCpuacct(t *testing.T) {
+	t.Parallel()
+	testutil.Require(t, os.Geteuid() == 0, "root (a read-only bind mount)")
+	root := t.TempDir()
+	fakeFiles(t, root, map[string]string{"memory/memory.limit_in_bytes": "", "pids/cgroup.procs": "",
+		"cpuacct/cpuacct.usage": "", "cpuacct/sandgate/cpuacct.usage": ""})
+	done := make(chan *Cgroups, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with its namespace
+		defer close(done)
+		cpuacct := filepath.Join(root, "cpuacct")
+		for _, err := range []error{unix.Unshare(unix.CLONE_NEWNS),
+			unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""),
+			unix.Mount(cpuacct, cpuacct, "", unix.MS_BIND, ""),
+			unix.Mount("", cpuacct, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, "")} {
+			if err != nil {
+				t.Errorf("read-only bind mount: %v", err)
+				return
+			}
+		}
+		done <- OpenCgroups(root)
+	}()
+	c := <-done
+	if c == nil {
+		return
+	}
+	if c.Mode() != CgroupV1 || c.cpuacct != "" || c.CountsCPU() || len(c.dirs) != 2 {
+		t.Errorf("read-only cpuacct: mode %s, cpuacct %q, %d parents; want v1 without cpuacct", c.Mode(), c.cpuacct, len(c.dirs))
+	}
 }

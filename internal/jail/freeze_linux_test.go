@@ -62,14 +62,7 @@ func TestCgroupsFreeze(t *testing.T) {
 	eachFreezer(t, func(t *testing.T, c *Cgroups, name string) {
 		dir := filepath.Join(c.freezer, name)
 		ctx := t.Context()
-		cmd := exec.Command("/bin/sh", "-c", "read go; (while :; do :; done) & while :; do :; done")
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, stdin := startWaiting(t, "(while :; do :; done) & while :; do :; done")
 		t.Cleanup(func() {
 			killCgroup(dir)
 			_ = c.Freeze(ctx, name, false)
@@ -122,7 +115,7 @@ func TestCgroupsFreeze(t *testing.T) {
 		if err := c.Freeze(ctx, name, false); err != nil {
 			t.Fatal(err)
 		}
-		err = cmd.Wait()
+		err := cmd.Wait()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Errorf("frozen shell killed and thawed: %v, want killed", err)

@@ -3,10 +3,12 @@
 package jail
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"syscall"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,4 +56,43 @@ func IA32Syscall(nr, a1, a2, a3, a4, a5 uintptr) (supported bool, err error) {
 		return true, fmt.Errorf("killed by %v", ws.Signal())
 	}
 	return true, fmt.Errorf("child ended with status %#x", uint32(ws))
+}
+
+// ia32UnshareRefused runs filter in a BPF interpreter on unshare through
+// the ia32 ABI and reports whether it answers EPERM. A kernel without ia32
+// emulation faults int $0x80 before any filter is asked, so unshareIA32
+// cannot tell a filter that would let the call through there; the
+// interpreter can, on every kernel.
+func ia32UnshareRefused(filter []unix.SockFilter) (bool, error) {
+	vm, err := filterInterpreter(filter)
+	if err != nil {
+		return false, err
+	}
+	action, err := vm.Run(seccompInput(unix.AUDIT_ARCH_I386, ia32Unshare, unix.CLONE_NEWUSER))
+	return uint32(action) == unix.SECCOMP_RET_ERRNO|uint32(unix.EPERM), err
+}
+
+// filterInterpreter is a BPF interpreter running filter.
+func filterInterpreter(filter []unix.SockFilter) (*bpf.VM, error) {
+	raw := make([]bpf.RawInstruction, len(filter))
+	for i, f := range filter {
+		raw[i] = bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+	}
+	insts, ok := bpf.Disassemble(raw)
+	if !ok {
+		return nil, errors.New("an instruction the interpreter does not know")
+	}
+	return bpf.NewVM(insts)
+}
+
+// seccompInput is struct seccomp_data (nr, arch, ip, six arguments) for
+// the interpreter, which loads words big-endian where the kernel loads
+// them in the machine's order: all zero but nr, arch and the first
+// argument's low word.
+func seccompInput(auditArch, nr, arg0 uint32) []byte {
+	d := make([]byte, 64)
+	binary.BigEndian.PutUint32(d[0:], nr)
+	binary.BigEndian.PutUint32(d[4:], auditArch)
+	binary.BigEndian.PutUint32(d[16:], arg0)
+	return d
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,13 +61,21 @@ func Setup() ([]string, error) {
 			writable = append(writable, m.Target)
 		}
 	}
+	if spec.LayerFD != 0 {
+		for _, top := range systemTops {
+			writable = append(writable, "/"+top)
+		}
+	}
 	report, err := lockDown(spec.Limits, spec.MemoryByRlimit, writable, spec.Seccomp)
 	if err != nil {
 		return nil, fmt.Errorf("lock down: %w", err)
 	}
-	// Started with GOMAXPROCS=1 (Command.Start): threads made from now on
-	// inherit the lockdown.
-	runtime.SetDefaultGOMAXPROCS()
+	// Started with GOMAXPROCS=1 (Command.Start), and kept so: one P serves
+	// the sandbox's API (its commands are processes of their own, not held
+	// to it), and the Go runtime starts fewer threads. Threads count in
+	// kernel.pid_max with every other sandbox's: at 2 Ps an idle sandbox
+	// ran 7, at 1 it runs fewer (bench density), the first limit on how
+	// many sandboxes a host holds.
 	fmt.Fprintln(os.Stderr, "sandbox jail:", report) // to the sandbox's log on the host
 	if spec.Probe {
 		return nil, nil
@@ -186,6 +193,14 @@ func build(spec *Spec) error {
 		if system, err = openSystemRoot(spec); err != nil {
 			return fmt.Errorf("open system root: %w", err)
 		}
+		if spec.LayerFD != 0 {
+			lower := system
+			system, err = overlayRoot(spec, lower)
+			_ = unix.Close(lower)
+			if err != nil {
+				return fmt.Errorf("image layer: %w", err)
+			}
+		}
 		defer unix.Close(system)
 	}
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
@@ -195,7 +210,7 @@ func build(spec *Spec) error {
 		what string
 		do   func() error
 	}{
-		{"system dirs", func() error { return systemDirs(system, spec.SystemRoot != "") }},
+		{"system dirs", func() error { return systemDirs(system, spec.SystemRoot != "", spec.LayerFD != 0) }},
 		{"/etc", func() error { return etc(system) }},
 		{"/dev", func() error { return devices(host) }},
 		{"/tmp", func() error { return tmpfs("/tmp", 0o1777, spec.Limits.TmpSize) }},
@@ -267,15 +282,18 @@ func openSystemRoot(spec *Spec) (int, error) {
 }
 
 // systemDirs binds the program and library dirs of the host or a system
-// root (from) read-only, and copies the symlinks a merged-/usr system has
-// in their place.
-func systemDirs(from int, image bool) error {
-	tops := hostTops
+// root (from) read-only, or writable where from is a writable layer's
+// overlay, and copies the symlinks a merged-/usr system has in their place.
+func systemDirs(from int, image, layered bool) error {
+	tops, attr := hostTops, uint64(readOnly)
 	if image {
 		tops = systemTops
 	}
+	if layered {
+		attr = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	}
 	for _, name := range tops {
-		if err := bind(from, "/"+name, readOnly); err != nil {
+		if err := bind(from, "/"+name, attr); err != nil {
 			return err
 		}
 	}

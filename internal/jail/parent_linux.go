@@ -101,6 +101,16 @@ func (c *Command) Start() (*exec.Cmd, error) {
 			return nil, fmt.Errorf("system root: %w", err)
 		}
 		trees, spec.SystemRootFD = append(trees, tree...), sys[0].FD
+		if spec.Layer != "" {
+			if len(tree) == 0 {
+				return nil, errors.New("image layer: may not clone mounts")
+			}
+			layer, err := prepareLayer(&spec, tree[0], c.Binary, c.UID, c.GID, FirstFile+len(c.Files)+len(trees))
+			if err != nil {
+				return nil, err
+			}
+			trees = append(trees, layer)
+		}
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -125,14 +135,15 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	extra := append(append([]*os.File{specR}, c.Files...), trees...)
 	cmd := exec.Command(fmt.Sprintf("/proc/self/fd/%d", 3+len(extra)), InitCommand)
 	cmd.Args[0] = "sandgate" // what the sandbox's ps shows: not a host path
-	// One P until the lock-down (Setup restores the default): the Go
-	// runtime then starts fewer threads, and each all-threads syscall
-	// (earlydrop's 44 at start-up, lockDown's few) signals every thread in
-	// turn. Setup clears the environment.
+	// One P, for good (Setup keeps it): the Go runtime then starts fewer
+	// threads, each all-threads syscall (earlydrop's 44 at start-up,
+	// lockDown's few) signals every thread in turn, and an idle sandbox
+	// holds fewer of the host's pids. Setup clears the environment, so
+	// the sandbox's commands do not inherit it.
 	cmd.Env = []string{"GOMAXPROCS=1"}
 	cmd.Stdout, cmd.Stderr = c.Output, c.Output
 	cmd.ExtraFiles = append(extra, bin)
-	cmd.SysProcAttr = sysProcAttr(c.Spec.HostNetwork)
+	cmd.SysProcAttr = sysProcAttr(c.Spec.HostNetwork, spec.LayerFD != 0)
 	if err := cmd.Start(); err != nil {
 		_ = specW.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
@@ -174,7 +185,12 @@ func (c *Command) Start() (*exec.Cmd, error) {
 // user (ambient capabilities carry over), the gateway writes its maps once
 // the exec is done (mapIDs), and the child takes SandboxUID and SandboxGID
 // itself once it has read the spec (setIDs), before it does anything else.
-func sysProcAttr(hostNetwork bool) *syscall.SysProcAttr {
+//
+// A writable image layer needs CAP_DAC_OVERRIDE too: the overlay makes its
+// work dir mode 0 and works in it with its mounter's credentials. Like the
+// others it holds only in the sandbox's user namespace, where the sandbox's
+// own host uid is the only one mapped, so it reaches no file of another.
+func sysProcAttr(hostNetwork, layer bool) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | // the cgroup namespace comes once placed: cgroupNamespace
@@ -186,6 +202,9 @@ func sysProcAttr(hostNetwork bool) *syscall.SysProcAttr {
 	}
 	if hostNetwork {
 		attr.Cloneflags &^= syscall.CLONE_NEWNET
+	}
+	if layer {
+		attr.AmbientCaps = append(attr.AmbientCaps, unix.CAP_DAC_OVERRIDE)
 	}
 	return attr
 }

@@ -72,6 +72,14 @@ type Spec struct {
 	// SystemRootFD is the child's descriptor of a detached clone of
 	// SystemRoot (as Mount.FD); 0 = the child opens SystemRoot itself.
 	SystemRootFD int `json:"system_root_fd,omitempty"`
+	// Layer is a directory of the sandbox's own (created, and made its host
+	// uid's, by Command.Start) holding a writable overlay over SystemRoot:
+	// the sandbox may change its systemTops (install into /usr), the
+	// changes land in Layer and the shared root is never written. "" =
+	// SystemRoot read-only. It needs a root gateway (idmapped mounts).
+	Layer string `json:"layer,omitempty"`
+	// LayerFD is the child's descriptor of a detached clone of Layer.
+	LayerFD int `json:"layer_fd,omitempty"`
 }
 
 // placedMark follows the spec on its pipe once the parent has placed the
@@ -115,6 +123,9 @@ func (s Spec) Validate() error {
 	}
 	if s.SystemRoot != "" && (!path.IsAbs(s.SystemRoot) || path.Clean(s.SystemRoot) != s.SystemRoot) {
 		errs = append(errs, errors.New("system root: want a clean absolute path"))
+	}
+	if s.Layer != "" && (s.SystemRoot == "" || !path.IsAbs(s.Layer) || path.Clean(s.Layer) != s.Layer) {
+		errs = append(errs, errors.New("image layer: want a clean absolute path, over a system root"))
 	}
 	if len(s.Args) == 0 {
 		errs = append(errs, errors.New("no server command"))

@@ -114,7 +114,8 @@ func runSystemRoot(t *testing.T, root, script string, unprivileged bool) (string
 const nobody = 65534
 
 // applets are the busybox commands a test root links.
-var applets = []string{"sh", "ls", "cat", "echo", "test", "readlink", "rm", "mkdir", "chmod", "grep", "tr"}
+var applets = []string{"sh", "ls", "cat", "echo", "test", "readlink", "rm", "mkdir", "chmod", "grep", "tr",
+	"stat", "printf", "ln", "cp", "chown", "mknod", "cut"}
 
 // busyboxRoot makes a system root (world-readable, as the sandbox's host
 // uid must read it) with a static busybox and its applets in binDir.

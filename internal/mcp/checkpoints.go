@@ -68,7 +68,7 @@ func addCheckpointTools(srv *sdk.Server, t tools) {
 func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkpointIn) (*sdk.CallToolResult, any, error) {
 	var cp api.Checkpoint
 	err := t.sb.control(ctx, longTimeout, http.MethodPost, "/checkpoints", api.CreateCheckpoint{Label: in.Label}, &cp)
-	if code(err) == "checkpoint_not_found" {
+	if c := code(err); c == "not_found" || c == "checkpoint_not_found" { // not_found: no workspace (older gateways: checkpoint_not_found)
 		return fail("Error: this thread has no files yet, so there is nothing to checkpoint")
 	}
 	if err != nil {
@@ -89,7 +89,11 @@ func (t tools) checkpoint(ctx context.Context, _ *sdk.CallToolRequest, in checkp
 
 func (t tools) listCheckpoints(ctx context.Context, _ *sdk.CallToolRequest, _ listCheckpointsIn) (*sdk.CallToolResult, any, error) {
 	var list api.CheckpointList
-	if err := t.sb.control(ctx, fileTimeout, http.MethodGet, "/checkpoints", nil, &list); err != nil {
+	err := t.sb.control(ctx, fileTimeout, http.MethodGet, "/checkpoints", nil, &list)
+	if code(err) == "not_found" { // the thread has no files yet: no checkpoints either
+		err, list.Checkpoints = nil, nil
+	}
+	if err != nil {
 		return controlFailed(err, "listing checkpoints")
 	}
 	if len(list.Checkpoints) == 0 {
@@ -136,7 +140,7 @@ func (t tools) forkThread(ctx context.Context, _ *sdk.CallToolRequest, in forkTh
 		return fail("Error: thread %s already exists (it has a sandbox or files); fork onto a new thread id", in.Thread)
 	case c == "checkpoint_not_found" && in.Checkpoint != "":
 		return fail("Error: this thread has no checkpoint %s (list_checkpoints shows the ids)", in.Checkpoint)
-	case c == "checkpoint_not_found":
+	case c == "checkpoint_not_found" || c == "not_found":
 		return fail("Error: this thread has no files yet, so there is nothing to fork")
 	}
 	if err != nil {

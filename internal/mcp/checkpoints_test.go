@@ -234,8 +234,12 @@ func TestCheckpointToolErrors(t *testing.T) {
 		wantPath   string
 		wantErrors []string
 	}{
-		{"no files yet", "checkpoint", nil, 404, "checkpoint_not_found", "no such checkpoint, or the thread has no workspace yet",
+		{"no files yet", "checkpoint", nil, 404, "not_found", "no such thread: it has no workspace yet",
 			"POST /threads/t1/checkpoints", []string{"this thread has no files yet, so there is nothing to checkpoint"}},
+		{"no files yet, older gateway", "checkpoint", nil, 404, "checkpoint_not_found", "no such checkpoint, or the thread has no workspace yet",
+			"POST /threads/t1/checkpoints", []string{"this thread has no files yet, so there is nothing to checkpoint"}},
+		{"fork with no files", "fork_thread", map[string]any{"thread": "t2"}, 404, "not_found", "no such thread: it has no workspace yet",
+			"POST /threads/t1/fork", []string{"this thread has no files yet, so there is nothing to fork"}},
 		{"backend without checkpoints", "list_checkpoints", nil, 501, "not_supported", "checkpoints need thread data on the gateway host",
 			"GET /threads/t1/checkpoints", []string{"checkpoints and forks are not available on this gateway"}},
 		{"fork of nothing", "fork_thread", map[string]any{"thread": "t2"}, 404, "checkpoint_not_found", "no such checkpoint",

@@ -36,8 +36,8 @@ type Server struct {
 
 // toolsVersion is the version the server reports: of its tool set, which
 // follows DeerFlow's; the minor version counts Sandgate's additions (1.1:
-// list_templates, use_template).
-const toolsVersion = "1.1.0"
+// list_templates, use_template; 1.2: expose_port).
+const toolsVersion = "1.2.0"
 
 // New returns the MCP endpoints over gateway, the handler that serves
 // /threads/{thread}/v1/... and the thread's control-plane routes.

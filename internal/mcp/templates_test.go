@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/api"
 )
@@ -149,5 +150,60 @@ func TestTemplateToolsWithout(t *testing.T) {
 	if got, isErr := callTool(t, cs, "use_template", map[string]any{"template": "python"}); !isErr ||
 		got != "Error: switching the template failed: the fleet is at capacity (capacity)" {
 		t.Errorf("use_template: %v %q", isErr, got)
+	}
+}
+
+// previewGateway stands in for thread t1's POST /threads/t1/previews in
+// the router's shape; port 1 is refused as the router refuses a bad ttl.
+type previewGateway struct{ asked requests }
+
+func (g *previewGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := g.asked.add(r)
+	var req api.CreatePreview
+	if r.Method+" "+r.URL.Path != "POST /threads/t1/previews" || json.Unmarshal(body, &req) != nil {
+		writeCode(w, http.StatusNotFound, "not_found", "no such route")
+		return
+	}
+	if req.TTL == "forever" {
+		writeCode(w, http.StatusBadRequest, "bad_request", `bad preview link request: ttl "forever" is not a duration such as 30m or 2h`)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.Preview{ID: "0a1b2c3d4e5f", URL: "http://link.preview.example/", Port: req.Port,
+		ExpiresAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)})
+}
+
+// TestExposePort: the tool returns the link the gateway made for the port;
+// a refusal is a tool error quoting the gateway; a bad port asks nothing.
+func TestExposePort(t *testing.T) {
+	t.Parallel()
+	gw := &previewGateway{}
+	srv := New(gw, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { srv.ServeThread(w, r, "t1") }))
+	t.Cleanup(hs.Close)
+	cs := connectAs(t, hs.URL, "Bearer user-key")
+	for _, step := range []struct {
+		name    string
+		args    map[string]any
+		isError bool
+		want    string
+		asked   []string
+	}{
+		{"link", map[string]any{"port": 3000, "ttl": "2h"}, false,
+			"Port 3000 of this sandbox is at http://link.preview.example/ until 2030-01-01T00:00:00Z (link 0a1b2c3d4e5f). " +
+				"Anyone with the link can open it; a server that is not listening yet answers 502 until it is.",
+			[]string{`POST /threads/t1/previews {"port":3000,"ttl":"2h"}`}},
+		{"bad ttl", map[string]any{"port": 3000, "ttl": "forever"}, true,
+			`Error: the gateway refused it: bad preview link request: ttl "forever" is not a duration such as 30m or 2h`,
+			[]string{`POST /threads/t1/previews {"port":3000,"ttl":"forever"}`}},
+		{"bad port", map[string]any{"port": 70000}, true, "Error: port must be 1-65535", nil},
+	} {
+		before := len(gw.asked.list())
+		got, isErr := callTool(t, cs, "expose_port", step.args)
+		if isErr != step.isError || got != step.want {
+			t.Errorf("%s: isError %v %q, want %v %q", step.name, isErr, got, step.isError, step.want)
+		}
+		if asked := gw.asked.list()[before:]; !reflect.DeepEqual(asked, step.asked) && (len(asked) != 0 || step.asked != nil) {
+			t.Errorf("%s: asked %q, want %q", step.name, asked, step.asked)
+		}
 	}
 }

@@ -109,6 +109,7 @@ func addTools(srv *sdk.Server, sb *sandbox) {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.grep)
 	addCheckpointTools(srv, t)
 	addTemplateTools(srv, t)
+	addPreviewTools(srv, t)
 }
 
 // text is a successful result; fail an isError one. DeerFlow returns its

@@ -98,7 +98,7 @@ func TestToolsList(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "list_templates", "ls", "read_file",
+	want := []string{"bash", "checkpoint", "expose_port", "fork_thread", "glob", "grep", "list_checkpoints", "list_templates", "ls", "read_file",
 		"restore_checkpoint", "str_replace", "use_template", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)

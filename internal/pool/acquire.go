@@ -177,7 +177,7 @@ func (p *Pool) reuse(ctx context.Context, rec state.Record, verify bool) (*Route
 	}
 	if rec.State == state.StateWarm {
 		p.log.InfoContext(ctx, "sandbox reclaimed from warm pool", "sandbox_id", rec.SandboxID, "thread", rec.Thread)
-		p.notes.ready(ctx, r)
+		p.notes.ready(ctx, r, OutcomeWarm)
 		return r, OutcomeWarm, nil
 	}
 	if !rec.Frozen.IsZero() {
@@ -264,7 +264,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 		p.metrics.Adopted("acquire")
 		p.log.InfoContext(ctx, "adopted running sandbox", "sandbox_id", sid, "thread", thread)
-		p.notes.ready(ctx, r)
+		p.notes.ready(ctx, r, OutcomeAdopted)
 		return r, OutcomeAdopted, nil
 	}
 
@@ -292,7 +292,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 	}
 	if takenLock != nil {
 		if r, err := p.takes.take(ctx, taken, takenLock, user, thread, sid, t); err == nil {
-			p.notes.ready(ctx, r)
+			p.notes.ready(ctx, r, OutcomePrewarm)
 			return r, OutcomePrewarm, nil
 		}
 	}
@@ -305,7 +305,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 		return nil, "", err
 	}
-	p.notes.ready(ctx, r)
+	p.notes.ready(ctx, r, OutcomeCold)
 	return r, OutcomeCold, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -69,6 +70,17 @@ func (a *Admin) Stats(ctx context.Context, sid string) (backend.Stats, error) {
 		return backend.Stats{}, err
 	}
 	return st.Stats(ctx, rec.Info())
+}
+
+// Commands reads the last limit records of the commands that ended in
+// sid's sandbox, from its server (a third-party image has none:
+// backend.ErrNotSupported).
+func (a *Admin) Commands(ctx context.Context, sid string, limit int) (sandboxspec.CommandLog, error) {
+	rec, err := a.recorded(ctx, sid)
+	if err != nil {
+		return sandboxspec.CommandLog{}, err
+	}
+	return backend.ServerCommands(ctx, rec.Info(), limit)
 }
 
 // CanStat says whether Stats can answer at all on this backend.

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/state"
 )
 
@@ -45,6 +46,18 @@ func (c *cache) sandbox(sid string, now time.Time) *Route {
 	return r
 }
 
+// sandboxBytes is sandbox for an id the caller holds as bytes (a
+// preview link's): the map look-up converts without allocating.
+func (c *cache) sandboxBytes(sid []byte, now time.Time) *Route {
+	c.mu.RLock()
+	r := c.bySID[string(sid)]
+	c.mu.RUnlock()
+	if r == nil || now.UnixNano() > r.expires.Load() {
+		return nil
+	}
+	return r
+}
+
 // capability returns the live route a capability opens, or nil. The key is
 // the capability's SHA-256: the map's timing says nothing about the secret.
 func (c *cache) capability(sum state.CapabilitySum, now time.Time) *CapRoute {
@@ -65,7 +78,7 @@ func (c *cache) putCapability(sum state.CapabilitySum, r *Route) *CapRoute {
 	if cr := r.capRoute; cr != nil && cr.sum == sum {
 		return cr
 	}
-	cr := &CapRoute{Route: r, sum: sum}
+	cr := &CapRoute{Route: r, sum: sum, caller: []string{sandboxspec.CallerCapability + ":" + r.User}}
 	if r.gone.Load() { // dropped meanwhile: serve this request, cache nothing
 		return cr
 	}

@@ -48,11 +48,26 @@ func (p *Pool) RecheckCapability(ctx context.Context, failed *CapRoute) (*CapRou
 }
 
 func (p *Pool) capabilitySlow(ctx context.Context, sum state.CapabilitySum, verify bool, start time.Time) (*CapRoute, Outcome, error) {
-	rec, ok, err := p.store.ByCapability(ctx, sum)
+	r, outcome, err := p.reuseExisting(ctx, func(ctx context.Context) (state.Record, bool, error) {
+		return p.store.ByCapability(ctx, sum)
+	}, verify, start)
+	if err != nil {
+		return nil, "", err
+	}
+	return p.cache.putCapability(sum, r), outcome, nil
+}
+
+// reuseExisting routes to the record read returns, never provisioning:
+// the path behind a cache miss of a credential that names one incarnation
+// (a capability, a preview link). A missing, dead or replaced sandbox is
+// ErrNotFound. A frozen or paused one is thawed under its lock, the record
+// read again there.
+func (p *Pool) reuseExisting(ctx context.Context, read func(context.Context) (state.Record, bool, error), verify bool, start time.Time) (*Route, Outcome, error) {
+	rec, ok, err := read(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
-	if !ok {
+	if !ok || rec.State == state.StateDestroying {
 		return nil, "", ErrNotFound
 	}
 	if identity.SandboxID(rec.User, rec.Thread) != rec.SandboxID {
@@ -67,7 +82,7 @@ func (p *Pool) capabilitySlow(ctx context.Context, sum state.CapabilitySum, veri
 			return nil, "", lockErr(err)
 		}
 		defer p.locks.unlock(held)
-		if rec, ok, err = p.store.ByCapability(ctx, sum); err != nil || !ok {
+		if rec, ok, err = read(ctx); err != nil || !ok || rec.State == state.StateDestroying {
 			err = capabilityGone(err)
 			p.obs.acquired(span, start, "", err)
 			return nil, "", err
@@ -75,14 +90,14 @@ func (p *Pool) capabilitySlow(ctx context.Context, sum state.CapabilitySum, veri
 	}
 	r, outcome, err := p.reuse(ctx, rec, verify)
 	if err == nil && r == nil {
-		err = ErrNotFound // dead or replaced: the capability died with its incarnation
+		err = ErrNotFound // dead or replaced: the credential died with its incarnation
 	}
 	p.obs.acquired(span, start, outcome, err)
 	if err != nil {
 		return nil, "", err
 	}
 	r.touched.Store(true)
-	return p.cache.putCapability(sum, r), outcome, nil
+	return r, outcome, nil
 }
 
 func capabilityGone(err error) error {

@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/state"
 )
 
 // TestCachedCapabilityRouteDoesNotAllocate: a cached capability costs one
-// SHA-256 and a map read; this pool's Redis is unreachable, so any round
-// trip would fail the call.
+// SHA-256 and a map read, and its caller header value is the entry's;
+// this pool's Redis is unreachable, so any round trip would fail the call.
 func TestCachedCapabilityRouteDoesNotAllocate(t *testing.T) {
 	p, r := hotPool(t)
 	const capability = "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXg"
@@ -19,6 +20,9 @@ func TestCachedCapabilityRouteDoesNotAllocate(t *testing.T) {
 		cr, o, err := p.CapabilityRoute(ctx, capability)
 		if err != nil || cr != want || o != OutcomeHit {
 			t.Fatalf("cache miss: %v", err)
+		}
+		if c := cr.Caller(); len(c) != 1 || c[0] != sandboxspec.CallerCapability+":"+r.User {
+			t.Fatalf("caller %q", c)
 		}
 		cr.Begin()
 		cr.End()

@@ -114,7 +114,11 @@ func (p *capacity) reserve(ctx context.Context, user, thread, sid, claim string)
 			if evictions++; evictions > maxEvictions {
 				return state.Record{}, nil, fmt.Errorf("%w: could not evict a warm sandbox", ErrCapacity)
 			}
-			p.evict(ctx, res.Victim)
+			reason := ReasonEvicted
+			if res.Quota {
+				reason = ReasonQuota
+			}
+			p.evict(ctx, res.Victim, reason)
 		case "user_max":
 			return state.Record{}, nil, &QuotaError{User: user, Limit: LimitSandboxesPerUser, Max: p.cfg.MaxSandboxesPerUser, RetryAfter: retryUserHeld}
 		case "user_creates":
@@ -143,9 +147,10 @@ func (p *capacity) reserve(ctx context.Context, user, thread, sid, claim string)
 	}
 }
 
-// evict destroys sid if it is still warm. Losing the race (it was reclaimed,
-// or another replica evicts it) is fine: the caller reserves again.
-func (p *capacity) evict(ctx context.Context, sid string) {
+// evict destroys sid if it is still warm, for reason (evicted: the fleet's
+// room; quota: its user's). Losing the race (it was reclaimed, or another
+// replica evicts it) is fine: the caller reserves again.
+func (p *capacity) evict(ctx context.Context, sid string, reason DestroyReason) {
 	ctx, span := p.obs.span(ctx, spanEvict, sid, "")
 	defer span.End()
 	held, err := p.locks.lock(ctx, sid, time.Second)
@@ -166,7 +171,7 @@ func (p *capacity) evict(ctx context.Context, sid string) {
 	if err != nil || !ok {
 		return
 	}
-	if err := p.destroyer.destroyClaimed(ctx, rec, ReasonEvicted); err != nil {
+	if err := p.destroyer.destroyClaimed(ctx, rec, reason); err != nil {
 		p.log.WarnContext(ctx, "evict", "sandbox_id", sid, "err", err)
 		telemetry.Fail(span, err)
 		return

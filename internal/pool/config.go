@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -56,6 +57,13 @@ type Config struct {
 	ReconcileGrace time.Duration
 	// ReconcileDryRun logs what the reconciler would do and does nothing.
 	ReconcileDryRun bool
+	// Solo: this gateway is the only one using the state, which starts
+	// empty with the process (the embedded Redis). A sandbox without a
+	// record created before the pool was is adopted at once, not after
+	// ReconcileGrace: the grace waits for another replica's create to
+	// record its sandbox, and there is none. Set by the gateway, not by
+	// configuration.
+	Solo bool
 	// BucketLeaseTTL is how long a replica's lease on a bucket (the right to
 	// reap and reconcile it) outlives its last renewal. 0 = 15s.
 	BucketLeaseTTL time.Duration
@@ -68,12 +76,28 @@ type Config struct {
 	// PauseWarm freezes warm sandboxes (backends that implement
 	// backend.Freezer) and thaws them on reclaim.
 	PauseWarm bool
+	// MetricsInterval is how often the sampler (Sampler) measures each
+	// sandbox this replica serves, on backends with a cheap meter
+	// (backend.MeterOpener: process); others (docker, kubernetes) are
+	// measured every metricsSlowEvery intervals. 0 = 1s.
+	MetricsInterval time.Duration
+	// MetricsPerSandbox exports one Prometheus series set per sampled
+	// sandbox (labelled by sandbox id); off, only aggregates.
+	MetricsPerSandbox bool
+	// MetricsTopN is how many sandboxes, those using the most CPU and
+	// those holding the most memory, get a Prometheus series each when
+	// MetricsPerSandbox is off (2*N series at a time). 0 = none, the
+	// default: a series named after a sandbox id is one more in the
+	// time-series database for every sandbox that ever ranked, and /metrics
+	// names no sandbox unless the operator asks. At most 100.
+	MetricsTopN int
 	// FreezeAfter freezes an active sandbox (backends that implement
 	// backend.Freezer: process, docker) that has had no request and runs
 	// no command for this long: its processes stop, its memory stays, and
 	// the next request on any replica thaws it. 0 = never. It must exceed
 	// cache_ttl plus touch_interval (see statedb.Store.Freeze) and stay
-	// under idle_timeout.
+	// under idle_timeout. A template's FreezeAfter replaces it for its
+	// sandboxes.
 	FreezeAfter time.Duration
 	// BusyIdleAfter: a running command that has used no CPU and written no
 	// output this long no longer keeps its sandbox busy (one whose process
@@ -85,6 +109,18 @@ type Config struct {
 	// or not (reason max_lifetime): nothing a tenant runs keeps one alive
 	// for good. 0 = 24h; negative = never.
 	MaxLifetime time.Duration
+	// HealthInterval is how often each replica probes the sandboxes it
+	// serves (Health). 0 = 10s; negative = never.
+	HealthInterval time.Duration
+	// HealthTimeout is how long a health probe waits for an answer (a slow
+	// one within it is healthy). 0 = 5s.
+	HealthTimeout time.Duration
+	// HealthFailures is how many probes in a row without an answer destroy
+	// a sandbox (reason failed_health). 0 = 3.
+	HealthFailures int
+	// PreviewMaxTTL is the longest ttl a preview link may be given, and
+	// how long a rotated-out signing key keeps verifying. 0 = 24h.
+	PreviewMaxTTL time.Duration
 
 	// Instance names this replica in labels and logs.
 	Instance string
@@ -121,6 +157,9 @@ const (
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultReconcileGrace    = time.Minute
 	DefaultMaxLifetime       = 24 * time.Hour
+	DefaultHealthInterval    = 10 * time.Second
+	DefaultHealthTimeout     = 5 * time.Second
+	DefaultHealthFailures    = 3
 	// DefaultBucketLeaseTTL is how long a bucket's lease outlives its
 	// holder's last renewal: a bucket whose replica died is taken over
 	// within it (plus one lease tick, a third of it).
@@ -137,7 +176,8 @@ func (c Config) Validate() error {
 		{"create_timeout", c.CreateTimeout}, {"cache_ttl", c.CacheTTL},
 		{"touch_interval", c.TouchInterval}, {"reap_interval", c.ReapInterval},
 		{"lock_ttl", c.LockTTL}, {"reconcile_grace", c.ReconcileGrace}, {"bucket_lease_ttl", c.BucketLeaseTTL},
-		{"freeze_after", c.FreezeAfter},
+		{"freeze_after", c.FreezeAfter}, {"preview_max_ttl", c.PreviewMaxTTL}, {"metrics_interval", c.MetricsInterval},
+		{"health_timeout", c.HealthTimeout},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: must not be negative", d.name)
@@ -148,6 +188,12 @@ func (c Config) Validate() error {
 	}
 	if c.Prewarm < 0 {
 		return errors.New("prewarm: must not be negative")
+	}
+	if c.HealthFailures < 0 {
+		return errors.New("health_failures: must not be negative")
+	}
+	if c.MetricsTopN < 0 || c.MetricsTopN > maxMetricsTopN {
+		return fmt.Errorf("metrics_top_n: 0 (none) to %d (a series each: the point is a bounded count)", maxMetricsTopN)
 	}
 	w := c.withDefaults()
 	if w.IdleTimeout > 0 && w.IdleTimeout < 2*w.TouchInterval {
@@ -161,11 +207,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("freeze_after: %s must be shorter than idle_timeout (%s)", w.FreezeAfter, w.IdleTimeout)
 	}
 	for _, t := range c.Templates {
-		if t.IdleTimeout > 0 && t.IdleTimeout < 2*w.TouchInterval {
-			return fmt.Errorf("templates: %s: idle_timeout %s must be at least twice touch_interval (%s)", t.Name, t.IdleTimeout, w.TouchInterval)
-		}
-		if w.FreezeAfter > 0 && t.IdleTimeout > 0 && w.FreezeAfter >= t.IdleTimeout {
-			return fmt.Errorf("templates: %s: idle_timeout %s must exceed freeze_after (%s)", t.Name, t.IdleTimeout, w.FreezeAfter)
+		if err := w.validateTemplateTimes(t); err != nil {
+			return fmt.Errorf("templates: %s: %w", t.Name, err)
 		}
 	}
 	if w.LockTTL < 300*time.Millisecond {
@@ -183,6 +226,30 @@ func (c Config) Validate() error {
 	return validateTemplates(c.Templates, c.DefaultTemplate)
 }
 
+// validateTemplateTimes checks t's idle and freeze delays against the
+// fleet's (c, defaults applied): the rules of idle_timeout and
+// freeze_after, each with the template's own value where it has one.
+func (c Config) validateTemplateTimes(t Template) error {
+	idle, freeze := c.IdleTimeout, c.FreezeAfter
+	if t.IdleTimeout != 0 {
+		idle = t.IdleTimeout
+	}
+	if t.FreezeAfter != 0 {
+		freeze = t.FreezeAfter
+	}
+	if t.IdleTimeout > 0 && t.IdleTimeout < 2*c.TouchInterval {
+		return fmt.Errorf("idle_timeout %s must be at least twice touch_interval (%s)", t.IdleTimeout, c.TouchInterval)
+	}
+	if t.FreezeAfter > 0 && t.FreezeAfter <= c.CacheTTL+c.TouchInterval {
+		return fmt.Errorf("freeze_after %s must exceed cache_ttl + touch_interval (%s): a replica may route to a sandbox that long without reading Redis",
+			t.FreezeAfter, c.CacheTTL+c.TouchInterval)
+	}
+	if freeze > 0 && idle > 0 && freeze >= idle {
+		return fmt.Errorf("freeze_after %s must be shorter than idle_timeout (%s)", freeze, idle)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -190,6 +257,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.PreviewMaxTTL, DefaultPreviewMaxTTL)
 	def(&c.ProvisionWait, DefaultProvisionWait)
 	def(&c.CreateTimeout, DefaultCreateTimeout)
 	def(&c.CacheTTL, DefaultCacheTTL)
@@ -201,6 +269,11 @@ func (c Config) withDefaults() Config {
 	def(&c.BucketLeaseTTL, DefaultBucketLeaseTTL)
 	def(&c.BusyIdleAfter, sandboxspec.DefaultBusyIdleAfter)
 	def(&c.MaxLifetime, DefaultMaxLifetime)
+	def(&c.HealthInterval, DefaultHealthInterval)
+	def(&c.HealthTimeout, DefaultHealthTimeout)
+	if c.HealthFailures == 0 {
+		c.HealthFailures = DefaultHealthFailures
+	}
 	if c.MaxSandboxes == 0 {
 		c.MaxSandboxes = DefaultMaxSandboxes
 	}
@@ -222,8 +295,20 @@ func (c Config) lifetimeInterval() time.Duration {
 	return min(max(c.MaxLifetime/100, c.ReapInterval), time.Minute)
 }
 
-// freezeInterval is how often the freezer looks: a tenth of FreezeAfter,
-// between 100ms and ReapInterval, so a sandbox freezes at most ~10% late.
+// freezeInterval is how often the freezer looks: a tenth of the shortest
+// freeze delay (the fleet's or a template's), between 100ms and
+// ReapInterval, so a sandbox freezes at most ~10% late.
+func (c Config) metricsInterval() time.Duration { return cmp.Or(c.MetricsInterval, time.Second) }
+
+// maxMetricsTopN bounds MetricsTopN.
+const maxMetricsTopN = 100
+
 func (c Config) freezeInterval() time.Duration {
-	return min(max(c.FreezeAfter/10, 100*time.Millisecond), c.ReapInterval)
+	shortest := c.FreezeAfter
+	for _, t := range c.Templates {
+		if t.FreezeAfter > 0 && (shortest <= 0 || t.FreezeAfter < shortest) {
+			shortest = t.FreezeAfter
+		}
+	}
+	return min(max(shortest/10, 100*time.Millisecond), c.ReapInterval)
 }

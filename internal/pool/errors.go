@@ -10,6 +10,8 @@ import (
 var (
 	// ErrNotFound: no sandbox for that thread or id (404).
 	ErrNotFound = errors.New("sandbox not found")
+	// ErrBadPreview: a preview link request with a bad port or ttl.
+	ErrBadPreview = errors.New("bad preview link request")
 	// ErrIdentityConflict: the record at the caller's sandbox id belongs to
 	// another user or thread; it is never served (409).
 	ErrIdentityConflict = errors.New("sandbox record belongs to another user or thread")

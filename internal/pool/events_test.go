@@ -134,8 +134,8 @@ func TestPoolPublishesLifecycle(t *testing.T) {
 			t.Errorf("%s: events %v, want %v", thread, types(got), w.types)
 			continue
 		}
-		if last := got[len(got)-1]; last.Reason != w.reason {
-			t.Errorf("%s: last reason %q, want %q", thread, last.Reason, w.reason)
+		if last := got[len(got)-1]; last.Cause != w.reason {
+			t.Errorf("%s: last reason %q, want %q", thread, last.Cause, w.reason)
 		}
 		for _, ev := range got {
 			if ev.SandboxID != identity.SandboxID("u", thread) || ev.User != "u" || ev.Backend != "fake" {
@@ -185,5 +185,109 @@ func TestPullProgressIsPaced(t *testing.T) {
 	}
 	if pulls[0].Bytes != 0 || pulls[len(pulls)-1].Bytes != reports {
 		t.Errorf("first/last pulling bytes %d/%d, want 0/%d", pulls[0].Bytes, pulls[len(pulls)-1].Bytes, reports)
+	}
+}
+
+// Each cause the pool knows reaches its event, with the sandbox's
+// incarnation: ready cold, then warm after a release; frozen idle (the
+// freezer) and on demand (FreezeThread), each thawed on demand by a
+// request; destroyed with its reason.
+func TestEventCauses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{FreezeAfter: 10 * time.Second, CacheTTL: 10 * time.Millisecond,
+		TouchInterval: 10 * time.Millisecond, IdleTimeout: time.Hour})
+	rec := &recorder{}
+	p := e.replicaWith(func(d *Deps) { d.Events = rec })
+	acquire := func(want Outcome) {
+		t.Helper()
+		if _, o, err := p.Acquire(ctx, "u", "t"); err != nil || o != want {
+			t.Fatalf("acquire: %s, %v; want %s", o, err, want)
+		}
+		p.Wait()
+	}
+	acquire(OutcomeCold)
+	if err := p.Release(ctx, "u", "t"); err != nil {
+		t.Fatal(err)
+	}
+	acquire(OutcomeWarm)
+	e.clock.Advance(20 * time.Second)
+	if n, err := NewFreezer(p).Pass(ctx); n != 1 || err != nil {
+		t.Fatalf("freezer: %d, %v", n, err)
+	}
+	acquire(OutcomeThawed)
+	if err := NewHolder(p).FreezeThread(ctx, "u", "t"); err != nil {
+		t.Fatalf("freeze on demand: %v", err)
+	}
+	acquire(OutcomeThawed)
+	if err := p.DestroyThread(ctx, "u", "t", ReasonAdmin); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+
+	type step struct {
+		typ   events.Type
+		cause string
+	}
+	want := []step{{events.Starting, ""}, {events.Ready, "cold"}, {events.Released, ""}, {events.Ready, "warm"},
+		{events.Frozen, CauseIdle}, {events.Thawed, CauseOnDemand}, {events.Frozen, CauseOnDemand},
+		{events.Thawed, CauseOnDemand}, {events.Destroyed, string(ReasonAdmin)}}
+	var got []step
+	incarnation := ""
+	for _, ev := range rec.of("t") {
+		got = append(got, step{ev.Type, ev.Cause})
+		if ev.Type == events.Starting || ev.Type == events.Released {
+			continue // published before the record, or by sid alone
+		}
+		if ev.Incarnation == "" || incarnation != "" && ev.Incarnation != incarnation {
+			t.Errorf("%s: incarnation %q, want the sandbox's one (%q)", ev.Type, ev.Incarnation, incarnation)
+		}
+		incarnation = ev.Incarnation
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events\n got %v\nwant %v", got, want)
+	}
+}
+
+// A claimed pre-started sandbox is ready with cause prewarm and its
+// template; a create the pool could not serve from one (env of its own)
+// is cold, with the default template.
+func TestReadyEventNamesPrewarmAndTemplate(t *testing.T) {
+	t.Parallel()
+	tpls := []Template{
+		{Name: "py", Backend: backend.Template{Name: "py", Image: "py:1"}, Prewarm: 1},
+		{Name: "node", Backend: backend.Template{Name: "node", Image: "node:1"}, Prewarm: 1},
+	}
+	e := newEnv(t, Config{Prewarm: 4, MaxSandboxes: -1, Templates: tpls, DefaultTemplate: "py"})
+	rec := &recorder{}
+	p := e.replicaWith(func(d *Deps) {
+		d.Backend = &claimingBackend{fakeBackend: e.be}
+		d.Events = rec
+	})
+	if err := NewPrewarmer(p).Pass(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		thread string
+		opts   Options
+		want   Outcome
+		tpl    string
+	}{
+		{"n", Options{Template: "node"}, OutcomePrewarm, "node"},
+		{"p", Options{Env: map[string]string{"A": "1"}}, OutcomeCold, "py"},
+	} {
+		if err := p.SetOptions(t.Context(), "u", tc.thread, tc.opts); err != nil {
+			t.Fatal(err)
+		}
+		if _, o, err := p.Acquire(t.Context(), "u", tc.thread); err != nil || o != tc.want {
+			t.Fatalf("%s: %s, %v; want %s", tc.thread, o, err, tc.want)
+		}
+		p.Wait()
+		got := rec.of(tc.thread)
+		if len(got) == 0 || got[len(got)-1].Type != events.Ready {
+			t.Fatalf("%s: events %v, want a ready last", tc.thread, types(got))
+		}
+		if r := got[len(got)-1]; r.Cause != string(tc.want) || r.Template != tc.tpl || r.Incarnation == "" {
+			t.Errorf("%s: ready %+v, want cause %s, template %s, an incarnation", tc.thread, r, tc.want, tc.tpl)
+		}
 	}
 }

@@ -40,12 +40,20 @@ type fakeBackend struct {
 	commands atomic.Int64
 	// idleAfter is the busy_idle_after of the last activity probe.
 	idleAfter atomic.Value
+	// answerIn delays every answer of the sandbox server (a hung one: longer
+	// than any probe waits).
+	answerIn atomic.Int64
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
 	f := &fakeBackend{live: map[string]backend.Info{}, creates: map[string]int{}, destroys: map[string]int{}, specs: map[string]backend.Spec{},
 		clock: realClock{}, paused: map[string]bool{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Duration(f.answerIn.Load())):
+		case <-r.Context().Done():
+			return
+		}
 		if r.URL.Path == sandboxspec.ActivityPath { // what the sandbox server answers the freezer
 			f.idleAfter.Store(r.URL.Query().Get("busy_idle_after"))
 			fmt.Fprintf(w, `{"success":true,"data":{"commands":%d,"requests":0}}`, f.commands.Load())

@@ -3,10 +3,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // The freezer's decisions on a fake backend and a real Redis: a sandbox is
@@ -189,4 +191,106 @@ func TestReaperSparesRunningCommand(t *testing.T) {
 	if n, err := NewReaper(p).Pass(ctx); n != 1 || err != nil {
 		t.Fatalf("reaped %d (%v) once the command ended, want 1", n, err)
 	}
+}
+
+// A template's freeze_after replaces the fleet's for its sandboxes: one
+// with a short delay freezes while the fleet's default sandbox (no
+// template) does not, one of `never` is never frozen, and a template's
+// delay freezes its own when the fleet freezes nothing.
+func TestTemplateFreezeAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	start := func(cfg Config, threads ...string) (*env, *Pool, map[string]string) {
+		t.Helper()
+		e := newEnv(t, cfg)
+		p := e.replica()
+		sid := map[string]string{}
+		for _, th := range threads {
+			if th != "fleet" {
+				if err := p.SetOptions(ctx, "u", th, Options{Template: th}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, _, err := p.Acquire(ctx, "u", th)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid[th] = r.SandboxID
+		}
+		p.Wait()
+		return e, p, sid
+	}
+	base := Config{CacheTTL: time.Second, TouchInterval: time.Second, IdleTimeout: -1}
+
+	cfg := base
+	cfg.FreezeAfter = 10 * time.Minute
+	cfg.Templates = []Template{{Name: "quick", FreezeAfter: time.Minute}, {Name: "slow", FreezeAfter: 30 * time.Minute},
+		{Name: "keep", FreezeAfter: -1}}
+	e, p, sid := start(cfg, "quick", "slow", "keep", "fleet")
+	freezer := NewFreezer(p)
+	for _, step := range []struct {
+		advance time.Duration
+		frozen  []string // all frozen after this step
+	}{
+		{30 * time.Second, nil},
+		{time.Minute, []string{"quick"}},
+		{5 * time.Minute, []string{"quick"}},
+		{5 * time.Minute, []string{"quick", "fleet"}},
+		{20 * time.Minute, []string{"quick", "fleet", "slow"}},
+		{1000 * time.Hour, []string{"quick", "fleet", "slow"}},
+	} {
+		e.clock.Advance(step.advance)
+		if _, err := freezer.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for th, id := range sid {
+			if want := slices.Contains(step.frozen, th); e.be.isPaused(id) != want {
+				t.Fatalf("after %s more: %s frozen %v, want %v", step.advance, th, e.be.isPaused(id), want)
+			}
+		}
+	}
+	if rec, _, _ := p.store.Get(ctx, sid["keep"]); !rec.Frozen.IsZero() {
+		t.Fatal("a template with freeze_after never was marked frozen")
+	}
+	// Incremental per delay: what every window has passed (the never
+	// sandbox, the frozen ones) is not read again, however many passes.
+	counted := &countingFreezerStore{freezerStore: freezer.p.store}
+	freezer.p.store = counted
+	for range 3 {
+		e.clock.Advance(time.Hour)
+		if n, err := freezer.Pass(ctx); n != 0 || err != nil {
+			t.Fatalf("a later pass froze %d (%v)", n, err)
+		}
+	}
+	if counted.idle != 0 || counted.gets != 0 {
+		t.Fatalf("later passes read %d idle entries and %d records, want none", counted.idle, counted.gets)
+	}
+
+	// The fleet freezes nothing; a template's delay still freezes its own.
+	cfg = base
+	cfg.Templates = []Template{{Name: "quick", FreezeAfter: time.Minute}}
+	e, p, sid = start(cfg, "quick", "fleet")
+	e.clock.Advance(1000 * time.Hour)
+	if n, err := NewFreezer(p).Pass(ctx); n != 1 || err != nil || !e.be.isPaused(sid["quick"]) || e.be.isPaused(sid["fleet"]) {
+		t.Fatalf("fleet never, template 1m, 1000h idle: froze %d (%v), want the template's only", n, err)
+	}
+}
+
+// countingFreezerStore counts what a freezer reads.
+type countingFreezerStore struct {
+	freezerStore
+	idle, gets int
+}
+
+func (c *countingFreezerStore) IdleSince(ctx context.Context, buckets []int, from map[int]time.Time, to time.Time, limit int64) ([][]state.Idle, error) {
+	out, err := c.freezerStore.IdleSince(ctx, buckets, from, to, limit)
+	for _, l := range out {
+		c.idle += len(l)
+	}
+	return out, err
+}
+
+func (c *countingFreezerStore) Get(ctx context.Context, sid string) (state.Record, bool, error) {
+	c.gets++
+	return c.freezerStore.Get(ctx, sid)
 }

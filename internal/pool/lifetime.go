@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -36,8 +35,7 @@ type lifetimeParams struct {
 // lifetimeStore reads the records of some buckets and claims one.
 type lifetimeStore interface {
 	bucketRecorder
-	Get(ctx context.Context, sid string) (state.Record, bool, error)
-	Claim(ctx context.Context, sid, incarnation string) (state.Record, bool, error)
+	claimStore
 }
 
 func newLifetime(p lifetimeParams) *Lifetime { return &Lifetime{p: p} }
@@ -99,27 +97,10 @@ func overAge(rec state.Record, cutoff time.Time) bool {
 // lock; false if it was left (locked elsewhere: the next pass looks again).
 func (l *Lifetime) expire(ctx context.Context, sid, incarnation string, cutoff time.Time) (bool, error) {
 	p := l.p
-	held, err := p.locks.lock(ctx, sid, 0)
-	if errors.Is(err, state.ErrLocked) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	defer p.locks.unlock(held)
-	cur, ok, err := p.store.Get(ctx, sid)
-	if err != nil || !ok || cur.Incarnation != incarnation || !overAge(cur, cutoff) {
-		return false, err
-	}
-	rec, ok, err := p.store.Claim(ctx, sid, incarnation)
-	if err != nil || !ok {
-		return false, err
-	}
-	p.log.InfoContext(ctx, "sandbox reached max_lifetime", "sandbox_id", sid, "thread", rec.Thread,
-		"age", p.clock.Now().Sub(rec.CreatedAt).Round(time.Second), "max_lifetime", p.maxLifetime)
-	if err := p.destroyer.destroyClaimed(ctx, rec, ReasonMaxLifetime); err != nil {
-		p.log.WarnContext(ctx, "destroy over-age sandbox", "sandbox_id", sid, "thread", rec.Thread, "err", err)
-		return false, nil
-	}
-	return true, nil
+	return p.destroyer.destroyIfStill(ctx, p.locks, p.store, sid, incarnation, ReasonMaxLifetime,
+		func(rec state.Record) bool { return overAge(rec, cutoff) },
+		func(rec state.Record) {
+			p.log.InfoContext(ctx, "sandbox reached max_lifetime", "sandbox_id", sid, "thread", rec.Thread,
+				"age", p.clock.Now().Sub(rec.CreatedAt).Round(time.Second), "max_lifetime", p.maxLifetime)
+		})
 }

@@ -27,15 +27,17 @@ const (
 type DestroyReason string
 
 const (
-	ReasonIdle        DestroyReason = "idle"            // the reaper
-	ReasonEvicted     DestroyReason = "evicted"         // room for a create under max_sandboxes
-	ReasonClient      DestroyReason = "client"          // DELETE /threads/{t}/sandbox?destroy=true
-	ReasonProvisioner DestroyReason = "provisioner_api" // DELETE /api/sandboxes/{id}
-	ReasonInterrupted DestroyReason = "interrupted"     // finishing a destroy a crashed replica left
-	ReasonAdmin       DestroyReason = "admin"           // the operator CLI (/admin/v1)
-	ReasonPrewarmTrim DestroyReason = "prewarm_trim"    // a pre-started sandbox over Config.Prewarm, stale or failing its claim
-	ReasonMaxLifetime DestroyReason = "max_lifetime"    // older than Config.MaxLifetime (the lifetime loop)
-	ReasonOptions     DestroyReason = "options"         // PUT /threads/{t}/sandbox changed the thread's template or options
+	ReasonIdle         DestroyReason = "idle"            // the reaper
+	ReasonEvicted      DestroyReason = "evicted"         // room for a create under max_sandboxes
+	ReasonClient       DestroyReason = "client"          // DELETE /threads/{t}/sandbox?destroy=true
+	ReasonProvisioner  DestroyReason = "provisioner_api" // DELETE /api/sandboxes/{id}
+	ReasonInterrupted  DestroyReason = "interrupted"     // finishing a destroy a crashed replica left
+	ReasonAdmin        DestroyReason = "admin"           // the operator CLI (/admin/v1)
+	ReasonPrewarmTrim  DestroyReason = "prewarm_trim"    // a pre-started sandbox over Config.Prewarm, stale or failing its claim
+	ReasonMaxLifetime  DestroyReason = "max_lifetime"    // older than Config.MaxLifetime (the lifetime loop)
+	ReasonOptions      DestroyReason = "options"         // PUT /threads/{t}/sandbox changed the thread's template or options
+	ReasonFailedHealth DestroyReason = "failed_health"   // its server stopped answering (the health loop)
+	ReasonQuota        DestroyReason = "quota"           // a warm sandbox of a user at its quota, evicted for the user's next create
 )
 
 // Span names: one trace explains a slow first call (acquire, lock wait,

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/preview"
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/telemetry"
@@ -64,6 +65,9 @@ type Deps struct {
 	// told (the router's error table), never a host path or a secret.
 	// nil = "failed".
 	FailReason func(error) string
+	// Meters measure for the metrics sampler what the backend does not
+	// (thread data, egress bytes); zero = none.
+	Meters SamplerMeters
 }
 
 // CreateLimiter decides whether user may have one more sandbox created now,
@@ -104,15 +108,21 @@ type Pool struct {
 	takes     *takes
 	capacity  *capacity
 	held      *heldBuckets
+	// links verifies preview links (kept current by the PreviewWatcher).
+	links *preview.Links
 
 	// For the loops only (wire.go).
 	tracer  trace.Tracer
 	metrics *telemetry.Metrics
+	meters  SamplerMeters
 	// refill wakes the Prewarmer after a claim.
 	refill chan struct{}
 	// leaseToken names this process in the bucket leases, unique even if
 	// two replicas share an instance name.
 	leaseToken string
+	// started is when New ran: with Solo, sandboxes older than it are
+	// adopted without the grace.
+	started time.Time
 }
 
 // New returns a Pool; cfg must be valid.
@@ -156,6 +166,7 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		clock:     d.Clock,
 		log:       log,
 		cache:     newCache(),
+		links:     &preview.Links{},
 		obs:       obs,
 		creates:   d.Creates,
 		newThread: d.NewThread,
@@ -164,21 +175,24 @@ func New(cfg Config, d Deps) (*Pool, error) {
 		held:      &heldBuckets{n: d.Store.Keys().Buckets()},
 		tracer:    d.Tracer,
 		metrics:   d.Metrics,
+		meters:    d.Meters,
 		refill:    make(chan struct{}, 1),
 		recipe:    cfg.recipe(),
 		templates: newTemplates(cfg.Templates, cfg.DefaultTemplate),
 
 		leaseToken: cfg.Instance + "/" + strconv.FormatInt(time.Now().UnixNano(), 36),
+		started:    d.Clock.Now(),
 	}
 	if cfg.PauseWarm {
 		p.warmPauser = pz
 	}
-	p.notes = &notifier{events: d.Events, backend: d.BackendName, bg: p.bg, failReason: d.FailReason}
+	p.notes = &notifier{events: d.Events, backend: d.BackendName, bg: p.bg, failReason: d.FailReason,
+		claim: d.Store.ClaimReport, log: log}
 	p.destroyer = &destroyer{cache: p.cache, backend: p.backend, store: d.Store, dataDir: cfg.Mounts.DataDir,
 		metrics: d.Metrics, notes: p.notes, log: log}
 	p.probe = &prober{busyIdleAfter: cfg.BusyIdleAfter, newRT: d.NewTransport, store: d.Store, clock: d.Clock}
 	p.stopper = &stopper{pz: pz, backend: d.BackendName, store: d.Store, cache: p.cache, probe: p.probe, obs: obs,
-		clock: d.Clock, log: log}
+		clock: d.Clock, notes: p.notes, log: log}
 	p.takes = &takes{binder: binder, be: d.Backend, size: cfg.Prewarm, fps: prewarmFingerprints(cfg, d.BackendName),
 		recipe: p.recipe, holdFor: cfg.CreateTimeout + cfg.LockTTL, lockTTL: cfg.LockTTL, store: d.Store,
 		locks: p.locks, bg: p.bg, obs: obs, metrics: d.Metrics, clock: d.Clock, log: log, refill: p.refill, record: p.record}
@@ -262,7 +276,9 @@ func (p *Pool) newRoute(rec state.Record) (*Route, error) {
 		// A path is kept: a remote provisioner may hand out http://host/sandboxes/{id}.
 		url:       &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/"), RawPath: strings.TrimSuffix(u.RawPath, "/")},
 		transport: p.newRT(socket),
+		portHost:  rec.PortHost,
 	}
+	r.preview.Route = r
 	if rec.Secret != "" {
 		r.key = []string{rec.Secret}
 	}

@@ -29,10 +29,13 @@ type Reconciler struct{ p reconcilerParams }
 
 type reconcilerParams struct {
 	interval, grace time.Duration // Config.ReconcileInterval, ReconcileGrace
-	dryRun          bool
-	fleet           string
-	backendName     string
-	backend         tracedBackend
+	// adoptBefore: a sandbox created before it is adopted without the
+	// grace (Config.Solo: the pool's start; zero: never).
+	adoptBefore time.Time
+	dryRun      bool
+	fleet       string
+	backendName string
+	backend     tracedBackend
 	// resume thaws an adopted sandbox (nil: the backend cannot pause, or
 	// warm sandboxes are paused anyway).
 	resume    backend.Freezer
@@ -123,7 +126,7 @@ func (r *Reconciler) Pass(ctx context.Context) (rep ReconcileReport, err error) 
 		if _, ok := known[info.SandboxID]; ok {
 			continue
 		}
-		if age := now.Sub(info.CreatedAt); age < p.grace {
+		if age := now.Sub(info.CreatedAt); age < p.grace && !info.CreatedAt.Before(p.adoptBefore) {
 			rep.Skipped++ // a create may be about to write its record
 			continue
 		}

@@ -30,13 +30,16 @@ type Route struct {
 	// secret, built once so the proxy sets it without allocating; nil =
 	// the sandbox has none (the shared key applies).
 	key []string
+	// portHost is state.Record.PortHost: "" = ports through the bridge.
+	portHost string
 
 	expires  atomic.Int64 // unix nanos after which Redis is consulted again
 	touched  atomic.Bool
 	inflight atomic.Int32
 	gone     atomic.Bool
 	closeOne sync.Once
-	capRoute *CapRoute // its capability's cache entry; guarded by the cache's lock
+	capRoute *CapRoute    // its capability's cache entry; guarded by the cache's lock
+	preview  PreviewRoute // itself, as preview links reach it (newRoute sets it)
 }
 
 // BaseURL is the sandbox's scheme://host[:port].
@@ -49,6 +52,10 @@ func (r *Route) RoundTripper() http.RoundTripper { return r.transport }
 // SandboxKey is the header value carrying this incarnation's secret, or nil.
 // The slice is shared by every request and must not be modified.
 func (r *Route) SandboxKey() []string { return r.key }
+
+// PortHost is where the sandbox's ports are dialled directly; "" = through
+// its server's bridge.
+func (r *Route) PortHost() string { return r.portHost }
 
 // Begin marks a request in flight: the sandbox keeps being touched until End,
 // so a 20-minute command is never reaped as idle.
@@ -83,7 +90,14 @@ func (r *Route) retire() {
 type CapRoute struct {
 	*Route
 	sum state.CapabilitySum
+	// caller is the sandboxspec.CallerHeader value of its requests, built
+	// once with the entry (the header's slices are shared, never modified).
+	caller []string
 }
+
+// Caller is who the capability's requests are for, in the sandbox's
+// command log: the capability of the route's user.
+func (c *CapRoute) Caller() []string { return c.caller }
 
 // Identity is whose sandbox incarnation a route reaches: what the router
 // logs, checks quotas against and shows on the control plane.

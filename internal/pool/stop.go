@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/state"
 )
 
@@ -25,6 +26,7 @@ type stopper struct {
 	probe   *prober
 	obs     observer
 	clock   Clock
+	notes   *notifier
 	log     *slog.Logger
 }
 
@@ -72,6 +74,11 @@ func (s *stopper) stopMarked(ctx context.Context, rec state.Record, cutoff time.
 	}
 	s.cache.drop(sid, nil)
 	s.log.InfoContext(ctx, "sandbox frozen", "sandbox_id", sid, "thread", rec.Thread)
+	cause := CauseIdle // the freezer probed before marking; FreezeThread probes here
+	if probe {
+		cause = CauseOnDemand
+	}
+	s.notes.about(ctx, events.Frozen, rec, cause)
 	return nil
 }
 
@@ -95,6 +102,7 @@ func (s *stopper) thaw(ctx context.Context, rec state.Record) error {
 	}
 	s.log.DebugContext(ctx, "sandbox thawed", "sandbox_id", rec.SandboxID, "thread", rec.Thread,
 		"frozen_for", s.clock.Now().Sub(rec.Frozen).Round(time.Millisecond))
+	s.notes.about(ctx, events.Thawed, rec, CauseOnDemand)
 	return nil
 }
 

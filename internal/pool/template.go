@@ -33,6 +33,9 @@ type Template struct {
 	// IdleTimeout replaces Config.IdleTimeout for its sandboxes: 0 = the
 	// fleet's, negative = never.
 	IdleTimeout time.Duration `json:"-"`
+	// FreezeAfter replaces Config.FreezeAfter for its sandboxes: 0 = the
+	// fleet's, negative = never.
+	FreezeAfter time.Duration `json:"-"`
 }
 
 // validTemplateName: a label value on every backend, and a word in a URL.
@@ -63,11 +66,21 @@ func (t Template) Validate() error {
 // idleTimeouts is each template's idle timeout by name, the fleet's
 // (fleet, defaults applied) where a template keeps it.
 func (ts Templates) idleTimeouts(fleet time.Duration) map[string]time.Duration {
+	return ts.durations(fleet, func(t Template) time.Duration { return t.IdleTimeout })
+}
+
+// freezeAfters is each template's freeze delay by name, as idleTimeouts.
+func (ts Templates) freezeAfters(fleet time.Duration) map[string]time.Duration {
+	return ts.durations(fleet, func(t Template) time.Duration { return t.FreezeAfter })
+}
+
+// durations is field of each template by name, fleet where it is 0.
+func (ts Templates) durations(fleet time.Duration, field func(Template) time.Duration) map[string]time.Duration {
 	out := make(map[string]time.Duration, len(ts.byName))
 	for name, t := range ts.byName {
 		out[name] = fleet
-		if t.IdleTimeout != 0 {
-			out[name] = t.IdleTimeout
+		if d := field(t); d != 0 {
+			out[name] = d
 		}
 	}
 	return out

@@ -22,7 +22,8 @@ func NewReaper(p *Pool) *Reaper {
 
 // NewFreezer returns the freezer of p.
 func NewFreezer(p *Pool) *Freezer {
-	return newFreezer(freezerParams{after: p.cfg.FreezeAfter, interval: p.cfg.freezeInterval(), store: p.store,
+	return newFreezer(freezerParams{after: p.cfg.FreezeAfter, templateAfter: p.templates.freezeAfters(p.cfg.FreezeAfter),
+		interval: p.cfg.freezeInterval(), store: p.store,
 		held: p.held, cache: p.cache, locks: p.locks, probe: p.probe, stopper: p.stopper, tracer: p.tracer,
 		clock: p.clock, log: p.log})
 }
@@ -33,6 +34,12 @@ func NewLifetime(p *Pool) *Lifetime {
 		store: p.store, held: p.held, locks: p.locks, destroyer: p.destroyer, tracer: p.tracer, clock: p.clock, log: p.log})
 }
 
+// NewHealth returns the health check of p.
+func NewHealth(p *Pool) *Health {
+	return newHealth(healthParams{interval: p.cfg.HealthInterval, timeout: p.cfg.HealthTimeout, failures: p.cfg.HealthFailures,
+		cache: p.cache, store: p.store, locks: p.locks, destroyer: p.destroyer, log: p.log})
+}
+
 // NewReconciler returns the reconciler of p.
 func NewReconciler(p *Pool) *Reconciler {
 	rp := reconcilerParams{interval: p.cfg.ReconcileInterval, grace: p.cfg.ReconcileGrace, dryRun: p.cfg.ReconcileDryRun,
@@ -40,6 +47,9 @@ func NewReconciler(p *Pool) *Reconciler {
 		locks: p.locks, destroyer: p.destroyer, notes: p.notes, metrics: p.metrics, tracer: p.tracer, clock: p.clock, log: p.log}
 	if p.warmPauser == nil { // with pause_warm, a reclaim resumes it anyway
 		rp.resume = p.stopper.pz
+	}
+	if p.cfg.Solo {
+		rp.adoptBefore = p.started
 	}
 	return newReconciler(rp)
 }
@@ -76,4 +86,17 @@ func NewHolder(p *Pool) *Holder {
 	return newHolder(holderParams{lockWait: p.cfg.ProvisionWait, freezeWait: p.cfg.CacheTTL + p.cfg.TouchInterval,
 		backend: p.name, warmPaused: p.warmPauser != nil, store: p.store, cache: p.cache, locks: p.locks,
 		probe: p.probe, stopper: p.stopper, obs: p.obs, clock: p.clock, log: p.log})
+}
+
+// NewSampler returns the metrics sampler of p.
+func NewSampler(p *Pool) *Sampler {
+	return newSampler(samplerParams{interval: p.cfg.metricsInterval(), backendName: p.name, backend: p.backend.be,
+		cache: p.cache, meters: p.meters, oomKilled: p.notes.oomKilled, clock: p.clock, log: p.log})
+}
+
+// NewOOMWatch returns the loop publishing the OOM kills p's backend's
+// engine reports (a no-op on a backend that reports none).
+func NewOOMWatch(p *Pool) *OOMWatch {
+	w, _ := p.backend.be.(backend.OOMWatcher)
+	return newOOMWatch(oomWatchParams{fleet: p.cfg.Fleet, watcher: w, backendName: p.name, notes: p.notes, log: p.log})
 }

@@ -31,23 +31,27 @@ const (
 	headerReferrerPolicy = "Referrer-Policy"
 )
 
-// secureResponse applies the above to a sandbox's response headers.
-func (p *Proxy) secureResponse(h http.Header) {
+// secureResponse applies the above to a sandbox's response headers; csp
+// is the policy of documents (nil: cspSandbox; empty: none).
+func (p *Proxy) secureResponse(h http.Header, csp []string) {
 	delete(h, sandboxspec.SecretHeader) // between the gateway and the sandbox only
 	if !p.cfg.ForwardCookies {
 		delete(h, "Set-Cookie")
 	}
 	h[headerNosniff] = nosniff
 	h[headerReferrerPolicy] = noReferrer
-	if !document(h["Content-Type"]) {
+	if csp == nil {
+		csp = cspSandbox
+	}
+	if len(csp) == 0 || !document(h["Content-Type"]) {
 		return
 	}
 	// A policy of the sandbox's own stays: every policy a response carries
 	// is enforced, so adding one only narrows what the page may do.
 	if own := h[headerCSP]; len(own) > 0 {
-		h[headerCSP] = append(own[:len(own):len(own)], cspSandbox[0])
+		h[headerCSP] = append(own[:len(own):len(own)], csp[0])
 	} else {
-		h[headerCSP] = cspSandbox
+		h[headerCSP] = csp
 	}
 }
 

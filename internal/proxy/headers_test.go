@@ -92,7 +92,7 @@ func BenchmarkSecureResponse(b *testing.B) {
 	for b.Loop() {
 		h["Content-Type"], h["Set-Cookie"] = html, cookie
 		delete(h, headerCSP)
-		p.secureResponse(h)
+		p.secureResponse(h, nil)
 	}
 	if h.Get("Content-Security-Policy") != "sandbox" || h.Get("Set-Cookie") != "" {
 		b.Fatalf("headers not secured: %v", h)

@@ -23,6 +23,10 @@ type Upstream interface {
 	// secret, as a header value shared by every request (never modified),
 	// or nil: the sandbox has none, and Config.SandboxAPIKey is sent.
 	SandboxKey() []string
+	// PortHost is where the sandbox's own ports are dialled directly (an
+	// image without Sandgate's server); "" = through the sandbox server's
+	// bridge (sandboxspec.PortPrefix) on BaseURL.
+	PortHost() string
 	// Begin and End bracket a request in flight (keeps the sandbox alive).
 	Begin()
 	End()
@@ -148,7 +152,11 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 		ErrorHandler:  p.handleError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ModifyResponse: func(resp *http.Response) error {
-			p.secureResponse(resp.Header)
+			var csp []string
+			if st := stateOf(resp.Request.Context()); st != nil {
+				csp = st.csp
+			}
+			p.secureResponse(resp.Header, csp)
 			return checkResponse(resp)
 		},
 	}
@@ -164,6 +172,8 @@ type state struct {
 	rawPath string
 	port    string       // a port inside the sandbox (sandboxspec.PortPrefix); "" = the sandbox API
 	body    *guardedBody // the request body as sent upstream; nil without one
+	csp     []string     // documents' Content-Security-Policy (ServeCSP); nil = cspSandbox
+	caller  []string     // sandboxspec.CallerHeader's value (ServeCSP); nil = none
 }
 
 // Serve proxies r to up at path (the upstream path, e.g. /v1/shell/exec;
@@ -173,6 +183,16 @@ type state struct {
 // port inside the sandbox through the sandbox server's bridge: path goes
 // under sandboxspec.PortPath(port).
 func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath, port string) (bytesIn int64) {
+	return p.ServeCSP(w, r, up, path, rawPath, port, nil, nil)
+}
+
+// ServeCSP is Serve with the Content-Security-Policy a document response
+// gets: nil = "sandbox" (no script: content on the gateway's origin); an
+// empty, non-nil slice = none (content on an origin of its own, a preview
+// link's); otherwise that policy. caller, when not nil, is sent as
+// sandboxspec.CallerHeader: who the request is for, in the sandbox's
+// command log. Both slices are shared, never modified.
+func (p *Proxy) ServeCSP(w http.ResponseWriter, r *http.Request, up Upstream, path, rawPath, port string, csp, caller []string) (bytesIn int64) {
 	if r.Header.Get("Upgrade") != "" {
 		if !p.upgrades.admit() {
 			p.writeErr(w, r, ErrUpgradeCapacity)
@@ -181,7 +201,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, up Upstream, path,
 		defer p.upgrades.leave()
 		w = p.upgrades.track(w)
 	}
-	st := &state{up: up, path: path, rawPath: rawPath, port: port}
+	st := &state{up: up, path: path, rawPath: rawPath, port: port, csp: csp, caller: caller}
 	up.Begin()
 	defer func() { st.up.End() }()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))

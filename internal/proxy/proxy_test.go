@@ -44,6 +44,7 @@ type target struct {
 	base     *url.URL
 	rt       *Transport
 	key      []string // SandboxKey; nil = none
+	portHost string   // PortHost; "" = the bridge
 	inflight atomic.Int32
 }
 
@@ -60,6 +61,7 @@ func newTarget(t *testing.T, rawURL string) *target {
 func (x *target) BaseURL() *url.URL               { return x.base }
 func (x *target) RoundTripper() http.RoundTripper { return x.rt }
 func (x *target) SandboxKey() []string            { return x.key }
+func (x *target) PortHost() string                { return x.portHost }
 func (x *target) Begin()                          { x.inflight.Add(1) }
 func (x *target) End()                            { x.inflight.Add(-1) }
 

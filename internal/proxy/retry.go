@@ -26,6 +26,16 @@ type ResolveError struct{ Err error }
 func (e *ResolveError) Error() string { return fmt.Sprintf("re-resolve sandbox: %v", e.Err) }
 func (e *ResolveError) Unwrap() error { return e.Err }
 
+// PortError is a dial failure on a port dialled directly
+// (Upstream.PortHost): refused (nothing listens) or not answered.
+type PortError struct {
+	Port string
+	Err  error
+}
+
+func (e *PortError) Error() string { return fmt.Sprintf("port %s in the sandbox: %v", e.Port, e.Err) }
+func (e *PortError) Unwrap() error { return e.Err }
+
 // UnreachableError is a dial failure that survived every retry.
 type UnreachableError struct{ Err error }
 
@@ -56,6 +66,11 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !isDial(err) || body.used() {
 			return nil, failure(err, body)
 		}
+		if st.direct() && !errors.Is(err, errTransportClosed) {
+			// Nothing listens there, or the port is filtered: the
+			// sandbox is fine, a re-resolve would change nothing.
+			return nil, &PortError{Port: st.port, Err: err}
+		}
 		if attempt >= d.p.cfg.MaxRetries {
 			return nil, &UnreachableError{Err: err}
 		}
@@ -71,7 +86,7 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 		up.Begin()
 		st.up.End()
 		st.up = up
-		req = d.p.retarget(req, up)
+		req = d.p.retarget(req, st)
 	}
 }
 
@@ -79,14 +94,15 @@ func (d *dispatch) RoundTrip(req *http.Request) (*http.Response, error) {
 // not modify the request they were given). up is another incarnation, with
 // a secret of its own: the headers are copied to carry it (a retry is rare,
 // the copy is affordable).
-func (p *Proxy) retarget(req *http.Request, up Upstream) *http.Request {
+func (p *Proxy) retarget(req *http.Request, st *state) *http.Request {
 	r := *req
 	u := *req.URL
-	base := up.BaseURL()
-	u.Scheme, u.Host = base.Scheme, base.Host
+	aim(&u, st)
 	r.URL = &u
 	r.Header = req.Header.Clone()
-	p.setSandboxKey(r.Header, up)
+	if !st.direct() {
+		p.setSandboxKey(r.Header, st.up)
+	}
 	return &r
 }
 

@@ -1,16 +1,21 @@
 package proxy
 
 import (
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // Headers a client may not send to a sandbox: the gateway's own credential,
-// and the all-in-one sandbox's internal port-forward selector (ports go
-// through the sandbox server's bridge, sandboxspec.PortPrefix, instead).
-var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", sandboxspec.SecretHeader}
+// the all-in-one sandbox's internal port-forward selector (ports go
+// through the sandbox server's bridge, sandboxspec.PortPrefix, instead),
+// and the caller the gateway names (a client's copy would forge "who" in
+// the sandbox's command log).
+var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", sandboxspec.SecretHeader,
+	sandboxspec.CallerHeader}
 
 // rewrite points the outbound request at the sandbox. ReverseProxy has
 // already removed hop-by-hop headers and inbound X-Forwarded-* at this point.
@@ -18,17 +23,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	st := stateOf(pr.In.Context())
 	base := st.up.BaseURL()
 	out := pr.Out
-	out.URL.Scheme = base.Scheme
-	out.URL.Host = base.Host
+	direct := st.direct()
+	aim(out.URL, st)
 	path, rawPath := st.path, st.rawPath
-	if st.port != "" { // the sandbox server's bridge to that port (one allocation, on port routes only)
+	if st.port != "" && !direct { // the sandbox server's bridge to that port (one allocation, on port routes only)
 		path = sandboxspec.PortPrefix + st.port + path
 		if rawPath != "" {
 			rawPath = sandboxspec.PortPrefix + st.port + rawPath
 		}
 	}
 	out.URL.Path, out.URL.RawPath = path, rawPath
-	if base.Path != "" { // a sandbox behind another gateway: http://host/sandboxes/{id}
+	if base.Path != "" && !direct { // a sandbox behind another gateway: http://host/sandboxes/{id}
 		out.URL.Path = base.Path + path
 		if rawPath != "" {
 			out.URL.RawPath = base.EscapedPath() + rawPath
@@ -48,10 +53,33 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		out.Header["X-Forwarded-For"] = prior
 	}
 	pr.SetXForwarded()
+	if direct {
+		return // an app on a port, not the sandbox server: no key, no caller
+	}
 	p.setSandboxKey(out.Header, st.up)
+	if st.caller != nil {
+		out.Header[sandboxspec.CallerHeader] = st.caller
+	}
 	if p.gateway != nil && base.Host == p.gateway.Host && base.Scheme == p.gateway.Scheme {
 		out.Header.Set("Authorization", p.gwAuth)
 	}
+}
+
+// direct reports a request for a port dialled directly: an image without
+// Sandgate's server has no bridge, and its ports are reached on the
+// container's or Pod's own address (Upstream.PortHost).
+func (st *state) direct() bool { return st.port != "" && st.up.PortHost() != "" }
+
+// aim points u at st's upstream: the sandbox API's scheme and host, or a
+// directly dialled port's address (which allocates, on such requests
+// only).
+func aim(u *url.URL, st *state) {
+	if st.direct() {
+		u.Scheme, u.Host = "http", net.JoinHostPort(st.up.PortHost(), st.port)
+		return
+	}
+	base := st.up.BaseURL()
+	u.Scheme, u.Host = base.Scheme, base.Host
 }
 
 // setSandboxKey sets the upstream's own secret, else the shared key, as the

@@ -21,6 +21,7 @@ type fixedUpstream struct {
 func (u fixedUpstream) BaseURL() *url.URL               { return u.base }
 func (u fixedUpstream) RoundTripper() http.RoundTripper { return http.DefaultTransport }
 func (u fixedUpstream) SandboxKey() []string            { return u.key }
+func (u fixedUpstream) PortHost() string                { return "" }
 func (u fixedUpstream) Begin()                          {}
 func (u fixedUpstream) End()                            {}
 
@@ -35,6 +36,7 @@ func BenchmarkRewrite(b *testing.B) {
 		port                    string // a port inside the sandbox: its path goes under the bridge's prefix
 		header                  map[string]string
 		wantXFF                 string
+		caller                  []string // the gateway's caller header value (ServeCSP)
 	}{
 		{name: "plain", base: "http://127.0.0.1:9000", wantXFF: "192.0.2.1"},
 		{name: "credentials+chain+sandbox-key", base: "http://127.0.0.1:9000", key: "sandbox-secret",
@@ -44,6 +46,8 @@ func BenchmarkRewrite(b *testing.B) {
 			header: map[string]string{sandboxspec.SecretHeader: "forged"}, wantXFF: "192.0.2.1"},
 		{name: "behind-another-gateway", base: "http://127.0.0.1:9000/sandboxes/0123456789abcdef", wantXFF: "192.0.2.1"},
 		{name: "port", base: "http://127.0.0.1:9000", port: "3000", wantXFF: "192.0.2.1"},
+		{name: "caller", base: "http://127.0.0.1:9000", caller: []string{"alice"},
+			header: map[string]string{sandboxspec.CallerHeader: "forged"}, wantXFF: "192.0.2.1"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			p := New(Config{SandboxAPIKey: c.key}, nil, nil, nil)
@@ -62,7 +66,7 @@ func BenchmarkRewrite(b *testing.B) {
 			if c.secret != "" {
 				up.key, want = []string{c.secret}, c.secret
 			}
-			ctx := context.WithValue(in.Context(), stateKey{}, &state{up: up, path: "/v1/file/read", port: c.port})
+			ctx := context.WithValue(in.Context(), stateKey{}, &state{up: up, path: "/v1/file/read", port: c.port, caller: c.caller})
 			in = in.WithContext(ctx)
 
 			// What ReverseProxy hands to Rewrite: a clone without inbound X-Forwarded-*.
@@ -93,7 +97,9 @@ func BenchmarkRewrite(b *testing.B) {
 			p.rewrite(pr)
 			if out.URL.Host != base.Host || out.URL.Path != wantPath || out.Header.Get("Authorization") != "" ||
 				out.Header.Get("X-Api-Key") != "" || out.Header.Get("X-Forwarded-For") != c.wantXFF ||
-				len(out.Header.Values(sandboxspec.SecretHeader)) > 1 || out.Header.Get(sandboxspec.SecretHeader) != want {
+				len(out.Header.Values(sandboxspec.SecretHeader)) > 1 || out.Header.Get(sandboxspec.SecretHeader) != want ||
+				len(out.Header.Values(sandboxspec.CallerHeader)) != len(c.caller) ||
+				c.caller != nil && out.Header.Get(sandboxspec.CallerHeader) != c.caller[0] {
 				b.Fatalf("rewrite: url %s, headers %v", out.URL, out.Header)
 			}
 

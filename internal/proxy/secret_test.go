@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -85,5 +86,50 @@ func TestRetryCarriesTheReplacementsKey(t *testing.T) {
 	}
 	if got := <-seen; len(got) != 1 || got[0] != "new-incarnation-secret" {
 		t.Fatalf("the replacement saw %s = %q", sandboxspec.SecretHeader, got)
+	}
+}
+
+// TestCallerHeaderIsTheGatewaysOnly: the caller a sandbox records in its
+// command log is the one the gateway names; a client's forged copies
+// (several values included) are replaced, or removed when the gateway
+// names none (a preview's port request).
+func TestCallerHeaderIsTheGatewaysOnly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		caller []string
+	}{
+		{"the gateway names alice", []string{"alice"}},
+		{"the gateway names none", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			seen := make(chan []string, 1)
+			up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen <- r.Header.Values(sandboxspec.CallerHeader)
+			}))
+			tg := newTarget(t, up.URL)
+			p := New(Config{}, &fixedResolver{}, errWriter, nil)
+			gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				p.ServeCSP(w, r, tg, r.URL.Path, r.URL.RawPath, "", nil, c.caller)
+			}))
+			t.Cleanup(gw.Close)
+			for range 2 { // the shared value survives reuse unchanged
+				req, _ := http.NewRequest("POST", gw.URL+"/v1/shell/exec", strings.NewReader(`{}`))
+				req.Header.Add(sandboxspec.CallerHeader, "admin")
+				req.Header.Add(strings.ToLower(sandboxspec.CallerHeader), "root")
+				resp, err := gw.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if got := <-seen; len(got) != len(c.caller) || len(got) == 1 && got[0] != c.caller[0] {
+					t.Fatalf("sandbox saw %s = %q, want %q", sandboxspec.CallerHeader, got, c.caller)
+				}
+			}
+			if c.caller != nil && c.caller[0] != "alice" {
+				t.Fatalf("the shared caller value was modified: %q", c.caller)
+			}
+		})
 	}
 }

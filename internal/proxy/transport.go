@@ -89,6 +89,7 @@ func NewTransport(cfg TransportConfig) *Transport {
 // would be most of the gateway's memory per thread.
 type conn struct {
 	net.Conn
+	addr      string    // what it was dialled as: the idle stack's key
 	head      headLimit // what br reads through
 	br        *bufio.Reader
 	bw        *bufio.Writer
@@ -201,23 +202,15 @@ func closeBody(req *http.Request) {
 
 // get pops a live idle connection or dials a new one.
 func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
-	now := time.Now()
 	for {
-		t.mu.Lock()
-		if t.closed {
-			t.mu.Unlock()
-			return nil, errTransportClosed
+		c, err := t.takeIdle(addr)
+		if err != nil {
+			return nil, err
 		}
-		n := len(t.idle)
-		if n == 0 {
-			t.mu.Unlock()
+		if c == nil {
 			break
 		}
-		c := t.idle[n-1]
-		t.idle[n-1] = nil
-		t.idle = t.idle[:n-1]
-		t.mu.Unlock()
-		if now.Sub(c.idleSince) < t.cfg.IdleConnTimeout && peerOpen(c.Conn) {
+		if time.Since(c.idleSince) < t.cfg.IdleConnTimeout && peerOpen(c.Conn) {
 			c.attach()
 			return c, nil
 		}
@@ -227,9 +220,32 @@ func (t *Transport) get(ctx context.Context, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, head: headLimit{r: nc, left: -1}}
+	c := &conn{Conn: nc, addr: addr, head: headLimit{r: nc, left: -1}}
 	c.attach()
 	return c, nil
+}
+
+// takeIdle pops the newest idle connection to addr, or nil. The stack
+// holds one address but for an incarnation whose ports are dialled
+// directly (Upstream.PortHost): then a connection to the sandbox API, or
+// to another port, must never carry this request. The first entry
+// matches unless such ports are in use, so the scan costs nothing on the
+// sandbox API's path. A closed pool is errTransportClosed.
+func (t *Transport) takeIdle(addr string) (*conn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errTransportClosed
+	}
+	for i := len(t.idle) - 1; i >= 0; i-- {
+		if c := t.idle[i]; c.addr == addr {
+			copy(t.idle[i:], t.idle[i+1:])
+			t.idle[len(t.idle)-1] = nil
+			t.idle = t.idle[:len(t.idle)-1]
+			return c, nil
+		}
+	}
+	return nil, nil
 }
 
 // headLimit counts the bytes read while a response head is read (left >= 0;

@@ -3,9 +3,7 @@ package router
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -39,11 +37,12 @@ func (rt *Router) registerAdmin(e *echo.Echo) {
 	g.DELETE("/users/:user/threads/:thread", rt.need(adminOnly, rt.adminThreadRemove))
 	g.GET("/prune", rt.need(adminOnly, rt.adminPrune))
 	g.POST("/prune", rt.need(adminOnly, rt.adminPrune))
+	g.POST("/preview-keys", rt.need(adminOnly, rt.adminRotatePreviewKey))
 }
 
 func viewOf(rec state.Record) api.SandboxRecord {
 	return api.SandboxRecord{SandboxID: rec.SandboxID, User: rec.User, Thread: rec.Thread, Backend: rec.Backend, Template: rec.Template,
-		State: string(rec.State), CreatedAt: rec.CreatedAt.UTC()}
+		State: string(rec.Shown()), CreatedAt: rec.CreatedAt.UTC()}
 }
 
 // filtered lists the records matching the user, thread, state and backend
@@ -56,7 +55,7 @@ func (rt *Router) filtered(c echo.Context) ([]state.Record, error) {
 	if thread != "" && identity.ValidThread(thread) != nil {
 		return nil, identity.ErrBadThread
 	}
-	if st != "" && st != string(state.StateActive) && st != string(state.StateWarm) {
+	if st != "" && st != string(state.StateActive) && st != string(state.StateWarm) && st != string(state.StateFrozen) {
 		return nil, errBadFilter
 	}
 	recs, err := rt.pool.Records(c.Request().Context())
@@ -66,7 +65,7 @@ func (rt *Router) filtered(c echo.Context) ([]state.Record, error) {
 	out := recs[:0]
 	for _, r := range recs {
 		if (user == "" || r.User == user) && (thread == "" || r.Thread == thread) &&
-			(st == "" || string(r.State) == st) && (be == "" || r.Backend == be) {
+			(st == "" || string(r.Shown()) == st) && (be == "" || r.Backend == be) {
 			out = append(out, r)
 		}
 	}
@@ -129,59 +128,26 @@ func (rt *Router) adminDestroy(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	if err := rt.pool.Destroy(ctx, rec.SandboxID, pool.ReasonAdmin); err != nil {
+	if err := rt.destroyRecord(c.Request().Context(), p, rec); err != nil {
 		return err
 	}
-	rt.log.InfoContext(ctx, "sandbox destroyed by an admin", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "admin", p.User)
 	return c.JSON(http.StatusOK, api.AdminDestroyed{Destroyed: true, SandboxID: rec.SandboxID})
 }
 
-// adminLogs is GET /admin/v1/sandboxes/{id}/logs[?follow=true&tail=N]:
-// the sandbox server's output as text, flushed as it comes.
-func (rt *Router) adminLogs(c echo.Context, _ *auth.Principal) error {
-	if rt.admin == nil {
-		return backend.ErrNotSupported
+// destroyRecord destroys rec's sandbox for p (this route and the status
+// page's action; the thread's data stays): an admin's destroy is the
+// operator's (ReasonAdmin), a user's of its own sandbox the client's.
+func (rt *Router) destroyRecord(ctx context.Context, p *auth.Principal, rec state.Record) error {
+	reason := pool.ReasonClient
+	if p.Has(auth.ScopeAdmin) {
+		reason = pool.ReasonAdmin
 	}
-	sid := c.Param("id")
-	if !identity.ValidSandboxID(sid) {
-		return errBadSandboxID
-	}
-	opts := backend.LogOptions{Follow: c.QueryParam("follow") == "true" || c.QueryParam("follow") == "1"}
-	if t := c.QueryParam("tail"); t != "" {
-		n, err := strconv.Atoi(t)
-		if err != nil || n < 0 {
-			return errBadTail
-		}
-		opts.Tail = n
-	}
-	rc, err := rt.admin.Logs(c.Request().Context(), sid, opts)
-	if err != nil {
+	if err := rt.pool.Destroy(ctx, rec.SandboxID, reason); err != nil {
 		return err
 	}
-	defer rc.Close()
-	w := c.Response()
-	w.Header().Set(echo.HeaderContentType, "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	w.Flush()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := rc.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return nil // the client left
-			}
-			w.Flush()
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				rt.log.WarnContext(c.Request().Context(), "sandbox log stream ended", "sandbox_id", sid, "err", err)
-			}
-			return nil
-		}
-	}
+	rt.log.InfoContext(ctx, "sandbox destroyed", "sandbox_id", rec.SandboxID, "thread", rec.Thread, "user", rec.User,
+		"by", p.User, "reason", reason)
+	return nil
 }
 
 // adminStats is GET /admin/v1/stats (the filters of the list): one sample
@@ -208,6 +174,11 @@ func (rt *Router) adminStats(c echo.Context, _ *auth.Principal) error {
 				}
 			} else {
 				row.Stats = &api.Stats{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, PIDs: st.PIDs, At: st.At}
+				if rt.sampler != nil { // disk and egress: this replica's sampler's, if it samples the sandbox
+					if l, ok := rt.sampler.Latest(r.SandboxID); ok {
+						row.DiskEgress = l.DiskEgress
+					}
+				}
 			}
 		}
 		rows = append(rows, row)

@@ -20,7 +20,13 @@ const DefaultBodyIdleTimeout = 30 * time.Second
 // serve proxies the request of c to up, its body cut when it stalls for
 // rt.bodyIdle: a stalled body would keep the request, and so the sandbox,
 // in flight forever (never reaped for idleness).
-func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port string) int64 {
+func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port string, caller []string) int64 {
+	return rt.serveCSP(c, up, path, rawPath, port, nil, caller)
+}
+
+// serveCSP is serve with the policy of document responses and the caller
+// named to the sandbox (proxy.ServeCSP).
+func (rt *Router) serveCSP(c echo.Context, up proxy.Upstream, path, rawPath, port string, csp, caller []string) int64 {
 	r := c.Request()
 	if r.Body != nil && r.Body != http.NoBody && r.Header.Get("Upgrade") == "" {
 		if rt.bodyIdle <= 0 {
@@ -35,7 +41,7 @@ func (rt *Router) serve(c echo.Context, up proxy.Upstream, path, rawPath, port s
 			defer func() { r.Body = body }()
 		}
 	}
-	return rt.proxy.Serve(c.Response(), r, up, path, rawPath, port)
+	return rt.proxy.ServeCSP(c.Response(), r, up, path, rawPath, port, csp, caller)
 }
 
 // idleBody moves the client connection's read deadline ahead before each

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -58,21 +60,35 @@ func (rt *Router) serveCapability(w http.ResponseWriter, r *http.Request) {
 	redacted.URL = &u
 	redacted.RequestURI = u.Path // informational on a server request; nothing may keep the original
 
+	rt.serveLink(w, redacted, rt.capabilityChain, capabilityRoutePath, capabilityParam, capability)
+}
+
+// serveLink runs chain, the middleware and data plane of a credential-less
+// URL (a capability, a preview link), for redacted, the request with the
+// secret cut out of its URL: the secret reaches the handler only as the
+// route's one parameter, so no log or span records it.
+func (rt *Router) serveLink(w http.ResponseWriter, redacted *http.Request, chain echo.HandlerFunc, route string, param []string, secret string) {
 	c := rt.echo.AcquireContext()
 	defer rt.echo.ReleaseContext(c)
 	c.Reset(redacted, w)
-	c.SetPath(capabilityRoutePath)
-	c.SetParamNames(capabilityParam...)
-	c.SetParamValues(capability)
-	if err := rt.capabilityChain(c); err != nil {
+	c.SetPath(route)
+	c.SetParamNames(param...)
+	c.SetParamValues(secret)
+	if err := chain(c); err != nil {
 		rt.echo.HTTPErrorHandler(err, c)
 	}
 }
 
 // capabilityPlane is the data plane of capability requests: no credential is
-// asked for (the capability is one); the request counts against the
-// sandbox owner's limit, then is accounted like any proxied request.
+// asked for (the capability is one).
 func (rt *Router) capabilityPlane(c echo.Context) error {
+	return rt.linkPlane(c, telemetry.RouteCapability, rt.capabilityProxy, pool.ErrNotFound)
+}
+
+// linkPlane serves a credential-less URL's request through proxy: the
+// request counts against the sandbox owner's limit, then is accounted like
+// any proxied request; pool.ErrNotFound answers as notFound.
+func (rt *Router) linkPlane(c echo.Context, kind telemetry.RouteKind, proxy func(echo.Context) (proxied, error), notFound error) error {
 	start := time.Now()
 	var res proxied
 	r := c.Request()
@@ -81,12 +97,15 @@ func (rt *Router) capabilityPlane(c echo.Context) error {
 		err = errDotSegment // as on every data-plane route: the upstream may be a remote Sandgate
 	}
 	if err == nil {
-		res, err = rt.capabilityProxy(c)
+		res, err = proxy(c)
+	}
+	if errors.Is(err, pool.ErrNotFound) {
+		err = notFound
 	}
 	if err != nil && !c.Response().Committed {
 		rt.writeError(c.Response(), r, err)
 	}
-	rt.account(c, telemetry.RouteCapability, res, time.Since(start))
+	rt.account(c, kind, res, time.Since(start))
 	return nil
 }
 
@@ -112,8 +131,17 @@ func (rt *Router) capabilityProxy(c echo.Context) (proxied, error) {
 		return res, err
 	}
 	defer rt.limits.end(slot)
-	res.bytesIn = rt.serve(c, route, path, raw, "")
+	res.bytesIn = rt.serve(c, route, path, raw, "", capabilityCaller(route, user))
 	return res, nil
+}
+
+// capabilityCaller is the caller header of a capability's requests: the
+// pool's cached entry's (no allocation), else built.
+func capabilityCaller(route Sandbox, user string) []string {
+	if c, ok := route.(interface{ Caller() []string }); ok {
+		return c.Caller()
+	}
+	return []string{sandboxspec.CallerCapability + ":" + user}
 }
 
 // capabilityURL is the sandbox_url handed to clients: {public_url or the

@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/checkpoint"
+	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/state"
 )
@@ -51,10 +52,18 @@ func decodeOptional(c echo.Context, dst any) error {
 // checkpointsFor is the thread of a checkpoint route, once the backend
 // keeps its data here.
 func (rt *Router) checkpointsFor(c echo.Context, p *auth.Principal) (string, error) {
-	if rt.checkpoints == nil || rt.holder == nil {
-		return "", backend.Unsupported("checkpoints, restore and fork", "they need thread data on the gateway host (process, docker; kubernetes with kubernetes_shared_data_dir)")
+	if err := rt.checkpointsHere(); err != nil {
+		return "", err
 	}
 	return threadParam(c, p)
+}
+
+// checkpointsHere is nil when the backend keeps thread data on this host.
+func (rt *Router) checkpointsHere() error {
+	if rt.checkpoints == nil || rt.holder == nil {
+		return backend.Unsupported("checkpoints, restore and fork", "they need thread data on the gateway host (process, docker; kubernetes with kubernetes_shared_data_dir)")
+	}
+	return nil
 }
 
 // hold is the Hold of (user, thread)'s sandbox for this request.
@@ -74,19 +83,30 @@ func (rt *Router) createCheckpoint(c echo.Context, p *auth.Principal) error {
 	if err := decodeOptional(c, &req); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	start := time.Now()
-	info, err := rt.checkpoints.Create(ctx, p.User, thread, req.Label, rt.hold(ctx, p.User, thread, true))
-	if errors.Is(err, checkpoint.ErrRetention) {
-		rt.log.WarnContext(ctx, "checkpoint retention", "user", p.User, "thread", thread, "err", err)
-		err = nil
-	}
+	info, err := rt.checkpoint(c.Request().Context(), p.User, thread, req.Label)
 	if err != nil {
 		return err
 	}
-	rt.log.InfoContext(ctx, "checkpoint created", "user", p.User, "thread", thread, "checkpoint", info.ID,
-		"method", info.Method, "files", info.Files, "bytes", info.Size, "took", time.Since(start).Round(time.Millisecond))
 	return c.JSON(http.StatusCreated, info)
+}
+
+// checkpoint checkpoints (user, thread)'s workspace (this route and the
+// status page's action): the caller checked that the checkpoints are here
+// (checkpointsFor) and that it may act on the thread.
+func (rt *Router) checkpoint(ctx context.Context, user, thread, label string) (api.Checkpoint, error) {
+	start := time.Now()
+	info, err := rt.checkpoints.Create(ctx, user, thread, label, rt.hold(ctx, user, thread, true))
+	if errors.Is(err, checkpoint.ErrRetention) {
+		rt.log.WarnContext(ctx, "checkpoint retention", "user", user, "thread", thread, "err", err)
+		err = nil
+	}
+	if err != nil {
+		return api.Checkpoint{}, err
+	}
+	rt.log.InfoContext(ctx, "checkpoint created", "user", user, "thread", thread, "checkpoint", info.ID,
+		"method", info.Method, "files", info.Files, "bytes", info.Size, "took", time.Since(start).Round(time.Millisecond))
+	rt.publish(ctx, events.Event{Type: events.Checkpointed, User: user, Thread: thread, Checkpoint: info.ID})
+	return info, nil
 }
 
 // listCheckpoints is GET /threads/{thread}/checkpoints, newest first.
@@ -151,6 +171,7 @@ func (rt *Router) restoreCheckpoint(c echo.Context, p *auth.Principal) error {
 	}
 	rt.log.InfoContext(ctx, "checkpoint restored", "user", p.User, "thread", thread, "checkpoint", id,
 		"force", req.Force, "took", time.Since(start).Round(time.Millisecond))
+	rt.publish(ctx, events.Event{Type: events.Restored, User: p.User, Thread: thread, Checkpoint: id})
 	return c.JSON(http.StatusOK, api.Restored{Restored: info, Thread: thread})
 }
 
@@ -192,12 +213,24 @@ func (rt *Router) forkThread(c echo.Context, p *auth.Principal) error {
 	}
 	rt.log.InfoContext(ctx, "thread forked", "user", p.User, "thread", from, "fork", req.Thread,
 		"checkpoint", req.Checkpoint, "took", time.Since(start).Round(time.Millisecond))
+	// Before its sandbox's own events: the copy is what it starts from.
+	rt.publish(ctx, events.Event{Type: events.Forked, User: p.User, Thread: req.Thread, From: from, Checkpoint: req.Checkpoint})
 	view, err := rt.acquireView(c, p, req.Thread)
 	if err != nil {
 		rt.unfork(ctx, p.User, req.Thread)
 		return err
 	}
 	return c.JSON(http.StatusCreated, view)
+}
+
+// publish reports a step the router carries out itself (checkpoints,
+// forks): the pool never sees them. A no-op without events.
+func (rt *Router) publish(ctx context.Context, e events.Event) {
+	if rt.events == nil {
+		return
+	}
+	e.SandboxID = identity.SandboxID(e.User, e.Thread)
+	rt.events.Publish(ctx, e)
 }
 
 // unfork takes back the copy of a fork whose sandbox was refused (create_rate,
@@ -229,11 +262,17 @@ func (rt *Router) freezeThread(c echo.Context, p *auth.Principal) error {
 	if err != nil {
 		return err
 	}
-	if rt.holder == nil {
-		return backend.Unsupported("freeze", "this gateway has no sandbox pool")
-	}
-	if err := rt.holder.FreezeThread(c.Request().Context(), p.User, thread); err != nil {
+	if err := rt.freeze(c.Request().Context(), p.User, thread); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, api.Frozen{Frozen: true, Thread: thread})
+}
+
+// freeze freezes (user, thread)'s sandbox now (this route and the status
+// page's action; the caller checked that it may act on the thread).
+func (rt *Router) freeze(ctx context.Context, user, thread string) error {
+	if rt.holder == nil {
+		return backend.Unsupported("freeze", "this gateway has no sandbox pool")
+	}
+	return rt.holder.FreezeThread(ctx, user, thread)
 }

@@ -35,7 +35,7 @@ func (rt *Router) threadProxy(c echo.Context, p *auth.Principal) (proxied, error
 	if err := rt.checkQuota(route, path); err != nil {
 		return proxied{route: route, outcome: outcome}, err
 	}
-	n := rt.serve(c, route, path, raw, "")
+	n := rt.serve(c, route, path, raw, "", p.Caller())
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 
@@ -55,7 +55,7 @@ func (rt *Router) threadPortProxy(c echo.Context, p *auth.Principal) (proxied, e
 	}
 	r := c.Request()
 	path, raw := upstreamPath(r.URL.Path, r.URL.RawPath, portPrefixLen(thread, port))
-	n := rt.serve(c, route, path, raw, port)
+	n := rt.serve(c, route, path, raw, port, p.Caller())
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 
@@ -94,7 +94,7 @@ func (rt *Router) sandboxProxy(c echo.Context, p *auth.Principal) (proxied, erro
 	if err := rt.checkQuota(route, path); err != nil {
 		return proxied{route: route, outcome: outcome}, err
 	}
-	n := rt.serve(c, route, path, raw, "")
+	n := rt.serve(c, route, path, raw, "", p.Caller())
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 

@@ -42,6 +42,7 @@ var _ Sandbox = (*testRoute)(nil)
 func (r *testRoute) BaseURL() *url.URL               { return r.url }
 func (r *testRoute) RoundTripper() http.RoundTripper { return r.rt }
 func (r *testRoute) SandboxKey() []string            { return r.key }
+func (r *testRoute) PortHost() string                { return "" }
 func (r *testRoute) Begin()                          { r.inflight.Add(1); r.begun.Add(1) }
 func (r *testRoute) End()                            { r.inflight.Add(-1) }
 func (r *testRoute) Identity() pool.Identity         { return r.id }

@@ -23,14 +23,16 @@ import (
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/usage"
+	"github.com/sandgate/sandgate/internal/webhook"
 )
 
 // The router's own refusals, by the file that returns them; statusOf
 // gives each its status and code.
 var (
 	// admin.go
-	errBadFilter = errors.New("state must be active or warm")
+	errBadFilter = errors.New("state must be active, frozen or warm")
 	errBadTail   = errors.New("tail must be a non-negative integer")
 
 	// bodyidle.go
@@ -52,7 +54,11 @@ var (
 
 	// events.go
 	errBadUntil        = errors.New(`until must be "ready" or absent`)
+	errBadSince        = errors.New("since and Last-Event-ID must be an event id (ms-seq) or, for since, an RFC 3339 time")
 	errProgressStreams = errors.New("too many open provisioning-progress streams; retry later")
+
+	// metrics.go
+	errBadStream = errors.New(`stream must be 1, true, 0, false or absent`)
 
 	// guard.go
 	errOtherUser    = errors.New("only an admin credential may act for another user")
@@ -88,6 +94,17 @@ var (
 
 	// status.go
 	errStatusStreams = errors.New("too many open status event streams; retry later")
+
+	// statusaction.go
+	// errStatusForm refuses a status-page action without its session's
+	// form token or without a same-origin Origin header (CSRF).
+	errStatusForm   = errors.New("status page action refused: reload the page (missing or wrong form token, or no same-origin Origin header)")
+	errStatusAction = errors.New("no such status page action: destroy, freeze, thaw or checkpoint")
+
+	// webhooks.go
+	errBadWebhookBody = errors.New(`request body must be {"url": "https://...", "events": ["ready", ...], "secret": "whsec_..."} (events and secret optional)`)
+	errBadLimit       = errors.New("limit must be an integer from 1 to 1000")
+	errNoWebhooks     = errors.New("this gateway delivers no webhooks")
 
 	// streamcap.go
 	// errUserStreams: the user holds its share of a kind's streams.
@@ -128,6 +145,7 @@ func statusOf(err error) apiError {
 	var he *echo.HTTPError
 	var tooLarge *http.MaxBytesError
 	var unreachable *proxy.UnreachableError
+	var port *proxy.PortError
 	var badBody *proxy.BodyReadError
 	var exchange *proxy.ExchangeError
 	var badResponse *proxy.BadResponseError
@@ -148,11 +166,19 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusUnauthorized, "unauthorized", msg, 0}
 	case errors.Is(err, identity.ErrBadThread), errors.Is(err, identity.ErrBadUser), errors.Is(err, errBadSandboxID),
 		errors.Is(err, errBadPort), errors.Is(err, errBadProvisionerID), errors.Is(err, errBadHost), errors.Is(err, errDotSegment), errors.Is(err, errBadEgress),
-		errors.Is(err, errBadFilter), errors.Is(err, errBadTail), errors.Is(err, errBadUntil),
+		errors.Is(err, errBadFilter), errors.Is(err, errBadTail), errors.Is(err, errBadUntil), errors.Is(err, errBadSince),
+		errors.Is(err, errBadStream),
 		errors.Is(err, errBadCheckpointBody), errors.Is(err, errForkSelf), errors.Is(err, checkpoint.ErrBadID),
-		errors.Is(err, checkpoint.ErrBadLabel):
+		errors.Is(err, checkpoint.ErrBadLabel), errors.Is(err, errBadPreviewBody), errors.Is(err, pool.ErrBadPreview),
+		errors.Is(err, errBadWebhookBody), errors.Is(err, errBadLimit), errors.Is(err, webhook.ErrBadEndpoint):
 		return apiError{http.StatusBadRequest, "bad_request", err.Error(), 0}
-	case errors.Is(err, errCrossSite), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser),
+	case errors.Is(err, webhook.ErrNotFound):
+		return apiError{http.StatusNotFound, "webhook_not_found", err.Error(), 0}
+	case errors.Is(err, webhook.ErrConfigured):
+		return apiError{http.StatusConflict, "conflict", err.Error(), 0}
+	case errors.Is(err, errNoWebhooks):
+		return apiError{http.StatusNotImplemented, "not_supported", err.Error(), 0}
+	case errors.Is(err, errCrossSite), errors.Is(err, errStatusForm), errors.Is(err, errScope), errors.Is(err, errThreadDenied), errors.Is(err, errOtherUser),
 		errors.Is(err, errEgressAdmin):
 		return apiError{http.StatusForbidden, "forbidden", err.Error(), 0}
 	case errors.Is(err, errMisdirectedHost):
@@ -175,16 +201,24 @@ func statusOf(err error) apiError {
 		return apiError{http.StatusServiceUnavailable, "progress_streams", err.Error(), 5}
 	case errors.Is(err, proxy.ErrUpgradeCapacity):
 		return apiError{http.StatusServiceUnavailable, "upgrade_capacity", "too many open WebSocket connections; retry later", 5}
+	case errors.Is(err, checkpoint.ErrNoThread):
+		return apiError{http.StatusNotFound, "not_found", "no such thread: it has no workspace yet (its first request, or PUT /threads/{thread}/sandbox, makes one)", 0}
 	case errors.Is(err, checkpoint.ErrNotFound):
-		return apiError{http.StatusNotFound, "checkpoint_not_found", "no such checkpoint, or the thread has no workspace yet", 0}
+		return apiError{http.StatusNotFound, "checkpoint_not_found", "no such checkpoint", 0}
 	case errors.Is(err, checkpoint.ErrNotEmpty):
 		return apiError{http.StatusConflict, "thread_exists", "the fork's thread already has a sandbox or files; fork onto a new thread", 0}
 	case errors.Is(err, pool.ErrBusy):
 		return apiError{http.StatusConflict, "sandbox_busy", "the sandbox is running a command or serving a request; retry when it is idle (restore: or force)", 0}
 	case errors.Is(err, checkpoint.ErrTooDeep):
 		return apiError{http.StatusUnprocessableEntity, "workspace_too_deep", "the workspace's directory tree is too deep to checkpoint", 0}
+	case errors.Is(err, errNoPreview):
+		return apiError{http.StatusNotFound, "preview_not_found", err.Error(), 0}
+	case errors.Is(err, pool.ErrPreviewKeys):
+		return apiError{http.StatusServiceUnavailable, "preview_keys_unavailable", err.Error(), 2}
 	case errors.Is(err, pool.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such sandbox", 0}
+	case errors.Is(err, errStatusAction):
+		return apiError{http.StatusNotFound, "not_found", err.Error(), 0}
 	case errors.Is(err, pool.ErrProvisioning):
 		return apiError{http.StatusServiceUnavailable, "provisioning", "the sandbox is being provisioned; retry shortly", 2}
 	case errors.Is(err, pool.ErrCapacity):
@@ -220,6 +254,10 @@ func statusOf(err error) apiError {
 	case errors.As(err, &badBody):
 		// Before the broken-connection row: the client's body broke, not the sandbox.
 		return apiError{http.StatusBadRequest, "bad_request", "the request body is malformed or truncated", 0}
+	case errors.As(err, &port) && errors.Is(err, syscall.ECONNREFUSED):
+		return apiError{http.StatusBadGateway, "port_closed", sandboxspec.PortClosed(port.Port), 0}
+	case errors.As(err, &port):
+		return apiError{http.StatusBadGateway, "port_unreachable", "port " + port.Port + " in the sandbox could not be reached", 0}
 	case errors.As(err, &badResponse):
 		return apiError{http.StatusBadGateway, "sandbox_bad_response", "the sandbox sent an invalid response", 0}
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():

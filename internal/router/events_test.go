@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/internal/api"
 	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/statedb"
 	"github.com/sandgate/sandgate/internal/testutil"
 )
 
@@ -105,13 +107,21 @@ func newEventsRouter(t *testing.T) (*Router, *events.Bus, *httptest.Server) {
 	r := testutil.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	bus, err := events.New(rdb, events.Config{Channel: "t:ev", RecentKey: "t:ev:recent", Replica: "r1"})
+	rt, bus, srv, _ := replicaOn(t, rdb, "r1")
+	return rt, bus, srv
+}
+
+// replicaOn is one gateway replica's router and event bus on rdb; kill
+// ends both, as a replica's death would.
+func replicaOn(t *testing.T, rdb redis.UniversalClient, name string) (*Router, *events.Bus, *httptest.Server, func()) {
+	t.Helper()
+	bus, err := events.New(rdb, events.Config{Stream: "t{fleet}:events", Replica: name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go bus.Run(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); bus.Run(ctx) }()
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer wcancel()
 	if err := bus.Ready(wctx); err != nil {
@@ -120,8 +130,85 @@ func newEventsRouter(t *testing.T) (*Router, *events.Bus, *httptest.Server) {
 	down := stubPool{err: fmt.Errorf("%w: x", pool.ErrState)}
 	rt := New(Deps{Pool: down, Aliases: down, Auth: testAuth(t), Events: bus})
 	srv := httptest.NewServer(rt)
-	t.Cleanup(srv.Close)
-	return rt, bus, srv
+	kill := func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		<-done
+	}
+	t.Cleanup(kill)
+	return rt, bus, srv, sync.OnceFunc(kill)
+}
+
+// A client follows a thread on replica A; A dies while events go on; the
+// client reconnects to replica B with the last id it saw and gets exactly
+// the events it missed (published by A before it died and by B after),
+// then live ones. ?since= an RFC 3339 time replays from then.
+func TestThreadEventsReconnectToAnotherReplica(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	_, busA, srvA, killA := replicaOn(t, rdb, "a")
+	_, busB, srvB, _ := replicaOn(t, rdb, "b")
+	ctx := context.Background()
+	path := "/threads/t/sandbox/events"
+
+	s := openStream(t, srvA.URL+path, "alice-key")
+	busA.Publish(ctx, events.Event{Type: events.Starting, User: "alice", Thread: "t", SandboxID: "s1"})
+	first, ok := s.next(t)
+	if !ok || first.typ != "starting" || first.id == "" {
+		t.Fatalf("first live event %+v (%v)", first, ok)
+	}
+	// mark lies strictly between the first event's millisecond and the next's.
+	time.Sleep(5 * time.Millisecond)
+	mark := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	// Missed by the client: published while its stream was (or was about
+	// to be) cut, one by A, one by B, one of another user's.
+	busA.Publish(ctx, events.Event{Type: events.Ready, User: "alice", Thread: "t", SandboxID: "s1", Cause: "cold"})
+	killA()
+	busB.Publish(ctx, events.Event{Type: events.Starting, User: "bob", Thread: "t", SandboxID: "b1"})
+	busB.Publish(ctx, events.Event{Type: events.Destroyed, User: "alice", Thread: "t", SandboxID: "s1", Cause: "idle"})
+
+	for _, tc := range []struct {
+		name string
+		url  string
+		hdr  []string
+	}{
+		{"Last-Event-ID", srvB.URL + path, []string{"Last-Event-ID", first.id}},
+		{"since id", srvB.URL + path + "?since=" + first.id, nil},
+		{"since time", srvB.URL + path + "?since=" + mark.UTC().Format(time.RFC3339Nano), nil},
+		// An EventSource reconnects to the URL it opened: the header wins.
+		{"header over since", srvB.URL + path + "?since=1-0", []string{"Last-Event-ID", first.id}},
+	} {
+		again := openStream(t, tc.url, "alice-key", tc.hdr...)
+		var got []sseEvent
+		for range 2 {
+			ev, ok := again.next(t)
+			if !ok {
+				t.Fatalf("%s: stream ended after %+v", tc.name, got)
+			}
+			got = append(got, ev)
+		}
+		if typesOf(got) != "ready,destroyed" || got[0].data.Replica != "a" || got[0].data.Cause != "cold" ||
+			got[1].data.Replica != "b" || got[1].data.Cause != "idle" || got[0].id == first.id {
+			t.Fatalf("%s: replayed %+v, want A's ready then B's destroyed", tc.name, got)
+		}
+		busB.Publish(ctx, events.Event{Type: events.Queued, User: "alice", Thread: "t", SandboxID: tc.name})
+		if ev, ok := again.next(t); !ok || ev.typ != "queued" || ev.data.SandboxID != tc.name {
+			t.Fatalf("%s: live event after the replay %+v (%v)", tc.name, ev, ok)
+		}
+		again.resp.Body.Close()
+		// The next case's replay must not see this case's live event.
+		newest, err := rdb.XRevRangeN(ctx, "t{fleet}:events", "+", "-", 1).Result()
+		if err != nil || len(newest) != 1 {
+			t.Fatalf("newest event: %v", err)
+		}
+		if err := rdb.XDel(ctx, "t{fleet}:events", newest[0].ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A thread's stream replays its recent events, then follows live ones, and
@@ -197,6 +284,8 @@ func TestThreadEventsRefusals(t *testing.T) {
 		{"/threads/t/sandbox/events", "", 401, "unauthorized"},
 		{"/threads/t/sandbox/events", "prom-key", 403, "forbidden"},
 		{"/threads/t/sandbox/events?until=forever", "alice-key", 400, "bad_request"},
+		{"/threads/t/sandbox/events?since=yesterday", "alice-key", 400, "bad_request"},
+		{"/threads/t/sandbox/events?since=1733500000000", "alice-key", 400, "bad_request"},
 		{"/threads/bad%20thread/sandbox/events", "alice-key", 400, "bad_request"},
 	}
 	for _, c := range cases {
@@ -223,5 +312,59 @@ func TestClientReasonIsTheTablesAnswer(t *testing.T) {
 	got := ClientReason(fmt.Errorf("%w: start /var/lib/sandgate/x: exit 1", pool.ErrCreate))
 	if got != "sandbox_start_failed: the sandbox failed to start" {
 		t.Fatalf("ClientReason = %q", got)
+	}
+}
+
+// The status page's stream resumes too: its EventSource reconnects (to any
+// replica) with the id of the last event it showed and gets exactly the
+// ones after it, then live ones; without one it starts at now.
+func TestStatusEventsResumeByLastEventID(t *testing.T) {
+	t.Parallel()
+	r := testutil.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	bus, err := events.New(rdb, events.Config{Stream: "t{fleet}:events", Replica: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); bus.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := bus.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Deps{Pool: stubPool{}, Aliases: stubPool{}, Events: bus,
+		Status: Status{Source: statedb.NewStore(rdb, "")}}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+
+	bus.Publish(ctx, events.Event{Type: events.Ready, User: "u", Thread: "old", SandboxID: "s0"})
+	// "Now" is what the replica's reader delivered: wait until it has s0.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		latest, _ := bus.Recent(ctx, 1)
+		now, _ := bus.Now(ctx)
+		if len(latest) == 1 && now.String() == latest[0].ID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader never delivered s0")
+		}
+	}
+	live := openStream(t, srv.URL+"/status/events", "")
+	bus.Publish(ctx, events.Event{Type: events.Ready, User: "u", Thread: "t", SandboxID: "s1"})
+	first, ok := live.next(t)
+	if !ok || first.typ != "lifecycle" || first.data.SandboxID != "s1" || first.id == "" {
+		t.Fatalf("first event from now %+v (%v), want s1's, not the older s0's", first, ok)
+	}
+	live.resp.Body.Close()
+	bus.Publish(ctx, events.Event{Type: events.Destroyed, User: "u", Thread: "t", SandboxID: "s1", Cause: "idle"})
+
+	again := openStream(t, srv.URL+"/status/events", "", "Last-Event-ID", first.id)
+	if ev, ok := again.next(t); !ok || ev.data.Type != events.Destroyed || ev.data.Cause != "idle" {
+		t.Fatalf("after reconnecting: %+v (%v), want the missed destroyed", ev, ok)
+	}
+	bus.Publish(ctx, events.Event{Type: events.Queued, User: "u", Thread: "t", SandboxID: "s2"})
+	if ev, ok := again.next(t); !ok || ev.data.SandboxID != "s2" {
+		t.Fatalf("live after the replay: %+v (%v)", ev, ok)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // rule is what a route asks of its caller.
@@ -23,6 +24,26 @@ var (
 
 // handler is a route that runs for an admitted principal.
 type handler func(c echo.Context, p *auth.Principal) error
+
+// forUser lets an admin act on another user's thread: ?user=U on a
+// thread's control routes (sandbox, checkpoints, fork, freeze) runs h as U.
+// Anyone else naming a user not their own is refused (403), never served
+// their own thread of that name instead.
+func forUser(h handler) handler {
+	return func(c echo.Context, p *auth.Principal) error {
+		user := c.QueryParam("user")
+		if user == "" || user == p.User {
+			return h(c, p)
+		}
+		if !p.Has(auth.ScopeAdmin) {
+			return errOtherUser
+		}
+		if err := identity.ValidUser(user); err != nil {
+			return err
+		}
+		return h(c, p.As(user))
+	}
+}
 
 // need wraps h: authenticate, check the scope, count the request against
 // the user's limit for as long as it runs.

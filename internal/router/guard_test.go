@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/sandgate/sandgate/internal/auth"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
@@ -231,5 +235,42 @@ func TestAdmitWithAPIKeyDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("admitting a request with an API key allocates %.1f times", allocs)
+	}
+}
+
+// TestForUserOnlyForAdmins attacks ?user= on the thread routes: a user
+// naming another user is refused, never served as that user nor served
+// their own thread of that name; an admin acts as the user named.
+func TestForUserOnlyForAdmins(t *testing.T) {
+	t.Parallel()
+	alice := auth.NewPrincipal("alice", auth.ScopeThreads, nil)
+	admin := auth.NewPrincipal("ops", auth.ScopeAdmin, nil)
+	for _, tc := range []struct {
+		name  string
+		p     *auth.Principal
+		query string
+		as    string // the user the handler ran as; "" = it did not run
+		err   error
+	}{
+		{"own, no query", alice, "", "alice", nil},
+		{"own, named", alice, "?user=alice", "alice", nil},
+		{"another user's", alice, "?user=bob", "", errOtherUser},
+		{"admin as bob", admin, "?user=bob", "bob", nil},
+		{"admin, own", admin, "", "ops", nil},
+		{"admin, bad user", admin, "?user=a%2Fb", "", identity.ErrBadUser},
+	} {
+		e := echo.New()
+		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/threads/t1/checkpoints"+tc.query, nil), httptest.NewRecorder())
+		ran := ""
+		err := forUser(func(_ echo.Context, p *auth.Principal) error { ran = p.User; return nil })(c, tc.p)
+		if ran != tc.as || !errors.Is(err, tc.err) {
+			t.Errorf("%s: ran as %q (%v), want %q (%v)", tc.name, ran, err, tc.as, tc.err)
+		}
+		if got := statusOf(errOtherUser).status; tc.err == errOtherUser && got != http.StatusForbidden {
+			t.Errorf("errOtherUser answers %d, want 403", got)
+		}
+	}
+	if admin.As("bob").User != "bob" || admin.User != "ops" || !admin.As("bob").Has(auth.ScopeAdmin) {
+		t.Error("As must copy, not change, the principal")
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // healthz: the process is alive.
 func (rt *Router) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok", Version: rt.version, Revision: rt.revision})
 }
 
 // readyz: Redis and the backend answer, and the gateway is not draining.

@@ -82,7 +82,7 @@ func (rt *Router) hostProxy(c echo.Context, p *auth.Principal) (proxied, error) 
 			return proxied{route: route, outcome: outcome}, err
 		}
 	}
-	n := rt.serve(c, route, r.URL.Path, r.URL.RawPath, port)
+	n := rt.serve(c, route, r.URL.Path, r.URL.RawPath, port, p.Caller())
 	return proxied{route: route, outcome: outcome, bytesIn: n}, nil
 }
 

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -25,6 +26,7 @@ import (
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/pool"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/state"
 	"github.com/sandgate/sandgate/internal/telemetry"
 	"github.com/sandgate/sandgate/internal/usage"
@@ -52,13 +54,40 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	loadOpenAPI(t)
 }
 
+// TestOpenAPINoTypeArrays: no schema of the served document has a type
+// array (type: [string, integer]), which ogen and oapi-codegen refuse.
+func TestOpenAPINoTypeArrays(t *testing.T) {
+	t.Parallel()
+	var doc any
+	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(at string, v any)
+	walk = func(at string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if typ, isList := v["type"].([]any); isList {
+				t.Errorf("%s: type %v", at, typ)
+			}
+			for k, e := range v {
+				walk(at+"/"+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(at+"/"+strconv.Itoa(i), e)
+			}
+		}
+	}
+	walk("", doc)
+}
+
 // openAPIMethods are the methods an OpenAPI path item can name; echo.Any
 // registers others too (CONNECT, PROPFIND, REPORT), which a path item marked
 // x-sandgate-any-method covers.
 var openAPIMethods = []string{"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
 
 // outsideEcho are the routes ServeHTTP serves before echo, every method.
-var outsideEcho = []string{"/c/:capability/v1/*"}
+var outsideEcho = []string{"/c/:capability/v1/*", "/preview/:link/*"}
 
 var echoParam = regexp.MustCompile(`:([A-Za-z_]+)`)
 
@@ -125,8 +154,13 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	// Document → routes.
+	// Document → routes. A sandbox API path is served by its prefix's proxy
+	// route (TestOpenAPISandboxAPI checks those paths).
 	for _, path := range doc.Paths.InMatchingOrder() {
+		if doc.Paths.Value(path).Extensions["x-sandgate-sandbox-api"] == true {
+			prefix, _, _ := strings.Cut(path, "/v1/")
+			path = prefix + "/v1/{path}"
+		}
 		methods := served[path]
 		if methods == nil {
 			problems = append(problems, "openapi.yaml documents "+path+", which no route in router.go serves")
@@ -141,6 +175,41 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	sort.Strings(problems)
 	for _, p := range problems {
 		t.Error(p)
+	}
+}
+
+// TestOpenAPISandboxAPI: under each data-plane prefix the document lists
+// exactly the sandbox API's routes (sandboxspec.Endpoints, which the
+// sandbox server's own test keeps equal to its route table), each with
+// its prefixed operationId and the capability's ones without credential.
+func TestOpenAPISandboxAPI(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	for _, pre := range sandboxPrefixes {
+		var want, got []string
+		for _, e := range sandboxspec.Endpoints {
+			want = append(want, e.Method+" "+pre.path+e.Path)
+			op := doc.Paths.Value(pre.path + e.Path).GetOperation(e.Method)
+			id := sandboxspec.OperationID(e)
+			if wantID := pre.operation + strings.ToUpper(id[:1]) + id[1:]; op == nil || op.OperationID != wantID {
+				t.Errorf("%s %s%s: no operation %s", e.Method, pre.path, e.Path, wantID)
+			} else if pre.open != (op.Security != nil && len(*op.Security) == 0) {
+				t.Errorf("%s: security %v", wantID, op.Security)
+			}
+		}
+		for path, item := range doc.Paths.Map() {
+			if item.Extensions["x-sandgate-sandbox-api"] != true || !strings.HasPrefix(path, pre.path+"/") {
+				continue
+			}
+			for m := range item.Operations() {
+				got = append(got, m+" "+path)
+			}
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the document lists\n%q\nthe sandbox API is\n%q", pre.path, got, want)
+		}
 	}
 }
 
@@ -281,6 +350,9 @@ func (okAdmin) Stats(context.Context, string) (backend.Stats, error) {
 	return backend.Stats{CPUSeconds: 1.5, MemoryBytes: 1 << 20, PIDs: 3, At: okCreated}, nil
 }
 func (okAdmin) CanStat() bool { return true }
+func (okAdmin) Commands(context.Context, string, int) (sandboxspec.CommandLog, error) {
+	return sandboxspec.CommandLog{}, nil
+}
 func (okAdmin) Prune(_ context.Context, dryRun bool) (api.PruneReport, error) {
 	return api.PruneReport{Fleet: "f1", DryRun: dryRun, Items: []api.Pruned{{Kind: "log", Name: "x.log",
 		SandboxID: identity.SandboxID("default", "gone")}}}, nil
@@ -321,11 +393,14 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 		{okSrv, "GET", "/health", "", 200, false},
 		{okSrv, "GET", "/metrics", "", 200, false},
 		{okSrv, "GET", "/openapi.json", "", 200, false},
+		{okSrv, "GET", "/v1/openapi.json", "", 200, false},
 		{okSrv, "PUT", "/threads/t1/sandbox", "", 200, false},
 		{okSrv, "GET", "/threads/t1/sandbox", "", 200, false},
 		{okSrv, "GET", "/threads/t2/sandbox", "", 404, false},
 		{okSrv, "DELETE", "/threads/t1/sandbox", "", 204, false},
 		{okSrv, "DELETE", "/threads/t1/sandbox?destroy=maybe", "", 400, true},
+		{okSrv, "GET", "/threads/t1/sandbox/metrics", "", 501, false}, // no sampler
+		{okSrv, "GET", "/threads/t1/sandbox/metrics?stream=yes", "", 400, true},
 		{okSrv, "GET", "/api/capabilities", "", 200, false},
 		{okSrv, "POST", "/api/sandboxes", `{"sandbox_id":"t1"}`, 200, false},
 		{okSrv, "POST", "/api/sandboxes", `{"sandbox_id":"t1","required_mount_contract_version":1}`, 409, false},
@@ -355,6 +430,8 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 		{okSrv, "GET", "/admin/v1/sandboxes/" + sid + "/logs?tail=10", "", 200, false},
 		{okSrv, "GET", "/admin/v1/sandboxes/" + sid + "/logs?tail=-1", "", 400, true},
 		{okSrv, "GET", "/admin/v1/stats", "", 200, false},
+		{okSrv, "GET", "/admin/v1/webhooks", "", 501, false}, // no webhooks
+		{okSrv, "DELETE", "/admin/v1/webhooks/x", "", 501, false},
 		{okSrv, "DELETE", "/admin/v1/users/default/threads/t1", "", 200, false},
 		{okSrv, "GET", "/admin/v1/prune", "", 200, false},
 		{okSrv, "POST", "/admin/v1/prune", "", 200, false},
@@ -423,28 +500,34 @@ func TestOpenAPIResponsesMatchTheHandlers(t *testing.T) {
 const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",` +
 	`"capabilities":{},"clientInfo":{"name":"openapi-test","version":"1"}}}`
 
+// TestOpenAPIIsCacheable: both documents (the gateway's, and the sandbox
+// API's at /v1/openapi.json, byte for byte what a sandbox serves) carry an
+// ETag that revalidates to a 304.
 func TestOpenAPIIsCacheable(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(New(Deps{Pool: stubPool{}, Aliases: stubPool{}}))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	etag := resp.Header.Get("ETag")
-	if resp.StatusCode != 200 || etag == "" {
-		t.Fatalf("GET /openapi.json: %d, ETag %q", resp.StatusCode, etag)
-	}
-	req, _ := http.NewRequest("GET", srv.URL+"/openapi.json", nil)
-	req.Header.Set("If-None-Match", etag)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotModified {
-		t.Fatalf("If-None-Match %s: %d, want 304", etag, resp.StatusCode)
+	for path, want := range map[string][]byte{"/openapi.json": openAPIJSON, "/v1/openapi.json": sandboxspec.OpenAPIJSON()} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		etag := resp.Header.Get("ETag")
+		if resp.StatusCode != 200 || etag == "" || string(body) != string(want) {
+			t.Fatalf("GET %s: %d, ETag %q, %d bytes (want %d)", path, resp.StatusCode, etag, len(body), len(want))
+		}
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("If-None-Match", etag)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotModified {
+			t.Fatalf("%s If-None-Match %s: %d, want 304", path, etag, resp.StatusCode)
+		}
 	}
 }
 

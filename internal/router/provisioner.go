@@ -85,9 +85,11 @@ func (rt *Router) provisionerCreate(c echo.Context, p *auth.Principal) error {
 		return err
 	}
 	if req.RequiredVersion != nil && *req.RequiredVersion != mountContractVersion {
-		return c.JSON(http.StatusConflict, api.ProvisionerDetail{Detail: api.MountContractChanged{
-			Actual: mountContractVersion, Code: "mount_contract_changed", Expected: *req.RequiredVersion,
-		}})
+		return c.JSON(http.StatusConflict, api.ProvisionerDetail{
+			Error: api.ErrorDetail{Code: "conflict", Message: fmt.Sprintf("required_mount_contract_version %d is not this gateway's (%d)",
+				*req.RequiredVersion, mountContractVersion)},
+			Detail: api.MountContractChanged{Actual: mountContractVersion, Code: "mount_contract_changed", Expected: *req.RequiredVersion},
+		})
 	}
 	ctx := r.Context()
 	sid := identity.SandboxID(user, thread)
@@ -208,7 +210,8 @@ func (rt *Router) provisionerDelete(c echo.Context, p *auth.Principal) error {
 }
 
 func notFound(c echo.Context, id string) error {
-	return c.JSON(http.StatusNotFound, api.ProvisionerDetail{Detail: "Sandbox '" + id + "' not found"})
+	msg := "Sandbox '" + id + "' not found"
+	return c.JSON(http.StatusNotFound, api.ProvisionerDetail{Error: api.ErrorDetail{Code: "not_found", Message: msg}, Detail: msg})
 }
 
 // provisionerList is GET /api/sandboxes: the caller's sandboxes made

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -20,25 +21,33 @@ import (
 	"github.com/sandgate/sandgate/internal/checkpoint"
 	"github.com/sandgate/sandgate/internal/events"
 	"github.com/sandgate/sandgate/internal/proxy"
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/telemetry"
 	"github.com/sandgate/sandgate/internal/usage"
 )
 
 // Router serves the gateway's HTTP API.
 type Router struct {
-	echo       *echo.Echo
-	pool       Pool
-	aliases    Aliases
-	proxy      *proxy.Proxy
-	ready      []Pinger
-	public     string
-	log        *slog.Logger
-	metrics    *telemetry.Metrics
-	auth       Authenticator
-	limits     *Limits
-	hostSuffix string
-	hostChain  echo.HandlerFunc
-	hosts      *hostCheck // nil: every Host is served (auth on, or allowed_hosts *)
+	version, revision string // the build, on /healthz
+	echo              *echo.Echo
+	pool              Pool
+	aliases           Aliases
+	proxy             *proxy.Proxy
+	ready             []Pinger
+	public            string
+	log               *slog.Logger
+	metrics           *telemetry.Metrics
+	auth              Authenticator
+	limits            *Limits
+	hostSuffix        string
+	hostChain         echo.HandlerFunc
+	// previewSuffix and sandboxOrigin are where preview links are served
+	// ("" and nil: the path form on the gateway's origin; preview.go).
+	previewSuffix string
+	previewHost   string // "{link}.{preview_suffix}": the Host middleware sees
+	sandboxOrigin *url.URL
+	previewChain  echo.HandlerFunc
+	hosts         *hostCheck // nil: every Host is served (auth on, or allowed_hosts *)
 	// capabilityChain serves /c/{capability}/v1/... (see capability.go).
 	capabilityChain echo.HandlerFunc
 	draining        atomic.Bool
@@ -48,6 +57,8 @@ type Router struct {
 	admin           Admin       // nil: no logs, stats or prune
 	checkpoints     Checkpoints // nil: no checkpoints or forks
 	holder          Holder      // nil: no freeze on demand
+	sampler         MetricsSampler
+	webhooks        Webhooks
 	events          *events.Bus // nil: no lifecycle events here
 	streams         *sseStreams // the open event streams, ended on drain
 	progress        *streamCap  // the provisioning-progress streams, shared between users
@@ -146,5 +157,6 @@ type Admin interface {
 	Logs(ctx context.Context, sid string, opts backend.LogOptions) (io.ReadCloser, error)
 	Stats(ctx context.Context, sid string) (backend.Stats, error)
 	CanStat() bool
+	Commands(ctx context.Context, sid string, limit int) (sandboxspec.CommandLog, error)
 	Prune(ctx context.Context, dryRun bool) (api.PruneReport, error)
 }

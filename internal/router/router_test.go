@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -41,6 +44,8 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: %w", pool.ErrCreate, &backend.ImageError{Image: "reg.example/sbx:1", Err: errors.New("pull /var/lib/x")}), 502, "sandbox_image_missing", false},
 		{fmt.Errorf("%w: mkdir /srv/data: no space left on device", pool.ErrStorage), 507, "storage_unavailable", false},
 		{&proxy.UnreachableError{Err: dial}, 502, "sandbox_unreachable", false},
+		{&proxy.PortError{Port: "3000", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, 502, "port_closed", false},
+		{&proxy.PortError{Port: "3000", Err: &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}}, 502, "port_unreachable", false},
 		{&proxy.ExchangeError{Err: fmt.Errorf("%w: a symlink", backend.ErrUnsafeSocket)}, 502, "sandbox_socket_refused", false},
 		{&proxy.ResolveError{Err: pool.ErrCapacity}, 503, "capacity", true},
 		{&net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, 502, "sandbox_connection_lost", false},
@@ -96,6 +101,19 @@ func (s stubPool) DestroyThread(context.Context, string, string, pool.DestroyRea
 func (s stubPool) Capability(context.Context, string) (string, error) { return "", s.err }
 func (s stubPool) CapabilityRoute(context.Context, string) (Sandbox, pool.Outcome, error) {
 	return nil, "", s.err
+}
+func (s stubPool) PreviewRoute(context.Context, string) (Sandbox, string, pool.Outcome, error) {
+	return nil, "", "", s.err
+}
+func (s stubPool) CreatePreview(context.Context, pool.Identity, int, time.Duration) (string, state.Preview, error) {
+	return "", state.Preview{}, s.err
+}
+func (s stubPool) Previews(context.Context, pool.Identity) ([]pool.ListedPreview, error) {
+	return nil, s.err
+}
+func (s stubPool) RevokePreview(context.Context, string, string) error { return s.err }
+func (s stubPool) RotatePreviewKey(context.Context) (uint16, time.Time, error) {
+	return 0, time.Time{}, s.err
 }
 func (s stubPool) Records(context.Context) ([]state.Record, error)        { return nil, s.err }
 func (s stubPool) Alive(context.Context, state.Record) (bool, error)      { return false, s.err }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -22,10 +23,12 @@ import (
 
 // Deps are the router's collaborators.
 type Deps struct {
-	Pool    Pool
-	Aliases Aliases
-	Ready   []Pinger
-	Proxy   proxy.Config
+	// Version and Revision are the binary's build, on /healthz.
+	Version, Revision string
+	Pool              Pool
+	Aliases           Aliases
+	Ready             []Pinger
+	Proxy             proxy.Config
 	// PublicURL is how clients reach the gateway; "" = from each request.
 	PublicURL string
 	Log       *slog.Logger
@@ -42,6 +45,13 @@ type Deps struct {
 	// HostSuffix turns on host routing ({sandbox_id}.{suffix}); "" = off.
 	// NormalizeHostSuffix gives its form.
 	HostSuffix string
+	// PreviewSuffix serves preview links as {link}.{suffix} ("" = off;
+	// NormalizeHostSuffix gives its form).
+	PreviewSuffix string
+	// SandboxOrigin is where the path form of preview links is served
+	// (NormalizeSandboxOrigin); nil = the gateway's own origin, with a
+	// Content-Security-Policy sandbox on every response.
+	SandboxOrigin *url.URL
 	// AllowedHosts are host names served without authentication besides
 	// the loopback names, PublicURL's host and HostSuffix ("*": any; the
 	// DNS-rebinding check is off). Ignored when Auth is set.
@@ -73,6 +83,12 @@ type Deps struct {
 	// Holder stops a thread's sandbox around checkpoint work and freezes it
 	// on demand (the pool); nil = freeze and checkpoints answer 501.
 	Holder Holder
+	// Sampler keeps the sandboxes' resource samples (metrics.go); nil =
+	// /threads/{thread}/sandbox/metrics answers 501.
+	Sampler MetricsSampler
+	// Webhooks registers webhook endpoints (webhooks.go); nil = those
+	// routes answer 501.
+	Webhooks Webhooks
 }
 
 // New builds the router.
@@ -80,11 +96,11 @@ func New(d Deps) *Router {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	rt := &Router{pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
-		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, mounts: d.Mounts, meter: d.Meter,
+	rt := &Router{version: d.Version, revision: d.Revision, pool: d.Pool, aliases: d.Aliases, ready: d.Ready, public: strings.TrimRight(d.PublicURL, "/"), log: d.Log, metrics: d.Metrics,
+		auth: d.Auth, limits: d.Limits, hostSuffix: d.HostSuffix, previewSuffix: d.PreviewSuffix, sandboxOrigin: d.SandboxOrigin, mounts: d.Mounts, meter: d.Meter,
 		bodyIdle: d.BodyIdleTimeout, admin: d.Admin, events: d.Events, streams: newSSEStreams(),
 		progress:    newStreamCap(MaxStreamsPerKind, d.Status.Streams, errProgressStreams),
-		checkpoints: d.Checkpoints, holder: d.Holder}
+		checkpoints: d.Checkpoints, holder: d.Holder, sampler: d.Sampler, webhooks: d.Webhooks}
 	rt.proxy = proxy.New(d.Proxy, resolver{d.Pool, d.Metrics}, rt.writeError, d.Log)
 	if d.Auth == nil {
 		rt.hosts = newHostCheck(d.PublicURL, d.HostSuffix, d.AllowedHosts)
@@ -112,6 +128,7 @@ func New(d Deps) *Router {
 	e.GET("/readyz", rt.readyz)
 	e.GET("/health", rt.provisionerHealth)
 	e.GET("/openapi.json", serveOpenAPI)
+	e.GET("/v1/openapi.json", serveSandboxOpenAPI)
 	if d.Metrics != nil {
 		// Any authenticated principal, even one without scopes (a scraper's
 		// key), or the metrics token.
@@ -125,17 +142,21 @@ func New(d Deps) *Router {
 	e.Any("/sandboxes/:id/v1/*", rt.dataPlane(telemetry.RouteSandbox, rt.sandboxProxy))
 
 	rt.mcpRoutes(e)
-	e.PUT("/threads/:thread/sandbox", rt.need(threads, rt.acquireThread))
-	e.GET("/threads/:thread/sandbox", rt.need(threads, rt.getThread))
-	e.DELETE("/threads/:thread/sandbox", rt.need(threads, rt.releaseThread))
+	e.PUT("/threads/:thread/sandbox", rt.need(threads, forUser(rt.acquireThread)))
+	e.GET("/threads/:thread/sandbox", rt.need(threads, forUser(rt.getThread)))
+	e.DELETE("/threads/:thread/sandbox", rt.need(threads, forUser(rt.releaseThread)))
 	e.GET("/threads/:thread/sandbox/events", rt.need(threads, rt.threadEvents))
-	e.POST("/threads/:thread/sandbox/freeze", rt.need(threads, rt.freezeThread))
-	e.POST("/threads/:thread/checkpoints", rt.need(threads, rt.createCheckpoint))
-	e.GET("/threads/:thread/checkpoints", rt.need(threads, rt.listCheckpoints))
-	e.GET("/threads/:thread/checkpoints/:id", rt.need(threads, rt.getCheckpoint))
-	e.DELETE("/threads/:thread/checkpoints/:id", rt.need(threads, rt.deleteCheckpoint))
-	e.POST("/threads/:thread/checkpoints/:id/restore", rt.need(threads, rt.restoreCheckpoint))
-	e.POST("/threads/:thread/fork", rt.need(threads, rt.forkThread))
+	e.POST("/threads/:thread/sandbox/freeze", rt.need(threads, forUser(rt.freezeThread)))
+	e.GET("/threads/:thread/sandbox/metrics", rt.need(threads, rt.threadMetrics))
+	e.POST("/threads/:thread/checkpoints", rt.need(threads, forUser(rt.createCheckpoint)))
+	e.GET("/threads/:thread/checkpoints", rt.need(threads, forUser(rt.listCheckpoints)))
+	e.GET("/threads/:thread/checkpoints/:id", rt.need(threads, forUser(rt.getCheckpoint)))
+	e.DELETE("/threads/:thread/checkpoints/:id", rt.need(threads, forUser(rt.deleteCheckpoint)))
+	e.POST("/threads/:thread/checkpoints/:id/restore", rt.need(threads, forUser(rt.restoreCheckpoint)))
+	e.POST("/threads/:thread/fork", rt.need(threads, forUser(rt.forkThread)))
+	e.POST("/threads/:thread/previews", rt.need(threads, rt.createPreview))
+	e.GET("/threads/:thread/previews", rt.need(threads, rt.listPreviews))
+	e.DELETE("/threads/:thread/previews/:id", rt.need(threads, rt.deletePreview))
 
 	e.GET("/api/templates", rt.need(provisioner, rt.listTemplates))
 	e.GET("/api/capabilities", rt.need(provisioner, rt.provisionerCapabilities))
@@ -145,23 +166,34 @@ func New(d Deps) *Router {
 	e.DELETE("/api/sandboxes/:id", rt.need(provisioner, rt.provisionerDelete))
 	rt.routeStatus(e, d.Status, d.Events)
 	rt.registerAdmin(e)
+	rt.registerWebhooks(e)
 	rt.echo = e
 
-	chain := func(h echo.HandlerFunc) echo.HandlerFunc {
+	chain := func(mw []echo.MiddlewareFunc, h echo.HandlerFunc) echo.HandlerFunc {
 		for i := len(mw) - 1; i >= 0; i-- {
 			h = mw[i](h)
 		}
 		return h
 	}
 	if rt.hostSuffix != "" {
-		rt.hostChain = chain(rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy))
+		rt.hostChain = chain(mw, rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy))
 	}
-	rt.capabilityChain = chain(rt.capabilityPlane)
+	rt.capabilityChain = chain(mw, rt.capabilityPlane)
+	// sameOrigin (last) left out: a preview's origin is the sandbox's,
+	// and its link is the credential (preview.go).
+	rt.previewChain = chain(mw[:len(mw)-1], rt.previewPlane)
+	rt.previewHost = "{link}." + rt.previewSuffix
 	return rt
 }
 
 // ServeHTTP makes the router an http.Handler.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Before the DNS-rebinding check: a preview request carries its own
+	// credential, and opens nothing of the gateway's.
+	if kind, link := rt.previewRequest(r); kind != notPreview {
+		rt.servePreview(w, r, kind, link)
+		return
+	}
 	if rt.hosts != nil && !rt.hosts.allows(r) {
 		rt.writeError(w, r, errMisdirectedHost) // before any work
 		return

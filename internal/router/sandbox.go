@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -32,6 +33,9 @@ type Routes interface {
 	Route(ctx context.Context, sid string, who pool.Owner) (Sandbox, pool.Outcome, error)
 	// CapabilityRoute returns the one incarnation a capability opens.
 	CapabilityRoute(ctx context.Context, capability string) (Sandbox, pool.Outcome, error)
+	// PreviewRoute returns the one incarnation a preview link opens, and
+	// the port it opens there (its decimal form, as the proxy takes it).
+	PreviewRoute(ctx context.Context, link string) (Sandbox, string, pool.Outcome, error)
 	// Reacquire replaces failed, a sandbox from this Routes, after a
 	// dial-class failure: its cached route goes and the sandbox is looked
 	// up again with its liveness verified. A thread's sandbox is recreated
@@ -48,6 +52,11 @@ type Pool interface {
 	Destroy(ctx context.Context, sid string, reason pool.DestroyReason) error
 	DestroyThread(ctx context.Context, user, thread string, reason pool.DestroyReason) error
 	Capability(ctx context.Context, sid string) (string, error)
+	// CreatePreview, Previews and RevokePreview: preview links (pool.Pool's).
+	CreatePreview(ctx context.Context, id pool.Identity, port int, ttl time.Duration) (string, state.Preview, error)
+	Previews(ctx context.Context, id pool.Identity) ([]pool.ListedPreview, error)
+	RevokePreview(ctx context.Context, sid, id string) error
+	RotatePreviewKey(ctx context.Context) (uint16, time.Time, error)
 	Records(ctx context.Context) ([]state.Record, error)
 	Alive(ctx context.Context, rec state.Record) (bool, error)
 	// Templates, CheckOptions, SetOptions and Options: the create
@@ -62,6 +71,7 @@ type Pool interface {
 var (
 	_ Sandbox = (*pool.Route)(nil)
 	_ Sandbox = (*pool.CapRoute)(nil)
+	_ Sandbox = (*pool.PreviewRoute)(nil)
 	_ Pool    = pooled{}
 )
 
@@ -97,12 +107,26 @@ func (p pooled) CapabilityRoute(ctx context.Context, capability string) (Sandbox
 	return r, o, nil
 }
 
+func (p pooled) PreviewRoute(ctx context.Context, link string) (Sandbox, string, pool.Outcome, error) {
+	r, l, o, err := p.Pool.PreviewRoute(ctx, link)
+	if err != nil {
+		return nil, "", o, err
+	}
+	return r, l.PortString(), o, nil
+}
+
 // Reacquire tells a capability's route from a thread's by its type: only
 // this adapter hands them out.
 func (p pooled) Reacquire(ctx context.Context, failed Sandbox) (Sandbox, error) {
 	switch route := failed.(type) {
 	case *pool.CapRoute:
 		next, err := p.Pool.RecheckCapability(ctx, route)
+		if err != nil {
+			return nil, err
+		}
+		return next, nil
+	case *pool.PreviewRoute:
+		next, err := p.Pool.RecheckPreview(ctx, route)
 		if err != nil {
 			return nil, err
 		}

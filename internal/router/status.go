@@ -40,6 +40,9 @@ func (rt *Router) routeStatus(e *echo.Echo, cfg Status, bus *events.Bus) {
 	e.GET("/", h(s.root))
 	e.GET(statusPath, h(s.page))
 	e.GET("/status/sandboxes", h(s.fragment))
+	e.GET("/status/sandboxes/:id", h(s.detail))
+	e.GET("/status/sandboxes/:id/:action", h(s.confirm))
+	e.POST("/status/sandboxes/:id/:action", h(s.act))
 	e.GET("/status/events", h(s.stream))
 	e.GET("/status/login", h(s.loginForm))
 	e.POST("/status/login", h(s.login))
@@ -110,6 +113,10 @@ func (s *statusPage) page(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if id, ok := s.formID(c); ok {
+		v.Token = formToken(id)
+	}
+	v.Done = doneOf(c.QueryParam("done"))
 	return s.render(c, http.StatusOK, "page", v)
 }
 
@@ -135,7 +142,10 @@ func (s *statusPage) render(c echo.Context, code int, name string, data any) err
 }
 
 // stream is GET /status/events: the lifecycle events the caller may see,
-// as Server-Sent Events ("lifecycle", JSON data), from now on.
+// as Server-Sent Events ("lifecycle", JSON data, the stream id as id):
+// from now on, or after where the client stopped (Last-Event-ID when the
+// page's EventSource reconnects, or ?since= an id or an RFC 3339 time),
+// whichever replica it reconnects to.
 func (s *statusPage) stream(c echo.Context) error {
 	p, err := s.principal(c.Request())
 	if err != nil {
@@ -144,13 +154,24 @@ func (s *statusPage) stream(c echo.Context) error {
 	if s.bus == nil {
 		return echo.NewHTTPError(http.StatusNotFound)
 	}
+	from, resume, err := resumeFrom(c.Request())
+	if err != nil {
+		return err
+	}
 	release, err := s.streams.acquire(p)
 	if err != nil {
 		return err
 	}
 	defer release()
-	ch, stop := s.bus.Watch(func(e events.Event) bool { return visible(p, e) })
+	ctx := c.Request().Context()
+	if !resume {
+		if from, err = s.bus.Now(ctx); err != nil {
+			return nil // the client left first
+		}
+	}
+	fctx, stop := context.WithCancel(ctx)
 	defer stop()
+	ch := s.bus.Follow(fctx, from, func(e events.Event) bool { return visible(p, e) })
 
 	w := c.Response()
 	openSSE(w)
@@ -159,7 +180,7 @@ func (s *statusPage) stream(c echo.Context) error {
 	}
 	w.Flush()
 	// A drain ends the stream; the browser reconnects to a replica that stays.
-	s.rt.streams.follow(c.Request().Context(), w, ch, writeLifecycle, func(events.Event) bool { return false })
+	s.rt.streams.follow(ctx, w, ch, writeLifecycle, func(events.Event) bool { return false })
 	return nil
 }
 
@@ -169,7 +190,7 @@ func writeLifecycle(w io.Writer, e events.Event) error {
 	if err != nil {
 		return nil // skipped, not fatal to the stream
 	}
-	_, err = fmt.Fprintf(w, "event: lifecycle\ndata: %s\n\n", data)
+	_, err = fmt.Fprintf(w, "id: %s\nevent: lifecycle\ndata: %s\n\n", e.ID, data)
 	return err
 }
 

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/auth"
 	"github.com/sandgate/sandgate/internal/backend"
@@ -47,28 +49,36 @@ func TestStatusErrors(t *testing.T) {
 		e    events.Event
 		want bool
 	}{
-		{events.Event{Type: events.Failed, Reason: "image not found"}, true},
-		{events.Event{Type: events.Destroyed, Reason: "idle"}, false},
-		{events.Event{Type: events.Destroyed, Reason: "client"}, false},
-		{events.Event{Type: events.Destroyed, Reason: "evicted"}, false},
-		{events.Event{Type: events.Destroyed, Reason: "provisioner_api"}, false},
-		{events.Event{Type: events.Destroyed, Reason: "interrupted"}, true},
-		{events.Event{Type: events.Destroyed, Reason: "dead"}, true},
+		{events.Event{Type: events.Failed, Cause: "image not found"}, true},
+		{events.Event{Type: events.Destroyed, Cause: "idle"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "client"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "evicted"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "provisioner_api"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "admin"}, false}, // the operator's own, CLI or status page
+		{events.Event{Type: events.Destroyed, Cause: "max_lifetime"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "options"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "prewarm_trim"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "quota"}, false},
+		{events.Event{Type: events.Destroyed, Cause: "failed_health"}, true},
+		{events.Event{Type: events.Destroyed, Cause: "vanished"}, true},
+		{events.Event{Type: events.Destroyed, Cause: "something new"}, true},
+		{events.Event{Type: events.Destroyed, Cause: "interrupted"}, true},
+		{events.Event{Type: events.Destroyed, Cause: "dead"}, true},
 		{events.Event{Type: events.Ready}, false},
 	} {
 		if got := isError(tc.e); got != tc.want {
-			t.Errorf("isError(%s %q) = %v, want %v", tc.e.Type, tc.e.Reason, got, tc.want)
+			t.Errorf("isError(%s %q) = %v, want %v", tc.e.Type, tc.e.Cause, got, tc.want)
 		}
 	}
 }
 
 // TestStatusRowsShowTemplate: over a real pool and redis-server, each row
 // of the sandboxes table shows the template its sandbox was made from
-// (active and warm alike), "—" for none, and every row has a cell per
-// column.
+// (active and warm alike), "—" for none, a frozen one's state as frozen
+// (not active, as its index says), and every row has a cell per column.
 func TestStatusRowsShowTemplate(t *testing.T) {
 	t.Parallel()
-	p, _, store := poolOf(t, pool.Config{Templates: []pool.Template{
+	p, _, store := poolOf(t, pool.Config{MaxSandboxes: 8, Templates: []pool.Template{
 		{Name: "py", Backend: backend.Template{Name: "py", Image: "python:3.12"}},
 	}})
 	gw := httptest.NewServer(New(Deps{Pool: PoolOf(p), Aliases: stubPool{}, Status: Status{Source: store}}))
@@ -94,12 +104,24 @@ func TestStatusRowsShowTemplate(t *testing.T) {
 	do("PUT", "/threads/py-active/sandbox", `{"template":"py"}`)
 	do("PUT", "/threads/py-warm/sandbox", `{"template":"py"}`)
 	do("DELETE", "/threads/py-warm/sandbox", "")
+	// Marked frozen in Redis, as the freezer and `gateway freeze` mark it:
+	// the index still says active, the page must say frozen.
+	do("PUT", "/threads/cold/sandbox", "")
+	ctx := context.Background()
+	cold, _, err := store.Get(ctx, identity.SandboxID(auth.Local().User, "cold"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := store.Freeze(ctx, cold.SandboxID, cold.Incarnation, time.Now(), time.Now()); !ok || err != nil {
+		t.Fatalf("mark frozen: %v %v", ok, err)
+	}
 
 	user := auth.Local().User
 	want := map[string][]string{ // by sandbox id: state, backend, template, user, thread
 		identity.SandboxID(user, "plain"):     {"active", "http", "—", user, "plain"},
 		identity.SandboxID(user, "py-active"): {"active", "http", "py", user, "py-active"},
 		identity.SandboxID(user, "py-warm"):   {"warm", "http", "py", user, "py-warm"},
+		identity.SandboxID(user, "cold"):      {"frozen", "http", "—", user, "cold"},
 	}
 	for _, path := range []string{"/status", "/status/sandboxes"} {
 		page := do("GET", path, "")
@@ -108,7 +130,7 @@ func TestStatusRowsShowTemplate(t *testing.T) {
 		if len(heads) < 3 || heads[2][1] != "Template" {
 			t.Fatalf("%s: the table's columns %q lack Template after Backend", path, heads)
 		}
-		rows := regexp.MustCompile(`(?s)<tr data-sandbox="([0-9a-f]+)">(.*?)</tr>`).FindAllStringSubmatch(table, -1)
+		rows := regexp.MustCompile(`(?s)<tr data-sandbox="([0-9a-f]+)"[^>]*>(.*?)</tr>`).FindAllStringSubmatch(table, -1)
 		if len(rows) != len(want) {
 			t.Fatalf("%s: %d rows, want %d:\n%s", path, len(rows), len(want), table)
 		}

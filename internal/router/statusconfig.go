@@ -77,9 +77,14 @@ func stateErr(err error) error { return fmt.Errorf("%w: %w", pool.ErrState, err)
 
 // visible reports whether p may see e: an admin every event, anyone else
 // those of its own sandboxes.
-func visible(p *auth.Principal, e events.Event) bool {
+func visible(p *auth.Principal, e events.Event) bool { return mayManage(p, e.User, e.Thread) }
+
+// mayManage reports whether p may see, and act on from the page, a
+// sandbox of (user, thread): an admin any, anyone else its own within its
+// thread patterns ("" thread: a create not yet bound to one).
+func mayManage(p *auth.Principal, user, thread string) bool {
 	if p.Has(auth.ScopeAdmin) {
 		return true
 	}
-	return e.User == p.User && (e.Thread == "" || p.MayOpen(e.Thread))
+	return user == p.User && (thread == "" || p.MayOpen(thread))
 }

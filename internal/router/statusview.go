@@ -34,6 +34,9 @@ type statusView struct {
 	Replicas      []replicaRow
 	Events        []events.Event
 	Errors        []events.Event
+	// Token is the form token of the page's actions (the script's); Done
+	// the action just done (a form's redirect says it).
+	Token, Done string
 }
 
 type sandboxRow struct {
@@ -43,6 +46,8 @@ type sandboxRow struct {
 	// Age is since creation; Last is the last activity (active), the
 	// release (warm), the create's deadline (creating).
 	Age, Last string
+	// Actions are the page's actions on it (statusaction.go).
+	Actions []string
 }
 
 type stateCount struct {
@@ -51,8 +56,8 @@ type stateCount struct {
 }
 
 type userCount struct {
-	User                          string
-	Active, Warm, Creating, Total int
+	User                                  string
+	Active, Frozen, Warm, Creating, Total int
 }
 
 type replicaRow struct {
@@ -81,27 +86,27 @@ func (s *statusPage) view(ctx context.Context, p *auth.Principal, withEvents boo
 	states := map[[2]string]int{}
 	add := func(list []state.Entry, state string) {
 		for _, e := range list {
-			if !admin && (e.User != p.User || (e.Thread != "" && !p.MayOpen(e.Thread))) {
+			if !mayManage(p, e.User, e.Thread) {
 				continue
 			}
-			row := sandboxRow{State: state, Backend: e.Backend, User: e.User, Thread: e.Thread, SandboxID: e.SandboxID,
-				Template: cmp.Or(e.Template, "—"), Last: status.Ago(now.Sub(e.Since))}
+			row := rowOf(e.Record, now) // a frozen active one shows "frozen"
+			row.Last = status.Ago(now.Sub(e.Since))
 			if state == "creating" {
 				row.Backend, row.Last = "—", "—"
 			}
-			if !e.CreatedAt.IsZero() && e.CreatedAt.Unix() > 0 {
-				row.Age = status.Ago(now.Sub(e.CreatedAt))
-			}
+			row.Actions = s.actionsFor(row.State)
 			v.Sandboxes = append(v.Sandboxes, row)
-			states[[2]string{state, row.Backend}]++
+			states[[2]string{row.State, row.Backend}]++
 			u := users[e.User]
 			if u == nil {
 				u = &userCount{User: e.User}
 				users[e.User] = u
 			}
-			switch state {
+			switch row.State {
 			case "active":
 				u.Active++
+			case "frozen":
+				u.Frozen++
 			case "warm":
 				u.Warm++
 			default:
@@ -161,15 +166,22 @@ func (s *statusPage) view(ctx context.Context, p *auth.Principal, withEvents boo
 	return v, nil
 }
 
-// isError: a failed create, or a destroy for another reason than the
-// routine ones (idle, eviction, a client's or the provisioner API's call).
+// isError: a failed create, or a destroy nobody chose: a crashed
+// replica's destroy finished (interrupted), a sandbox found dead or gone
+// (vanished), a server that stopped answering (failed_health), or any
+// reason this list does not know. A destroy someone or a policy chose
+// (idle, eviction, a user's quota, max_lifetime, changed options, a
+// client's, the provisioner API's, an operator's from the CLI or this
+// page, a pre-started one trimmed) is routine, and a freeze publishes no
+// destroy at all.
 func isError(e events.Event) bool {
 	switch e.Type {
 	case events.Failed:
 		return true
 	case events.Destroyed:
-		switch pool.DestroyReason(e.Reason) {
-		case "", pool.ReasonIdle, pool.ReasonEvicted, pool.ReasonClient, pool.ReasonProvisioner:
+		switch pool.DestroyReason(e.Cause) {
+		case "", pool.ReasonIdle, pool.ReasonEvicted, pool.ReasonClient, pool.ReasonProvisioner, pool.ReasonAdmin,
+			pool.ReasonPrewarmTrim, pool.ReasonMaxLifetime, pool.ReasonOptions, pool.ReasonQuota:
 			return false
 		}
 		return true

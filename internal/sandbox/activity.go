@@ -34,7 +34,7 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request) error {
 	// Unreadable /proc: every command counts as busy (it cannot tell).
 	stats, err := scanGroups(procRoot, want)
 	now := time.Now()
-	a := sandboxspec.Activity{Requests: s.inflight.Load() - 1}
+	a := sandboxspec.Activity{Requests: s.inflight.Load()}
 	for _, c := range cmds {
 		if err != nil || c.prog.busy(stats[c.pgid], time.Unix(0, c.wrote.Load()), now, idleAfter) {
 			a.Commands++

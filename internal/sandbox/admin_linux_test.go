@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -285,14 +286,15 @@ func TestStats(t *testing.T) {
 
 // TestStatsFromOwnCgroup runs the server in a cgroup made for it (as the
 // process backend's isolated sandbox is, or a container): the stats are
-// that cgroup's, and grow with a command that burns CPU.
+// that cgroup's, grow with a command that burns CPU, and count the OOM
+// kill of a command that holds more than the cgroup's memory limit.
 func TestStatsFromOwnCgroup(t *testing.T) {
 	t.Parallel()
 	name := "sandgate-stats-test-" + strconv.Itoa(os.Getpid())
 	var dirs []string // cgroups to make, the CPU one first
-	source := sandboxspec.StatsCgroupV1
+	source, limit := sandboxspec.StatsCgroupV1, "memory.limit_in_bytes"
 	if _, err := os.Stat(cgroupMount + "/cgroup.controllers"); err == nil {
-		dirs, source = []string{cgroupMount + "/" + name}, sandboxspec.StatsCgroupV2
+		dirs, source, limit = []string{cgroupMount + "/" + name}, sandboxspec.StatsCgroupV2, "memory.max"
 	} else {
 		dirs = []string{cgroupMount + "/cpuacct/" + name, cgroupMount + "/memory/" + name}
 	}
@@ -338,6 +340,22 @@ func TestStatsFromOwnCgroup(t *testing.T) {
 	}
 	if n := len(strings.Fields(string(raw))); s1.Source != source || s1.PIDs < s0.PIDs+1 || s1.PIDs > n+2 || s1.PIDs < n-2 {
 		t.Errorf("stats with a running command = %+v (idle %+v); the cgroup holds %d processes", s1, s0, n)
+	}
+
+	// 256 MiB held by tail in a cgroup limited to 64 MiB: the OOM killer
+	// ends tail, the server and its shell go on.
+	if s1.OOMKills != 0 {
+		t.Fatalf("OOM kills before any: %+v", s1)
+	}
+	if err := os.WriteFile(filepath.Join(dirs[len(dirs)-1], limit), []byte("67108864"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const oom = "head -c 268435456 /dev/zero | tail >/dev/null 2>&1; echo done"
+	if out := binData[shellResult](t, srv, http.MethodPost, "/v1/shell/exec", map[string]any{"command": oom}); !strings.Contains(out.Output, "done") {
+		t.Fatalf("the server's shell did not outlive the OOM kill: %+v", out)
+	}
+	if s2 := stats(); s2.Source != source || s2.OOMKills < 1 {
+		t.Errorf("stats after an OOM kill in the cgroup = %+v, want oom_kills >= 1", s2)
 	}
 }
 

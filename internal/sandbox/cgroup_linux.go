@@ -23,10 +23,29 @@ const cgroupMount = "/sys/fs/cgroup"
 // container's statistics are. Cumulative CPU does not lose a process
 // that was never reaped by one of the tree, as the /proc sum does.
 type cgroupSource struct {
-	version       string   // sandboxspec.StatsCgroupV2 or StatsCgroupV1
-	cpu, cpuField string   // the cumulative CPU file; v2: its field (usage_usec)
-	memory        string   // charged memory, in bytes
-	procs         []string // cgroup.procs of every hierarchy read
+	version       string // sandboxspec.StatsCgroupV2 or StatsCgroupV1
+	cpu, cpuField string // the cumulative CPU file; v2: its field (usage_usec)
+	memory        string // charged memory, in bytes
+	// oom is memory.events (v2) or memory.oom_control (v1): its oom_kill
+	// is the processes the OOM killer ended in the cgroup (Linux 4.13 on).
+	oom   string
+	procs []string // cgroup.procs of every hierarchy read
+}
+
+// v2Source reads the cgroup v2 directory dir.
+func v2Source(dir string) *cgroupSource {
+	return &cgroupSource{version: sandboxspec.StatsCgroupV2,
+		cpu: filepath.Join(dir, "cpu.stat"), cpuField: "usage_usec",
+		memory: filepath.Join(dir, "memory.current"), oom: filepath.Join(dir, "memory.events"),
+		procs: []string{filepath.Join(dir, "cgroup.procs")}}
+}
+
+// v1Source reads the cgroup v1 cpuacct and memory directories.
+func v1Source(cpuDir, memDir string) *cgroupSource {
+	return &cgroupSource{version: sandboxspec.StatsCgroupV1,
+		cpu:    filepath.Join(cpuDir, "cpuacct.usage"),
+		memory: filepath.Join(memDir, "memory.usage_in_bytes"), oom: filepath.Join(memDir, "memory.oom_control"),
+		procs: []string{filepath.Join(cpuDir, "cgroup.procs"), filepath.Join(memDir, "cgroup.procs")}}
 }
 
 // cgroupStats measures the server's own cgroup; false when it has none
@@ -62,19 +81,13 @@ func ownCgroup(mount string, me proctree.Proc) *cgroupSource {
 	var found []*cgroupSource
 	if hasV2 && exists(filepath.Join(mount, "cgroup.controllers")) {
 		for _, dir := range candidates(mount, v2) {
-			found = append(found, &cgroupSource{version: sandboxspec.StatsCgroupV2,
-				cpu: filepath.Join(dir, "cpu.stat"), cpuField: "usage_usec",
-				memory: filepath.Join(dir, "memory.current"),
-				procs:  []string{filepath.Join(dir, "cgroup.procs")}})
+			found = append(found, v2Source(dir))
 		}
 	} else {
 		cpuDirs := v1Dirs(mount, own, "cpuacct")
 		memDirs := v1Dirs(mount, own, "memory")
 		for i := range min(len(cpuDirs), len(memDirs)) {
-			found = append(found, &cgroupSource{version: sandboxspec.StatsCgroupV1,
-				cpu:    filepath.Join(cpuDirs[i], "cpuacct.usage"),
-				memory: filepath.Join(memDirs[i], "memory.usage_in_bytes"),
-				procs:  []string{filepath.Join(cpuDirs[i], "cgroup.procs"), filepath.Join(memDirs[i], "cgroup.procs")}})
+			found = append(found, v1Source(cpuDirs[i], memDirs[i]))
 		}
 	}
 	for _, src := range found {
@@ -147,11 +160,16 @@ func (c *cgroupSource) read() (sandboxspec.Stats, error) {
 	if err != nil {
 		return st, err
 	}
+	// oom_kill is absent before Linux 4.13: 0, not an error.
+	ooms, err := readCounter(c.oom, "oom_kill")
+	if err != nil && !errors.Is(err, errNoField) {
+		return st, err
+	}
 	pids, err := readPIDs(c.procs[0])
 	if err != nil {
 		return st, err
 	}
-	st.MemoryBytes, st.PIDs = int64(mem), len(pids)
+	st.MemoryBytes, st.PIDs, st.OOMKills = int64(mem), len(pids), int64(ooms)
 	if c.version == sandboxspec.StatsCgroupV2 {
 		st.CPUSeconds = float64(cpu) / 1e6 // usage_usec
 	} else {
@@ -160,8 +178,11 @@ func (c *cgroupSource) read() (sandboxspec.Stats, error) {
 	return st, nil
 }
 
+// errNoField: a flat-keyed cgroup file has no line for the field asked.
+var errNoField = errors.New("no such field")
+
 // readCounter reads a file holding one number or, with field, the number
-// on the line "field N" (cpu.stat).
+// on the line "field N" (cpu.stat, memory.events, memory.oom_control).
 func readCounter(path, field string) (uint64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -174,6 +195,9 @@ func readCounter(path, field string) (uint64, error) {
 			if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == field {
 				v = f[1]
 			}
+		}
+		if v == nil {
+			return 0, fmt.Errorf("cgroup counter %s: %s: %w", filepath.Base(path), field, errNoField)
 		}
 	}
 	n, err := strconv.ParseUint(string(v), 10, 64)

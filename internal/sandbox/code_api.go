@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os/exec"
@@ -36,12 +35,12 @@ var runtimes = map[string]runtimeSpec{
 
 // runOnce runs command in a new session, as an id-less bash/exec does, and
 // waits for it (at most hard), leaving no session behind.
-func (s *Server) runOnce(ctx context.Context, command string, env map[string]*string, hard time.Duration) (*command, string, error) {
-	sess, c, err := s.startExec(execReq{command: command, env: env, hard: hard, separate: true, bashAPI: true}, "session_id")
+func (s *Server) runOnce(r *http.Request, command string, env map[string]*string, hard time.Duration) (*command, string, error) {
+	sess, c, err := s.startExec(execReq{command: command, env: env, hard: hard, separate: true, bashAPI: true, who: callerOf(r)}, "session_id")
 	if err != nil {
 		return nil, "", err
 	}
-	st := await(ctx, c, awaitOpts{}, nil)
+	st := await(r.Context(), c, awaitOpts{}, nil)
 	if st != statusRunning {
 		s.sessions.remove(sess.id)
 	}
@@ -102,7 +101,7 @@ func (s *Server) handleCodeExecute(w http.ResponseWriter, r *http.Request) error
 		command = "cd " + shellQuote(req.Cwd) + " && " + command
 	}
 	code := *req.Code
-	c, st, err := s.runOnce(r.Context(), command, map[string]*string{codeEnvVar: &code}, timeout)
+	c, st, err := s.runOnce(r, command, map[string]*string{codeEnvVar: &code}, timeout)
 	if err != nil {
 		return err
 	}
@@ -145,7 +144,7 @@ func (s *Server) handleCodeInfo(w http.ResponseWriter, r *http.Request) error {
 		}
 		l := codeLanguage{Language: lang, Description: rt.description, DefaultTimeout: int(codeDefaultTimeout.Seconds()),
 			MaxTimeout: int(codeMaxTimeout.Seconds()), Details: map[string]any{"stateful": false}}
-		if c, st, err := s.runOnce(r.Context(), rt.versionCmd+" 2>&1", nil, 10*time.Second); err == nil && st == statusCompleted {
+		if c, st, err := s.runOnce(r, rt.versionCmd+" 2>&1", nil, 10*time.Second); err == nil && st == statusCompleted {
 			v := strings.TrimSpace(c.streams[0].String())
 			l.RuntimeVersion = &v
 		}
@@ -162,7 +161,7 @@ func (s *Server) handlePackages(bin, command string) func(http.ResponseWriter, *
 			ok(w, bin+" is not installed in this sandbox", []any{})
 			return nil
 		}
-		c, st, err := s.runOnce(r.Context(), command, nil, 60*time.Second)
+		c, st, err := s.runOnce(r, command, nil, 60*time.Second)
 		if err != nil {
 			return err
 		}

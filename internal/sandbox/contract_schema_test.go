@@ -10,118 +10,28 @@ import (
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
-// The AIO 1.9.4 response contract (agent-infra/sandbox,
-// website/docs/public/v1/openapi.json), written down per endpoint from the
-// published schema: for every component the fields the generated SDKs
-// require and the type of each field Sandgate sends.
-//
-// Type grammar: str, int, num, bool, obj, any; [T] is an array of T; A|B a
-// union; a trailing ? allows null; any other word names a component below.
-// {T} is an object whose values are all T. In a component, a field name
-// ending in ! is required.
+// The AIO 1.9.4 response contract is sandboxspec's Schemas, Enums and
+// Endpoints (the same tables the sandbox's OpenAPI document is built from):
+// checkResponse validates an answer against the schema of its 200, and
+// every other status against the generic Response (a 422 also against
+// HTTPValidationError), as the SDKs decode them.
 
-var aioComponents = map[string]string{
-	// Every JSON answer is a Response[T]: success, message, data: T|null.
-	"ValidationError":     "loc!:[str|int] msg!:str type!:str",
-	"HTTPValidationError": "detail:[ValidationError]",
-	"FileOperationError":  "path!:str operation!:str message!:str error_type!:str retryable:bool errno:int? errno_name:str? exception_type:str?",
-
-	"SandboxResponse": "success:bool message:str? data:str? hint:str? home_dir!:str workspace:str? version!:str detail!:SandboxDetail",
-	"SandboxDetail":   "system!:SystemEnv runtime!:RuntimeEnv utils!:[ToolCategory]",
-	"SystemEnv":       "os!:str os_version!:str arch!:str user!:str home_dir!:str workspace:str? timezone!:str occupied_ports!:[str]",
-	"RuntimeEnv":      "python!:[ToolSpec] nodejs!:[ToolSpec]",
-	"ToolSpec":        "ver:str? bin:str? alias:[str]",
-	"ToolCategory":    "category!:str tools!:[AvailableTool]",
-	"AvailableTool":   "name!:str description:str?",
-
-	"ShellCommandResult":         "session_id!:str command!:str status!:BashCommandStatus output:str? console:[ConsoleRecord]? exit_code:int?",
-	"ShellViewResult":            "output!:str session_id!:str console:[ConsoleRecord]? status!:BashCommandStatus command:str? exit_code:int?",
-	"ShellKillResult":            "status!:BashCommandStatus exit_code:int? returncode:int?",
-	"ConsoleRecord":              "ps1!:str command!:str output:str",
-	"ShellCreateSessionResponse": "session_id!:str working_dir!:str",
-	"ShellWriteResult":           "status!:BashCommandStatus",
-	"ShellWaitResult":            "status!:BashCommandStatus",
-	"ActiveShellSessionsResult":  "sessions!:{ShellSessionInfo}",
-	"ShellSessionInfo":           "working_dir!:str created_at!:str last_used_at!:str age_seconds!:int status!:str current_command:str?",
-	"ShellSessionStats":          "total_sessions!:int active_sessions!:int idle_sessions!:int max_sessions!:int session_timeout!:int usage_ratio!:num",
-	"BashSessionInfo":            "session_id!:str status!:SessionStatus working_dir!:str created_at!:str last_used_at!:str current_command:str? command_count:int",
-	"BashOutputResult":           "session_id!:str stdout:str stderr:str offset:int stderr_offset:int command:BashCommandInfo?",
-	"BashCommandInfo":            "command_id!:str command!:str status!:CommandStatus exit_code:int?",
-	"BashExecResult":             "session_id!:str command_id!:str command!:str status!:CommandStatus stdout:str? stderr:str? exit_code:int? offset:int stderr_offset:int",
-
-	"FileReadResult":         "content!:str file!:str",
-	"FileWriteResult":        "file!:str bytes_written:int?",
-	"FileReplaceResult":      "file!:str replaced_count:int",
-	"FileFindResult":         "path!:str files:[str]",
-	"FileGrepResult":         "path!:str pattern!:str matches:[GrepMatch] match_count:int files_searched:int? files_matched:int? truncated:bool",
-	"GrepMatch":              "file!:str line_number!:int line_content!:str context_before:[str]? context_after:[str]?",
-	"FileGlobResult":         "path!:str pattern!:str files:[GlobFileInfo] total_count:int truncated:bool",
-	"GlobFileInfo":           "path!:str name!:str is_directory:bool size:int? modified_time:str?",
-	"FileListResult":         "path!:str files:[FileInfo] total_count:int directory_count:int file_count:int",
-	"FileInfo":               "name!:str path!:str is_directory!:bool size:int? modified_time:str? permissions:str? extension:str?",
-	"FileUploadResult":       "file_path!:str file_size!:int success!:bool",
-	"FileSearchResult":       "file!:str matches:[str] line_numbers:[int]",
-	"CodeExecuteResponse":    "language!:Language status!:str outputs:[obj] code!:str stdout:str? stderr:str? exit_code:int? traceback:[str]? session_id:str?",
-	"CodeInfoResponse":       "languages!:[CodeLanguageInfo]",
-	"CodeLanguageInfo":       "language!:Language description!:str runtime_version:str? default_timeout:int max_timeout:int details:obj",
-	"StrReplaceEditorResult": "output!:str error:str? path!:str prev_exist!:bool old_content:str? new_content:str? metadata:obj?",
-
-	// Sandgate's own, not AIO's: sandboxspec.Activity, the gateway's probe,
-	// and sandboxspec.Stats. (sandboxspec.Freeze is checked against a
-	// server process of its own, admin_linux_test.go: a freeze here would
-	// stop every test's commands.)
-	"Activity": "commands!:int stalled!:int requests!:int",
-	"Stats":    "cpu_seconds!:num memory_bytes!:int pids!:int source!:str",
-}
-
-// aioEnums are the string enums.
-var aioEnums = map[string][]string{
-	"BashCommandStatus": {"running", "completed", "no_change_timeout", "hard_timeout", "terminated"},
-	"CommandStatus":     {"pending", "running", "completed", "timed_out", "killed"},
-	"SessionStatus":     {"ready", "closed"},
-	"Language":          {"python", "javascript"},
-}
-
-// aioEndpoints maps "METHOD path" to the schema of its 200 answer. Every
-// other status is checked against the generic Response (and a 422 also
-// against HTTPValidationError), as the SDKs decode them.
-var aioEndpoints = map[string]string{
-	"GET /v1/sandbox":                           "SandboxResponse",
-	"GET /v1/sandbox/packages/python":           "Response[any]",
-	"GET /v1/sandbox/packages/nodejs":           "Response[any]",
-	"POST /v1/code/execute":                     "Response[CodeExecuteResponse]",
-	"GET /v1/code/info":                         "Response[CodeInfoResponse]",
-	"POST /v1/shell/exec":                       "Response[ShellCommandResult]",
-	"POST /v1/shell/view":                       "Response[ShellViewResult]",
-	"POST /v1/shell/kill":                       "Response[ShellKillResult]",
-	"POST /v1/shell/sessions/create":            "Response[ShellCreateSessionResponse]",
-	"DELETE /v1/shell/sessions/{id}":            "Response[any]",
-	"POST /v1/bash/exec":                        "Response[BashExecResult]",
-	"POST /v1/shell/write":                      "Response[ShellWriteResult]",
-	"POST /v1/shell/wait":                       "Response[ShellWaitResult]",
-	"GET /v1/shell/sessions":                    "Response[ActiveShellSessionsResult]",
-	"DELETE /v1/shell/sessions":                 "Response[any]",
-	"GET /v1/shell/sessions/stats":              "Response[ShellSessionStats]",
-	"POST /v1/bash/output":                      "Response[BashOutputResult]",
-	"POST /v1/bash/write":                       "Response[any]",
-	"POST /v1/bash/kill":                        "Response[any]",
-	"GET /v1/bash/sessions":                     "Response[[BashSessionInfo]]",
-	"POST /v1/bash/sessions/create":             "Response[BashSessionInfo]",
-	"POST /v1/bash/sessions/{session_id}/close": "Response[any]",
-	"POST /v1/file/read":                        "Response[FileReadResult|FileOperationError]",
-	"POST /v1/file/write":                       "Response[FileWriteResult|FileOperationError]",
-	"POST /v1/file/replace":                     "Response[FileReplaceResult|FileOperationError]",
-	"POST /v1/file/find":                        "Response[FileFindResult|FileOperationError]",
-	"POST /v1/file/grep":                        "Response[FileGrepResult|FileOperationError]",
-	"POST /v1/file/glob":                        "Response[FileGlobResult|FileOperationError]",
-	"POST /v1/file/list":                        "Response[FileListResult|FileOperationError]",
-	"POST /v1/file/upload":                      "Response[FileUploadResult|FileOperationError]",
-	"POST /v1/file/search":                      "Response[FileSearchResult|FileOperationError]",
-	"POST /v1/file/str_replace_editor":          "Response[StrReplaceEditorResult|FileOperationError]",
-
-	"GET " + sandboxspec.ActivityPath: "Response[Activity]",
-	"GET " + sandboxspec.StatsPath:    "Response[Stats]",
-}
+// aioEndpoints maps "METHOD path" (the server's pattern) to the schema of
+// its JSON 200 answer. Freeze and thaw are checked against a server process
+// of their own (admin_linux_test.go): a freeze here would stop every test's
+// commands.
+var aioEndpoints = func() map[string]string {
+	m := map[string]string{}
+	for _, e := range sandboxspec.Endpoints {
+		if e.Path == sandboxspec.FreezePath || e.Path == sandboxspec.ThawPath {
+			continue
+		}
+		if strings.HasPrefix(e.Response, "Response[") || sandboxspec.Schemas[e.Response] != "" {
+			m[e.Method+" "+e.Path] = e.Response
+		}
+	}
+	return m
+}()
 
 // schemaError names where a value breaks the contract.
 type schemaError struct{ at, msg string }
@@ -140,7 +50,7 @@ func checkType(v any, typ, at string) error {
 	if typ == "any" {
 		return nil
 	}
-	if alts := splitTop(typ, '|'); len(alts) > 1 {
+	if alts := sandboxspec.SplitTop(typ, '|'); len(alts) > 1 {
 		var errs []string
 		for _, a := range alts {
 			err := checkType(v, a, at)
@@ -179,14 +89,14 @@ func checkType(v any, typ, at string) error {
 		return nil
 	}
 	want := map[string]string{"str": "string", "bool": "boolean", "obj": "object", "int": "integer", "num": "number"}[typ]
-	if values, ok := aioEnums[typ]; ok {
+	if values, ok := sandboxspec.Enums[typ]; ok {
 		if str, isStr := v.(string); !isStr || !slices.Contains(values, str) {
 			return schemaError{at, fmt.Sprintf("want one of %s %v, got %v", typ, values, v)}
 		}
 		return nil
 	}
 	if want == "" {
-		fields, ok := aioComponents[typ]
+		fields, ok := sandboxspec.Schemas[typ]
 		if !ok {
 			return schemaError{at, "unknown schema " + typ}
 		}
@@ -227,26 +137,6 @@ func join(at, name string) string {
 		return name
 	}
 	return at + "." + name
-}
-
-// splitTop splits s at sep outside brackets.
-func splitTop(s string, sep byte) []string {
-	var out []string
-	depth, start := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '[', '{':
-			depth++
-		case ']', '}':
-			depth--
-		case sep:
-			if depth == 0 {
-				out = append(out, s[start:i])
-				start = i + 1
-			}
-		}
-	}
-	return append(out, s[start:])
 }
 
 func jsonKind(v any) string {

@@ -124,7 +124,7 @@ func TestAIOContract(t *testing.T) {
 		}
 	}
 	for _, ep := range sortedKeys(aioEndpoints) {
-		if !strings.HasPrefix(ep, "POST ") && ep != "DELETE /v1/shell/sessions/{id}" {
+		if !strings.HasPrefix(ep, "POST ") && ep != "DELETE /v1/shell/sessions/{session_id}" {
 			errSeen[ep] = true // no input, no failing answer
 		}
 		if !okSeen[ep] || !errSeen[ep] {
@@ -231,25 +231,32 @@ func contractCalls(ws string) []contractCall {
 		{http.MethodGet, sandboxspec.ActivityPath, nil},
 		{http.MethodGet, sandboxspec.ActivityPath + "?" + sandboxspec.BusyIdleAfterParam + "=soon", nil},
 		{http.MethodGet, sandboxspec.StatsPath, nil},
+		{http.MethodGet, sandboxspec.CommandsPath, nil},
+		{http.MethodGet, sandboxspec.CommandsPath + "?" + sandboxspec.CommandsLimitParam + "=2", nil},
+		{http.MethodGet, sandboxspec.CommandsPath + "?" + sandboxspec.CommandsLimitParam + "=many", nil},
 	}
 	return calls
 }
 
-// The Activity and Stats components above are sandboxspec's types' JSON,
+// The Activity, Stats and Freeze schemas are sandboxspec's types' JSON,
 // field for field: the gateway decodes the answers into those types.
 func TestSandgateContractIsSandboxspec(t *testing.T) {
 	t.Parallel()
 	for component, typ := range map[string]reflect.Type{
 		"Activity": reflect.TypeFor[sandboxspec.Activity](),
 		"Stats":    reflect.TypeFor[sandboxspec.Stats](),
+		"Freeze":   reflect.TypeFor[sandboxspec.Freeze](),
 	} {
 		var fields []string
 		for i := range typ.NumField() {
-			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
-			kind := map[reflect.Kind]string{reflect.Int: "int", reflect.Int64: "int", reflect.Float64: "num", reflect.String: "str"}[typ.Field(i).Type.Kind()]
-			fields = append(fields, name+"!:"+kind)
+			name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			kind := map[reflect.Kind]string{reflect.Int: "int", reflect.Int64: "int", reflect.Float64: "num", reflect.String: "str", reflect.Bool: "bool"}[typ.Field(i).Type.Kind()]
+			if opts != "omitempty" { // an omitted field is no required one
+				name += "!"
+			}
+			fields = append(fields, name+":"+kind)
 		}
-		if got, want := strings.Join(fields, " "), aioComponents[component]; got != want {
+		if got, want := strings.Join(fields, " "), sandboxspec.Schemas[component]; got != want {
 			t.Errorf("%s is %q, the contract says %q", typ, got, want)
 		}
 	}

@@ -51,7 +51,8 @@
 // its own (admin.go): the sandbox's processes are, as PID 1 of a PID
 // namespace, every process there, and otherwise the server's descendants
 // only (admin_linux.go); its figures come from its own cgroup when it has
-// one (cgroup_linux.go), else from /proc.
+// one (cgroup_linux.go), else from /proc; the command log (cmdlog.go),
+// every command that ended, with who ran it (sandboxspec.CallerHeader).
 //
 // Choices, documented where they are implemented:
 //   - Shell sessions fork rather than serialize concurrent calls (session.go).

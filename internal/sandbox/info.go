@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
 
 // GET /v1/sandbox: the sandbox's context, also the readiness probe.
@@ -55,6 +57,14 @@ type systemEnv struct {
 type mountShown struct {
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only"`
+}
+
+// handleOpenAPI serves this API's description (sandboxspec.OpenAPI): the
+// sandbox describes itself, at the same path through every gateway prefix.
+func (s *Server) handleOpenAPI(w http.ResponseWriter, _ *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(sandboxspec.OpenAPIJSON())
+	return nil
 }
 
 // handleSandbox answers AIO's SandboxResponse: the context at the top level

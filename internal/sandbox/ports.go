@@ -117,8 +117,7 @@ func portError(port string, err error) error {
 	var timeout net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &apiError{status: http.StatusBadGateway, code: "port_closed",
-			msg: fmt.Sprintf("nothing listens on port %s in the sandbox", port)}
+		return &apiError{status: http.StatusBadGateway, code: "port_closed", msg: sandboxspec.PortClosed(port)}
 	case errors.As(err, &timeout) && timeout.Timeout(), errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, err: err,
 			msg: fmt.Sprintf("port %s in the sandbox did not accept a connection within %s", port, portDialTimeout)}

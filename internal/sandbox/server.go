@@ -72,6 +72,7 @@ type Server struct {
 	inflight  atomic.Int64                 // requests being handled (activity.go)
 	frozen    freezer                      // admin.go
 	cgroup    atomic.Pointer[cgroupSource] // the stats' cgroup, once found (cgroup_linux.go)
+	cmdlog    cmdLog                       // the commands that ended (cmdlog.go)
 
 	shellOnce sync.Once
 	shellInfo shellInfo
@@ -223,11 +224,13 @@ type route struct {
 // under sandboxspec.PortPrefix, is Handler's (ports.go).
 func (s *Server) routeTable() []route {
 	return []route{
+		{"GET " + sandboxspec.OpenAPIPath, s.handleOpenAPI},
 		{"GET /v1/sandbox", s.handleSandbox},
 		{"GET " + sandboxspec.ActivityPath, s.handleActivity},
 		{"POST " + sandboxspec.FreezePath, bodyless(s.handleFreeze)},
 		{"POST " + sandboxspec.ThawPath, bodyless(s.handleThaw)},
 		{"GET " + sandboxspec.StatsPath, s.handleStats},
+		{"GET " + sandboxspec.CommandsPath, s.handleCommands},
 		{"GET /v1/sandbox/packages/python", s.handlePackages("python3", "python3 -m pip list --format=json 2>/dev/null")},
 		{"GET /v1/sandbox/packages/nodejs", s.handlePackages("npm", "npm ls -g --depth=0 --json 2>/dev/null")},
 		{"POST /v1/code/execute", bodyType(jsonBody, s.handleCodeExecute)},
@@ -236,7 +239,7 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/shell/view", bodyType(jsonBody, s.handleShellView)},
 		{"POST /v1/shell/kill", bodyType(jsonBody, s.handleShellKill)},
 		{"POST /v1/shell/sessions/create", bodyType(jsonBody, s.handleSessionCreate)},
-		{"DELETE /v1/shell/sessions/{id}", s.handleSessionDelete},
+		{"DELETE /v1/shell/sessions/{session_id}", s.handleSessionDelete},
 		{"GET /v1/shell/ws", s.handleShellWS},
 		{"POST /v1/shell/write", bodyType(jsonBody, s.handleShellWrite)},
 		{"POST /v1/shell/wait", bodyType(jsonBody, s.handleShellWait)},
@@ -358,10 +361,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, ae.status, env)
 }
 
+// api serves h, counted in the requests in flight (activity.go) unless it
+// answers the activity probe itself: the gateway's probes (the freezer's,
+// the reaper's, the health check's, from several replicas at once) are no
+// tenant's work and must not make each other look busy.
 func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.inflight.Add(1)
-		defer s.inflight.Add(-1)
+		if r.URL.Path != sandboxspec.ActivityPath {
+			s.inflight.Add(1)
+			defer s.inflight.Add(-1)
+		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}

@@ -220,6 +220,7 @@ type runSpec struct {
 	// to the session (bash/exec, per AIO's BashExecRequest: "`cd` or
 	// `export` inside a command do NOT affect subsequent calls").
 	stateless bool
+	who       string // the caller, for the command's record (cmdlog.go)
 }
 
 // start launches a command from the session's current state.
@@ -251,7 +252,11 @@ func (s *session) start(srv *Server, rs runSpec) (*command, error) {
 		maxOutput: srv.maxOutput, pm: srv.pm, hardTimeout: rs.hardTimeout,
 	}
 	seq := s.seq
-	c, err := startCommand(sh, sp, &srv.groups, func(c *command) { s.finish(c, sp.stateFile, base, rs) })
+	started := time.Now()
+	c, err := startCommand(sh, sp, &srv.groups, func(c *command) {
+		s.finish(c, sp.stateFile, base, rs)
+		srv.recordEnded(c, rs.who, started)
+	})
 	if err != nil {
 		return nil, err
 	}

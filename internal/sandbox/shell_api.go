@@ -132,7 +132,8 @@ type execReq struct {
 	// default one; the command's cd/export never reach the session; exec_dir
 	// becomes the session's default working directory.
 	bashAPI bool
-	stdin   bool // async_mode: stdin is a pipe for shell/write, bash/write
+	stdin   bool   // async_mode: stdin is a pipe for shell/write, bash/write
+	who     string // the caller its record names (callerOf)
 }
 
 // startExec finds the session (without an id, the default one) and starts
@@ -142,7 +143,7 @@ func (s *Server) startExec(x execReq, idField string) (*session, *command, error
 		return nil, nil, statusErr(http.StatusServiceUnavailable, "sandbox server is shutting down")
 	}
 	rs := runSpec{text: x.command, mapped: s.pm.MapCommand(x.command), separate: x.separate, stdin: x.stdin,
-		hardTimeout: x.hard, stateless: x.bashAPI}
+		hardTimeout: x.hard, stateless: x.bashAPI, who: x.who}
 	if strings.ContainsRune(x.command, 0) {
 		return nil, nil, invalid("command", "command must not contain NUL bytes")
 	}
@@ -326,7 +327,7 @@ func (s *Server) handleShellExec(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		var c *command
 		if sess, c, err = s.startExec(execReq{sessionID: req.ID, command: cmd, execDir: req.ExecDir, env: req.Env, hard: hard,
-			stdin: req.AsyncMode}, "id"); err != nil {
+			stdin: req.AsyncMode, who: callerOf(r)}, "id"); err != nil {
 			return err
 		}
 		out = newCursor(c)
@@ -453,7 +454,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) err
 }
 
 func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request) error {
-	return s.endSession(w, r.PathValue("id"), "session deleted")
+	return s.endSession(w, r.PathValue("session_id"), "session deleted")
 }
 
 // endSession forgets session id and kills its running commands.
@@ -490,7 +491,7 @@ func (s *Server) handleBashExec(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sess, c, err := s.startExec(execReq{sessionID: req.SessionID, command: cmd, execDir: req.ExecDir,
-		env: req.Env, hard: hard, separate: true, bashAPI: true, stdin: req.AsyncMode}, "session_id")
+		env: req.Env, hard: hard, separate: true, bashAPI: true, stdin: req.AsyncMode, who: callerOf(r)}, "session_id")
 	if err != nil {
 		return err
 	}

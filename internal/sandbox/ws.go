@@ -53,7 +53,7 @@ func (s *Server) handleShellWS(w http.ResponseWriter, r *http.Request) error {
 		return statusErr(http.StatusServiceUnavailable, "sandbox server is shutting down")
 	}
 	q := r.URL.Query()
-	t := &terminal{srv: s, sessionID: q.Get("id")}
+	t := &terminal{srv: s, sessionID: q.Get("id"), who: callerOf(r)}
 	sess, found := s.sessions.byID(t.sessionID, s.homeHost, s.baseEnv)
 	if !found {
 		return statusErr(http.StatusNotFound, "unknown session: %s (query id)", t.sessionID)
@@ -99,6 +99,7 @@ type terminal struct {
 	srv       *Server
 	conn      *websocket.Conn
 	sessionID string // "" = the default session
+	who       string // the caller of the upgrade, for the command log
 	// ioCtx bounds socket I/O. It outlives the session's ctx on purpose: the
 	// library fails the socket when an I/O context ends, which would race
 	// the close frame that shutdown sends.
@@ -179,7 +180,7 @@ func (t *terminal) keepalive(ctx context.Context, done context.CancelFunc) {
 // run executes one line, streaming its output; if ctx ends first, the
 // command's process group is killed.
 func (t *terminal) run(ctx context.Context, line string) {
-	_, c, err := t.srv.startExec(execReq{sessionID: t.sessionID, command: line}, "id")
+	_, c, err := t.srv.startExec(execReq{sessionID: t.sessionID, command: line, who: t.who}, "id")
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {

@@ -75,8 +75,8 @@ const DefaultBusyIdleAfter = 30 * time.Minute
 // Activity is what ActivityPath answers. Commands counts the busy commands:
 // running, not stopped and not stalled; Stalled the others, which keep
 // nothing alive. Requests counts the server's requests in flight besides
-// the probe: an open WebSocket terminal, an SSE stream, a command being
-// waited for.
+// activity probes (the gateway's, from any replica): an open WebSocket
+// terminal, an SSE stream, a command being waited for.
 type Activity struct {
 	Commands int   `json:"commands"`
 	Stalled  int   `json:"stalled"`
@@ -93,6 +93,11 @@ func (a Activity) Running() bool { return a.Commands > 0 || a.Requests > 0 }
 // leave nothing else to reach it by. Outside /v1, so no AIO endpoint can
 // ever collide with it; it needs the secret like every other route.
 const PortPrefix = "/sandgate/port/"
+
+// PortClosed is the message of the 502 (code "port_closed") for a port
+// nothing listens on, the bridge's and, for a port dialled directly, the
+// gateway's alike.
+func PortClosed(port string) string { return "nothing listens on port " + port + " in the sandbox" }
 
 // PortPath is the bridge's path for port (ValidPort) without the
 // forwarded path: PortPath("3000") + "/index.html".
@@ -157,11 +162,16 @@ const (
 // sandbox holds now (a cgroup's charge, with page cache; or the sum of
 // the processes' resident sets), PIDs how many processes it has. Source
 // says which of StatsCgroupV2, StatsCgroupV1, StatsProc measured it.
+// OOMKills counts the processes the kernel's OOM killer ended in the
+// cgroup since it was made (its oom_kill: memory.events, or v1's
+// memory.oom_control); absent: none, or a StatsProc source, which cannot
+// tell.
 type Stats struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	PIDs        int     `json:"pids"`
 	Source      string  `json:"source"`
+	OOMKills    int64   `json:"oom_kills,omitempty"`
 }
 
 // KeepEnvVar names the variable through which a launcher lists, comma
@@ -196,4 +206,65 @@ func StripSecrets(env []string, keep map[string]bool) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// CallerHeader names, to the sandbox server, who sent a data-plane request
+// through the gateway: the principal's user (an API key's name, a token's
+// subject), or CallerCapability+":"+owner for the holder of a capability
+// URL, which names no principal. The gateway's proxy removes a client's
+// copy and sets its own on every request it forwards, so the server can
+// trust it exactly as far as it trusts SecretHeader's sender; a request
+// without it (a direct call, a test) records no caller.
+const CallerHeader = "X-Sandgate-Caller"
+
+// CallerCapability prefixes the caller of a capability URL request (":"
+// never appears in a user name, so no user can pass for one).
+const CallerCapability = "capability"
+
+// CommandsPath (GET) is the sandbox server's record of the commands that
+// ended in it, oldest first (CommandLog in the data of its usual
+// envelope): what ran, for whom and how it ended, never its output. The
+// server keeps the last MaxCommandRecords in memory and writes each one
+// to its log as a "command ended" line as well, so `gateway sandboxes
+// logs` shows them in order with its other lines.
+const CommandsPath = "/v1/sandgate/commands"
+
+// CommandsLimitParam is CommandsPath's query parameter: only the last N
+// records (absent or 0 = all it keeps).
+const CommandsLimitParam = "limit"
+
+// MaxCommandRecords bounds the records a sandbox server keeps; older ones
+// are dropped (counted in CommandLog.Dropped).
+const MaxCommandRecords = 256
+
+// MaxRecordedCommand bounds the command text a record keeps, in bytes;
+// CommandRecord.CommandBytes tells the whole length.
+const MaxRecordedCommand = 1024
+
+// CommandRecord is one command that ended. Status is how it ended
+// (completed: it exited by itself, with ExitCode; hard_timeout: its
+// hard_timeout killed it; terminated: a kill request or the end of its
+// session or of the server did), ExitCode its exit status (128+signal
+// when killed). OutputBytes counts what it wrote to stdout and stderr,
+// including what the output cap dropped. Who is CallerHeader's value,
+// "" when the request had none.
+type CommandRecord struct {
+	Seq          uint64    `json:"seq"`
+	CommandID    string    `json:"command_id"`
+	SessionID    string    `json:"session_id"`
+	Command      string    `json:"command"`
+	CommandBytes int       `json:"command_bytes"`
+	Who          string    `json:"who"`
+	Status       string    `json:"status"`
+	ExitCode     int       `json:"exit_code"`
+	StartedAt    time.Time `json:"started_at"`
+	DurationMS   int64     `json:"duration_ms"`
+	OutputBytes  int64     `json:"output_bytes"`
+}
+
+// CommandLog is what CommandsPath answers: the records kept, oldest
+// first, and how many older ones were dropped to keep the bound.
+type CommandLog struct {
+	Records []CommandRecord `json:"records"`
+	Dropped uint64          `json:"dropped"`
 }

@@ -46,10 +46,29 @@ type Record struct {
 	// Capability opens this incarnation through a capability URL; "" until
 	// one is first handed out (Store.Capability). Never log it.
 	Capability string
+	// PortHost is backend.Info.PortHost: "" = ports go through the
+	// sandbox server's bridge.
+	PortHost string
 
 	// Frozen is when the freezer stopped the sandbox's processes (zero =
 	// running); a replica thaws it under the lock before it routes to it.
 	Frozen time.Time
+}
+
+// StateFrozen is no record state: it is how a record in StateActive with a
+// freeze mark is shown (Shown). The mark lives beside the state (the
+// sandbox keeps its place in the active index, its capacity and its
+// idle clock), so a reader of State alone would show a frozen sandbox as
+// active.
+const StateFrozen State = "frozen"
+
+// Shown is the state a person reads: StateFrozen for a frozen active
+// record, State otherwise (a paused warm sandbox stays warm).
+func (r Record) Shown() State {
+	if r.State == StateActive && !r.Frozen.IsZero() {
+		return StateFrozen
+	}
+	return r.State
 }
 
 // RecordFromInfo builds the record of a live sandbox.
@@ -66,6 +85,7 @@ func RecordFromInfo(info backend.Info, state State) Record {
 		Secret:      info.Secret,
 		Prewarm:     prewarmOf(info),
 		Template:    info.Labels[backend.LabelTemplate],
+		PortHost:    info.PortHost,
 	}
 }
 
@@ -89,5 +109,6 @@ func (r Record) Info() backend.Info {
 		Backend:     r.Backend,
 		CreatedAt:   r.CreatedAt,
 		Secret:      r.Secret,
+		PortHost:    r.PortHost,
 	}
 }

@@ -40,4 +40,8 @@ type ReserveResult struct {
 	// Held is the user's count with "user_max" and "user_creates", its fair
 	// share with "share".
 	Held int
+	// Quota: with "evict", the victim is the user's own warm sandbox,
+	// evicted because the user is at a quota (max_sandboxes_per_user, or
+	// its fair share of a full hard cap), not for the fleet's room.
+	Quota bool
 }

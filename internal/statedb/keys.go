@@ -28,6 +28,7 @@ const DefaultBuckets = 64
 //	p{sid}:lock    STRING bsm/redislock token, held while creating or destroying
 //	p{sid}:egress  STRING JSON egress policy an admin set (outlives incarnations)
 //	p{sid}:opts    STRING JSON create options: template, env, memory, metadata (outlive incarnations)
+//	p{sid}:previews HASH link id -> "port|expires|key id|incarnation": preview links (listing only; TTL = the last expiry)
 //	p{cap:sum}     STRING sid whose current incarnation holds the capability with this SHA-256
 //	p{ses:sum}     STRING sealed status-page session whose id has this SHA-256; TTL = its expiry
 //
@@ -53,6 +54,11 @@ const DefaultBuckets = 64
 //	p{fleet}:claims    HASH  fingerprint -> pre-started sandboxes of it taken (cumulative)
 //	p{fleet}:holders   HASH  user -> sandboxes held (fair share)
 //	p{fleet}:egress    SET   sids with an egress policy of their own (never offered a pre-started sandbox)
+//	p{fleet}:events    STREAM lifecycle events, one JSON field "e" each; trimmed to events_retention and a length bound
+//	p{fleet}:webhooks  HASH  endpoint id -> endpoint JSON (those the admin API registered); each endpoint's
+//	                   consumer group on p{fleet}:events is "webhook:{id}"
+//	p{fleet}:whstats   HASH  "{id}|delivered" ("|failed", "|dead") -> count
+//	p{fleet}:whdead:{id} STREAM an endpoint's dead letters, length-bounded
 //
 // Per user, in the user's slot:
 //
@@ -61,7 +67,13 @@ const DefaultBuckets = 64
 //	p{u:user}:rate    STRING the user's create-rate GCRA arrival time (ms)
 //	p{u:user}:sessions SET  keys of the user's status-page sessions (revoke all)
 //
-// And: p{events} (Pub/Sub), p{events}:recent (LIST), p{replicas} (ZSET
+// Preview links, in the {preview} slot:
+//
+//	p{preview}:keys    HASH  "current" -> key id; key id -> "retire_after_unix|base64 secret" (0: current)
+//	p{preview}:revoked ZSET  link id -> the link's expiry (unix s): revoked, until they would have expired
+//	p{preview}:events  Pub/Sub "r <id> <expires>" (a revocation) or "k" (keys rotated)
+//
+// And: p{replicas} (ZSET
 // instance -> last heartbeat), p{layout} (STRING: layout version and N).
 type Keys struct {
 	prefix  string // without braces
@@ -156,6 +168,10 @@ func (k Keys) Egress(sid string) string { return k.tag(sid) + "egress" }
 // Options is the key of a thread's create options (pool.Options).
 func (k Keys) Options(sid string) string { return k.tag(sid) + "opts" }
 
+// Report marks one occurrence (what) about a sandbox as reported
+// (Store.ClaimReport).
+func (k Keys) Report(sid, what string) string { return k.tag(sid) + "rep:" + what }
+
 // Cap is the index key of a capability's SHA-256 (hex).
 func (k Keys) Cap(sumHex string) string { return k.prefix + "{cap:" + sumHex + "}" }
 
@@ -198,11 +214,17 @@ func (k Keys) Aliases(user string) string { return k.prefix + "{u:" + user + "}:
 // CreateRate is the key of one user's fleet-wide create rate.
 func (k Keys) CreateRate(user string) string { return k.prefix + "{u:" + user + "}:rate" }
 
-// Events is the Pub/Sub channel of lifecycle events.
-func (k Keys) Events() string { return k.prefix + "{events}" }
+// Events is the fleet's stream of lifecycle events (internal/events).
+func (k Keys) Events() string { return k.fleet + "events" }
 
-// EventsRecent is the bounded list of the latest lifecycle events.
-func (k Keys) EventsRecent() string { return k.prefix + "{events}:recent" }
+// Webhooks holds the webhook endpoints the admin API registered.
+func (k Keys) Webhooks() string { return k.fleet + "webhooks" }
+
+// WebhookStats counts each endpoint's deliveries.
+func (k Keys) WebhookStats() string { return k.fleet + "whstats" }
+
+// WebhookDeadPrefix + an endpoint id is its stream of dead letters.
+func (k Keys) WebhookDeadPrefix() string { return k.fleet + "whdead:" }
 
 // Replicas holds each replica's last heartbeat.
 func (k Keys) Replicas() string { return k.prefix + "{replicas}" }
@@ -221,3 +243,17 @@ func (k Keys) bucketKeys(b int) []string {
 	bk := k.buckets[b]
 	return []string{bk.reg, bk.active, bk.warm, bk.seq}
 }
+
+// Previews is the hash of a sandbox's preview links (id -> link), listed
+// to its owner; it expires with the last of them.
+func (k Keys) Previews(sid string) string { return k.tag(sid) + "previews" }
+
+// PreviewKeys is the hash of the fleet's preview-link signing keys.
+func (k Keys) PreviewKeys() string { return k.prefix + "{preview}:keys" }
+
+// PreviewRevoked is the ZSET of revoked link ids, scored by the links'
+// expiry (unix seconds), trimmed once they expired.
+func (k Keys) PreviewRevoked() string { return k.prefix + "{preview}:revoked" }
+
+// PreviewChannel is the Pub/Sub channel of revocations and key rotations.
+func (k Keys) PreviewChannel() string { return k.prefix + "{preview}:events" }

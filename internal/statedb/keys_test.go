@@ -32,7 +32,7 @@ func TestKeysSpreadOverSlots(t *testing.T) {
 			t.Fatalf("%s is not one of the fleet scripts' keys", key)
 		}
 	}
-	for _, key := range fleet {
+	for _, key := range append(fleet, k.Events()) {
 		if slot(key) != slot(k.Prewarm()) {
 			t.Fatalf("%s is not in the fleet's slot", key)
 		}

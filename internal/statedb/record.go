@@ -15,6 +15,7 @@ func fields(r state.Record, now time.Time) []any {
 		"incarnation", r.Incarnation, "url", r.URL,
 		"created_ms", strconv.FormatInt(r.CreatedAt.UnixMilli(), 10),
 		"secret", r.Secret, "prewarm", r.Prewarm, "template", r.Template,
+		"port_host", r.PortHost,
 		"seen_ms", strconv.FormatInt(now.UnixMilli(), 10),
 	}
 }
@@ -38,6 +39,7 @@ func recordFromHash(sid string, h map[string]string) (state.Record, bool) {
 		Prewarm:     h["prewarm"],
 		Template:    h["template"],
 		Capability:  h["cap"],
+		PortHost:    h["port_host"],
 		Frozen:      msTime(h["frozen"]),
 	}, true
 }

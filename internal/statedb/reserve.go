@@ -266,7 +266,7 @@ func (s *Store) reserveUser(ctx context.Context, req state.ReserveRequest) (stat
 		}
 		victim, err := s.oldestWarmOf(ctx, req.User)
 		if err != nil || victim != "" {
-			return state.ReserveResult{Outcome: "evict", Victim: victim}, err
+			return state.ReserveResult{Outcome: "evict", Victim: victim, Quota: true}, err
 		}
 		// A held member whose record is gone (a destroy that died between its
 		// steps) counts for nothing: drop such members once and ask again.
@@ -301,7 +301,7 @@ func (s *Store) reserveFleet(ctx context.Context, req state.ReserveRequest, mine
 				return state.ReserveResult{}, fmt.Errorf("reserve capacity: bad share %q: %w", out[1], err)
 			}
 			if victim, err := s.oldestWarmOf(ctx, req.User); err != nil || victim != "" {
-				return state.ReserveResult{Outcome: "evict", Victim: victim}, err
+				return state.ReserveResult{Outcome: "evict", Victim: victim, Quota: true}, err
 			}
 			return res, nil
 		case "full":

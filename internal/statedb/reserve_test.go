@@ -60,7 +60,7 @@ func TestReservePerUser(t *testing.T) {
 		_ = s.PutActive(ctx, userRec("c", "c1"), now)
 		_, _ = s.Release(ctx, "c1", "c", "t-c1", now)
 		_, _ = s.Release(ctx, "a1", "a", "t-a1", now.Add(time.Second))
-		if got, _ := s.Reserve(ctx, req("a", "a4")); got != (state.ReserveResult{Outcome: "evict", Victim: "a1"}) {
+		if got, _ := s.Reserve(ctx, req("a", "a4")); got != (state.ReserveResult{Outcome: "evict", Victim: "a1", Quota: true}) {
 			t.Fatalf("at max with own warm: %+v", got)
 		}
 		_, _, _ = s.Claim(ctx, "a1", "")
@@ -82,7 +82,7 @@ func TestReservePerUser(t *testing.T) {
 		}
 		one := req("d", "d2")
 		one.MaxPerUser = 1
-		if got, _ := s.Reserve(ctx, one); got != (state.ReserveResult{Outcome: "evict", Victim: "d1"}) {
+		if got, _ := s.Reserve(ctx, one); got != (state.ReserveResult{Outcome: "evict", Victim: "d1", Quota: true}) {
 			t.Fatalf("adopted warm sandbox not counted: %+v", got)
 		}
 		// Expired reservations stop counting.
@@ -113,7 +113,7 @@ func TestReserveFairShare(t *testing.T) {
 		_, _ = s.Release(ctx, "b1", "b", "t-b1", now)
 		_, _ = s.Release(ctx, "a3", "a", "t-a3", now.Add(time.Second))
 		// 2 users: share 2. a (3) evicts its own warm, b (1) evicts a's, not its own older one.
-		if got, _ := s.Reserve(ctx, req("a", "a4")); got != (state.ReserveResult{Outcome: "evict", Victim: "a3"}) {
+		if got, _ := s.Reserve(ctx, req("a", "a4")); got != (state.ReserveResult{Outcome: "evict", Victim: "a3", Quota: true}) {
 			t.Fatalf("over-share user with own warm: %+v", got)
 		}
 		if got, _ := s.Reserve(ctx, req("b", "b2")); got != (state.ReserveResult{Outcome: "evict", Victim: "a3"}) {

@@ -39,7 +39,7 @@ type Metrics struct {
 // absent-series alerts work before the first event.
 var (
 	outcomes       = [...]string{"hit", "warm", "cold", "adopted", "prewarm", "thawed", "error"}
-	routeKinds     = [...]string{"thread", "sandbox", "capability"}
+	routeKinds     = [...]string{"thread", "sandbox", "capability", "preview"}
 	statusClasses  = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 	createResults  = []string{"ok", "error"}
 	destroyReasons = []string{"idle", "evicted", "client", "provisioner_api", "interrupted", "admin", "prewarm_trim", "max_lifetime"}
@@ -59,6 +59,7 @@ const (
 	RouteThread     RouteKind = iota // /threads/{thread}/v1/...
 	RouteSandbox                     // /sandboxes/{id}/v1/...
 	RouteCapability                  // /c/{capability}/v1/...
+	RoutePreview                     // preview links: {link}.{preview_suffix}/..., /preview/{link}/...
 )
 
 func (k RouteKind) String() string { return routeKinds[k] }

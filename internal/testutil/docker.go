@@ -133,6 +133,21 @@ func BuildSandboxImage(ctx context.Context, serverBin string) (string, error) {
 	return buildTestImage(ctx, "sandgate-sandbox", files)
 }
 
+// DerivedImage builds "FROM base" plus lines (Dockerfile instructions
+// that add nothing from a context: LABEL, ENTRYPOINT, RUN of what base
+// has) and returns its tag, named after its content like the sandbox
+// image's, so parallel test processes share one build.
+func DerivedImage(t testing.TB, base, lines string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tag, err := buildTestImage(ctx, "sandgate-test-derived", []imageFile{{"Dockerfile", []byte("FROM " + base + "\n" + lines + "\n")}})
+	if err != nil {
+		t.Fatalf("derived image: %v", err)
+	}
+	return tag
+}
+
 // imageFile is a file of a build context.
 type imageFile struct {
 	name string

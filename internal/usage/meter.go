@@ -61,15 +61,22 @@ func (m *Meter) Quota() int64 { return m.cfg.Quota }
 // new walk, shared with every concurrent caller. The walk is bounded by
 // Bounds, not by ctx: a caller that leaves does not waste the others' walk.
 func (m *Meter) Measure(ctx context.Context, user, thread string) (Usage, error) {
+	return m.MeasureWithin(ctx, user, thread, m.cfg.TTL)
+}
+
+// MeasureWithin is Measure with a measurement at most maxAge old (the
+// metrics sampler's, fresher than TTL); its walk refreshes the cache for
+// every other caller too.
+func (m *Meter) MeasureWithin(ctx context.Context, user, thread string, maxAge time.Duration) (Usage, error) {
 	k := key{user, thread}
-	if u, ok := m.lookup(k); ok && time.Since(u.MeasuredAt) < m.cfg.TTL {
+	if u, ok := m.lookup(k); ok && time.Since(u.MeasuredAt) < maxAge {
 		return u, nil
 	}
 	ch := m.walks.DoChan(user+"/"+thread, func() (any, error) {
 		// A walk that ended between the lookup above and here has left a
 		// fresh entry: the singleflight key is gone once a walk returns,
 		// so without this check a late caller walks again.
-		if u, ok := m.lookup(k); ok && time.Since(u.MeasuredAt) < m.cfg.TTL {
+		if u, ok := m.lookup(k); ok && time.Since(u.MeasuredAt) < maxAge {
 			return u, nil
 		}
 		return m.walk(context.WithoutCancel(ctx), k)

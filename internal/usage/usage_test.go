@@ -225,3 +225,32 @@ func TestMeterTTLExpires(t *testing.T) {
 		t.Fatalf("after the TTL: %d then %d bytes; want the new MiB seen and no quota", first.Bytes, second.Bytes)
 	}
 }
+
+// TestMeterMeasureWithin: a fresher bound than the TTL walks again, and
+// its walk is what the cache answers from then on.
+func TestMeterMeasureWithin(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	threadDir := backend.ThreadDir(dataDir, "dave", "t")
+	writeFile(t, filepath.Join(threadDir, "workspace", "a"), 10)
+	m := New(Config{DataDir: dataDir, TTL: time.Hour})
+	first, err := m.Measure(context.Background(), "dave", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(threadDir, "workspace", "b"), 2*mib)
+	if u, _ := m.MeasureWithin(context.Background(), "dave", "t", time.Hour); u != first {
+		t.Fatalf("within an hour: %+v, want the cached %+v", u, first)
+	}
+	time.Sleep(10 * time.Millisecond)
+	fresh, err := m.MeasureWithin(context.Background(), "dave", "t", 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Bytes-first.Bytes < 2*mib {
+		t.Fatalf("within 5ms: %d then %d bytes, want the new 2 MiB seen", first.Bytes, fresh.Bytes)
+	}
+	if u, ok := m.Cached("dave", "t"); !ok || u != fresh {
+		t.Fatalf("Cached after the fresh walk: %+v, want %+v", u, fresh)
+	}
+}

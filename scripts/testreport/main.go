@@ -73,6 +73,10 @@ type pkgState struct {
 	order   []string            // tests in the order they started
 	running []string            // tests started and not ended
 	failed  map[string]bool
+	// raced are passed tests whose output holds a race report: the race
+	// detector fails the tests running when it fires, but prints the
+	// report in whichever test's output the racing goroutine wrote to.
+	raced map[string]bool
 }
 
 type skip struct{ pkg, test, reason string }
@@ -97,7 +101,7 @@ func newReport(w io.Writer, ci bool) *report {
 func (r *report) pkg(name string) *pkgState {
 	p := r.pkgs[name]
 	if p == nil {
-		p = &pkgState{output: map[string][]string{}, failed: map[string]bool{}}
+		p = &pkgState{output: map[string][]string{}, failed: map[string]bool{}, raced: map[string]bool{}}
 		r.pkgs[name] = p
 	}
 	return p
@@ -146,6 +150,10 @@ func (r *report) event(ev event) {
 		switch ev.Action {
 		case "pass":
 			r.passed++
+			if slices.ContainsFunc(p.output[ev.Test], func(l string) bool { return strings.Contains(l, "WARNING: DATA RACE") }) {
+				p.raced[ev.Test] = true
+				break
+			}
 			delete(p.output, ev.Test)
 		case "fail":
 			r.failed++
@@ -186,7 +194,7 @@ func (r *report) endPackage(ev event) {
 	}
 	r.pkgFailed++
 	for _, name := range p.order {
-		if p.failed[name] {
+		if p.failed[name] || p.raced[name] {
 			for _, l := range p.output[name] {
 				fmt.Fprint(r.w, l)
 			}

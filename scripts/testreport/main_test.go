@@ -123,3 +123,34 @@ func TestReportNamesTestsCutOffByATimeout(t *testing.T) {
 		t.Errorf("report:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
+
+// A race report printed in a test that passed, while the race detector
+// failed the tests running then, is shown with the failures, not dropped
+// with the passing test's output.
+func TestReportKeepsARaceReportOfAPassedTest(t *testing.T) {
+	t.Parallel()
+	stream := strings.Join([]string{
+		`{"Action":"start","Package":"demo/racy"}`,
+		`{"Action":"run","Package":"demo/racy","Test":"TestWriter"}`,
+		`{"Action":"run","Package":"demo/racy","Test":"TestVictim"}`,
+		`{"Action":"output","Package":"demo/racy","Test":"TestWriter","Output":"WARNING: DATA RACE\n"}`,
+		`{"Action":"output","Package":"demo/racy","Test":"TestWriter","Output":"Write at 0x00c by goroutine 7:\n"}`,
+		`{"Action":"pass","Package":"demo/racy","Test":"TestWriter","Elapsed":0.01}`,
+		`{"Action":"output","Package":"demo/racy","Test":"TestVictim","Output":"    testing.go:1712: race detected during execution of test\n"}`,
+		`{"Action":"fail","Package":"demo/racy","Test":"TestVictim","Elapsed":0.01}`,
+		`{"Action":"output","Package":"demo/racy","Output":"FAIL\tdemo/racy\t0.100s\n"}`,
+		`{"Action":"fail","Package":"demo/racy","Elapsed":0.1}`,
+	}, "\n")
+	var out bytes.Buffer
+	r := newReport(&out, false)
+	if err := r.read(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	r.finish(true)
+	if !strings.Contains(out.String(), "WARNING: DATA RACE\nWrite at 0x00c by goroutine 7:\n") {
+		t.Errorf("the race report is missing:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "1 passed, 1 failed, 0 skipped") {
+		t.Errorf("the counts changed:\n%s", out.String())
+	}
+}

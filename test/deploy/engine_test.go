@@ -51,9 +51,17 @@ func gatewayImage(t *testing.T) string {
 	gwImage.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
+		// Its own BINDIR: make build, which build.sh runs, would otherwise
+		// leave the checkout's bin/gateway stamped with the test's version.
+		bindir, err := os.MkdirTemp("", "sandgate-deploy-bin-")
+		if err != nil {
+			gwImage.err = err
+			return
+		}
+		defer os.RemoveAll(bindir)
 		cmd := exec.CommandContext(ctx, "bash", repoPath("deployments", "gateway-image", "build.sh"), gwImageTag)
 		cmd.Env = append(os.Environ(), "VERSION="+testVersion, "REVISION="+testRevision,
-			"LABELS="+testutil.TestImageLabel+"=true")
+			"LABELS="+testutil.TestImageLabel+"=true", "BINDIR="+bindir)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			gwImage.err = fmt.Errorf("build.sh: %w\n%s", err, out)

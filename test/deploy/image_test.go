@@ -42,7 +42,7 @@ func finalStage(t *testing.T, path string) string {
 	return strings.Join(lines[from:], "\n")
 }
 
-// The root Dockerfile cannot be built here (its golang stage needs a
+// The root Dockerfile cannot be built here (its debian stage needs a
 // registry); the host-binary path builds the same final stage, word for word.
 func TestDockerfileFinalStagesMatch(t *testing.T) {
 	t.Parallel()
@@ -59,16 +59,15 @@ func TestDockerfileFinalStagesMatch(t *testing.T) {
 	if strings.Contains(root, "HEALTHCHECK") {
 		t.Error("final stage has a HEALTHCHECK; probes use /healthz and /readyz")
 	}
-	// Both builds make the binary the same way.
+	// Both builds copy make build's binary (TestOneWayToTheBinary) and
+	// the same CA bundle path.
 	for _, f := range []string{repoPath("Dockerfile"), repoPath("deployments", "gateway-image", "build.sh")} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X main.version=`, "ca-certificates.crt"} {
-			if !strings.Contains(string(data), want) {
-				t.Errorf("%s lacks %q", f, want)
-			}
+		if !strings.Contains(string(data), "ca-certificates.crt") {
+			t.Errorf("%s lacks the CA bundle", f)
 		}
 	}
 }

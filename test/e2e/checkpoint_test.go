@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // manifest describes every entry under dir: type, mode, content hash or
@@ -143,6 +144,7 @@ func TestCheckpointRestoreAndFork(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	g1, g2 := f.start(), f.start()
+	since := "?since=" + time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	if out := shell(t, g1.URL, "ck", workspaceBuild); !strings.Contains(out.Output, "built") {
 		t.Fatalf("build workspace: %+v", out)
 	}
@@ -234,6 +236,16 @@ func TestCheckpointRestoreAndFork(t *testing.T) {
 		}
 	}
 
+	// The fleet's event stream kept each step, published by replicas
+	// since stopped, for a client that asks from a time on.
+	steps := watchProgress(t, g3.URL, "ck", since).until(t, "restored", 10*time.Second)
+	if !strings.Contains(typesOfProgress(steps), "checkpointed") {
+		t.Fatalf("ck's events %s lack checkpointed before restored", typesOfProgress(steps))
+	}
+	if got := watchProgress(t, g3.URL, "ck-fork", since).until(t, "forked", 10*time.Second); got[len(got)-1].From != "ck" {
+		t.Fatalf("ck-fork's forked event %+v, want from ck", got[len(got)-1])
+	}
+
 	// Delete.
 	if code, _, _ := call(t, "DELETE", g3.URL+"/threads/ck/checkpoints/"+ck.ID, nil); code != 204 {
 		t.Fatalf("delete: %d", code)
@@ -261,7 +273,8 @@ func TestCheckpointsAreTheirUsersOwn(t *testing.T) {
 	if code != 201 || json.Unmarshal(body, &ck) != nil {
 		t.Fatalf("alice checkpoint: %d %s", code, body)
 	}
-	if code, body, _ := call(t, "GET", g.URL+"/threads/t/checkpoints", nil, bob...); code != 200 || strings.Contains(string(body), ck.ID) {
+	// bob has no thread t: 404, and never alice's list.
+	if code, body, _ := call(t, "GET", g.URL+"/threads/t/checkpoints", nil, bob...); code != 404 || strings.Contains(string(body), ck.ID) {
 		t.Fatalf("bob lists alice's checkpoints: %d %s", code, body)
 	}
 	for _, r := range []struct{ method, path string }{

@@ -151,7 +151,7 @@ func TestCLIOperator(t *testing.T) {
 	}
 
 	// top: CPU and memory of every sandbox.
-	r = runCLI(t, bin, base, admin, "sandboxes", "top", "--interval", "300ms", "-o", "json").must(t, 0, "top")
+	r = runCLI(t, bin, base, admin, "sandboxes", "top", "--once", "--interval", "300ms", "-o", "json").must(t, 0, "top")
 	var top struct {
 		Supported bool         `json:"supported"`
 		Sandboxes []cliSandbox `json:"sandboxes"`
@@ -164,7 +164,7 @@ func TestCLIOperator(t *testing.T) {
 			t.Fatalf("top: no figures for %s: %s", s.SandboxID, r.stdout)
 		}
 	}
-	if r := runCLI(t, bin, base, admin, "sandboxes", "top", "--interval", "100ms").must(t, 0, "top table"); !strings.Contains(r.stdout, "CPU %") || !strings.Contains(r.stdout, "MiB") {
+	if r := runCLI(t, bin, base, admin, "sandboxes", "top", "--once", "--interval", "100ms").must(t, 0, "top table"); !strings.Contains(r.stdout, "CPU %") || !strings.Contains(r.stdout, "MiB") {
 		t.Fatalf("top table:\n%s", r.stdout)
 	}
 
@@ -329,15 +329,27 @@ func TestCLIVersionStamped(t *testing.T) {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
 	bin := filepath.Join(dir, "gateway")
+	// A gateway of that build: `version` shows its build too.
+	f := newFleet(t)
+	f.bin = bin
+	g := f.start()
 	for _, arg := range []string{"--version", "version", "-version"} {
-		r := runCLI(t, bin, "", "", arg).must(t, 0, arg)
+		r := runCLI(t, bin, g.URL, "", arg).must(t, 0, arg)
 		if !strings.HasPrefix(r.stdout, "gateway v9.8.7-e2e (revision 0123abcd) go") {
 			t.Errorf("%s: %q", arg, r.stdout)
 		}
+		server := strings.Contains(r.stdout, "\nserver "+g.URL+": gateway v9.8.7-e2e (revision 0123abcd)\n")
+		if server != (arg == "version") {
+			t.Errorf("%s: the server's version shown: %v, want only for the command: %q", arg, server, r.stdout)
+		}
 	}
-	r := runCLI(t, bin, "", "", "version", "-o", "json").must(t, 0, "version -o json")
-	var v struct{ Version, Revision string }
-	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Version != "v9.8.7-e2e" || v.Revision != "0123abcd" {
+	r := runCLI(t, bin, g.URL, "", "version", "-o", "json").must(t, 0, "version -o json")
+	var v struct {
+		Version, Revision string
+		Server            struct{ Version, Revision string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Version != "v9.8.7-e2e" || v.Revision != "0123abcd" ||
+		v.Server.Version != "v9.8.7-e2e" || v.Server.Revision != "0123abcd" {
 		t.Errorf("version -o json: %v %s", err, r.stdout)
 	}
 }

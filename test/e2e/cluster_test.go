@@ -35,9 +35,16 @@ func TestClusterReplicasCreateExactlyOneSandboxPerThread(t *testing.T) {
 	replicas := []*gateway{f.start(), f.start(), f.start()}
 	// Each thread gets 6 requests, two through each replica.
 	const threads = 12
+	since := "?until=ready&since=" + time.Now().Add(-time.Second).UTC().Format(time.RFC3339)
 	firstRequestBurst(t, f, replicas, "cburst", threads, 72, 2*time.Minute)
 	for i := range threads {
 		thread := fmt.Sprintf("cburst-%02d", i)
+		// The fleet's event stream (in the {fleet} slot) has the one create,
+		// read back through any replica.
+		got := watchProgress(t, replicas[(i+1)%len(replicas)].URL, thread, since).rest(t, 10*time.Second)
+		if typesOfProgress(got) != "starting,ready" || got[1].Cause != "cold" {
+			t.Errorf("%s's events %+v, want one starting and a cold ready", thread, got)
+		}
 		// Every replica resolves the thread to that one sandbox.
 		for _, g := range replicas {
 			if v := sandboxOf(t, g.URL, thread); v.SandboxID != identity.SandboxID("default", thread) || v.State != "active" {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -238,7 +239,13 @@ type envelope struct {
 	Success bool            `json:"success"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data"`
+	// Error is the gateway's own error envelope (the sandbox's API has
+	// Message): said names whichever of the two the body carries.
+	Error struct{ Code, Message string } `json:"error"`
 }
+
+// said is the message of an error body in either envelope.
+func (e envelope) said() string { return cmp.Or(e.Message, e.Error.Message) }
 
 type execData struct {
 	SessionID string `json:"session_id"`

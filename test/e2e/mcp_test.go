@@ -83,7 +83,7 @@ func TestMCPThreadEndpoint(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"bash", "checkpoint", "fork_thread", "glob", "grep", "list_checkpoints", "list_templates", "ls", "read_file",
+	if want := []string{"bash", "checkpoint", "expose_port", "fork_thread", "glob", "grep", "list_checkpoints", "list_templates", "ls", "read_file",
 		"restore_checkpoint", "str_replace", "use_template", "write_file"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}

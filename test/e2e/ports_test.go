@@ -71,8 +71,9 @@ func checkPorts(t *testing.T, g *gateway, wsecho string) {
 		}
 	}
 
-	checkPortSSE(t, g, thread)
-	checkPortWebSocket(t, g, thread, sid, wsecho)
+	checkPortSSE(t, g, thread, g.URL+"/threads/"+thread+"/ports/3000/cgi-bin/events", "", bearer("alice-key")...)
+	startWsecho(t, g, thread, wsecho)
+	checkPortWebSocket(t, g, thread, sid)
 
 	// Nothing listens on 3001: a 502 naming it, at once.
 	for _, rt := range []struct{ name, path, host string }{
@@ -123,19 +124,22 @@ done
 `
 
 // checkPortSSE reads an SSE stream from the app on port 3000 (started by
-// checkPorts) event by event through the path route.
-func checkPortSSE(t *testing.T, g *gateway, thread string) {
+// checkPorts) event by event at url (Host host when set, headers hdr).
+func checkPortSSE(t *testing.T, g *gateway, thread, url, host string, hdr ...string) {
 	t.Helper()
 	code, body, _ := call(t, "POST", g.URL+"/threads/"+thread+"/v1/file/write",
 		map[string]any{"file": "/mnt/user-data/workspace/site/cgi-bin/events", "content": sseScript}, bearer("alice-key")...)
 	if code != 200 {
 		t.Fatalf("write the CGI script: %d %s", code, body)
 	}
-	shell(t, g.URL, thread, "chmod +x site/cgi-bin/events", bearer("alice-key")...)
+	shell(t, g.URL, thread, "chmod +x site/cgi-bin/events && rm -f site/cgi-bin/go*", bearer("alice-key")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/threads/"+thread+"/ports/3000/cgi-bin/events", nil)
-	r.Header.Set("Authorization", "Bearer alice-key")
+	r, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	r.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := g.client.Do(r)
 	if err != nil {
 		t.Fatalf("SSE: %v", err)
@@ -155,9 +159,9 @@ func checkPortSSE(t *testing.T, g *gateway, thread string) {
 	}
 }
 
-// checkPortWebSocket puts testdata/wsecho into the sandbox, starts it on
-// port 3002 and talks to it through both routes.
-func checkPortWebSocket(t *testing.T, g *gateway, thread, sid, wsecho string) {
+// startWsecho puts testdata/wsecho into alice's sandbox of thread and
+// starts it on port 3002, logging the requests it gets to wsecho.log.
+func startWsecho(t *testing.T, g *gateway, thread, wsecho string) {
 	t.Helper()
 	bin, err := os.ReadFile(wsecho)
 	if err != nil {
@@ -180,37 +184,49 @@ func checkPortWebSocket(t *testing.T, g *gateway, thread, sid, wsecho string) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("upload wsecho: %d", resp.StatusCode)
 	}
-	shell(t, g.URL, thread, "chmod +x wsecho && (setsid ./wsecho 3002 >/dev/null 2>&1 </dev/null &)", bearer("alice-key")...)
+	shell(t, g.URL, thread, "chmod +x wsecho && (setsid ./wsecho 3002 >wsecho.log 2>&1 </dev/null &)", bearer("alice-key")...)
+}
 
+// checkPortWebSocket talks to wsecho (startWsecho) through both routes.
+func checkPortWebSocket(t *testing.T, g *gateway, thread, sid string) {
+	t.Helper()
 	ws := "ws" + strings.TrimPrefix(g.URL, "http")
+	hdr := http.Header{"Authorization": {"Bearer alice-key"}}
 	for _, rt := range []struct{ name, url, host string }{
 		{"path route", ws + "/threads/" + thread + "/ports/3002/hmr", ""},
 		{"host route", ws + "/hmr", "3002-" + sid + "." + hostSuffix},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		opts := &websocket.DialOptions{HTTPClient: g.client, HTTPHeader: http.Header{"Authorization": {"Bearer alice-key"}}, Host: rt.host}
-		var conn *websocket.Conn
-		// The server may still be starting: a few tries.
-		for {
-			conn, _, err = websocket.Dial(ctx, rt.url, opts)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		echoWebSocket(t, g, rt.name, rt.url, rt.host, hdr)
+	}
+}
+
+// echoWebSocket dials wsecho at url (Host host when set) and checks two
+// echoes.
+func echoWebSocket(t *testing.T, g *gateway, name, url, host string, hdr http.Header) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts := &websocket.DialOptions{HTTPClient: g.client, HTTPHeader: hdr, Host: host}
+	var conn *websocket.Conn
+	var err error
+	// The server may still be starting: a few tries.
+	for {
+		conn, _, err = websocket.Dial(ctx, url, opts)
+		if err == nil || ctx.Err() != nil {
+			break
 		}
-		if err != nil {
-			cancel()
-			t.Fatalf("%s: WebSocket dial: %v", rt.name, err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("%s: WebSocket dial: %v", name, err)
+	}
+	defer conn.Close(websocket.StatusNormalClosure, "")
+	for _, msg := range []string{"one", "two"} {
+		if err := conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatalf("%s: write: %v", name, err)
 		}
-		for _, msg := range []string{"one", "two"} {
-			if err := conn.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
-				t.Fatalf("%s: write: %v", rt.name, err)
-			}
-			if _, got, err := conn.Read(ctx); err != nil || string(got) != "echo: "+msg {
-				t.Errorf("%s: echo of %q: %q %v", rt.name, msg, got, err)
-			}
+		if _, got, err := conn.Read(ctx); err != nil || string(got) != "echo: "+msg {
+			t.Errorf("%s: echo of %q: %q %v", name, msg, got, err)
 		}
-		conn.Close(websocket.StatusNormalClosure, "")
-		cancel()
 	}
 }

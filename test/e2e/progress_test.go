@@ -34,9 +34,12 @@ type progressEvent struct {
 	SandboxID string `json:"sandbox_id"`
 	User      string `json:"user"`
 	Thread    string `json:"thread"`
-	Reason    string `json:"reason"`
+	Cause     string `json:"cause"`
+	From      string `json:"from"`
 	Bytes     int64  `json:"bytes"`
 	Total     int64  `json:"total"`
+	Host      string `json:"host"`
+	Count     int64  `json:"count"`
 }
 
 // progressStream is an open stream; its events arrive on events, which is
@@ -172,7 +175,7 @@ func TestProgressQueuedStartingReady(t *testing.T) {
 	late := watchProgress(t, g.URL, "q1", "")
 	life := late.until(t, "destroyed", 10*time.Second)
 	late.body.Close()
-	if typesOfProgress(life) != "starting,ready,released,destroyed" || life[3].Reason != "evicted" {
+	if typesOfProgress(life) != "starting,ready,released,destroyed" || life[3].Cause != "evicted" {
 		t.Fatalf("q1's replay: %+v", life)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func publishProbe(t *testing.T, f *fleet, e events.Event) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
 	defer rdb.Close()
-	bus, err := events.New(rdb, events.Config{Channel: statusKeys.Events(), RecentKey: statusKeys.EventsRecent(), Replica: "test"})
+	bus, err := events.New(rdb, events.Config{Stream: statusKeys.Events(), Replica: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +52,15 @@ func putThread(t *testing.T, base, key, thread string) (sid, capURL string) {
 	return raw.SandboxID, raw.SandboxURL
 }
 
-// browser starts headless Debian chromium (required under CI=true) and
-// returns its tab's context.
-func browser(t *testing.T) context.Context {
+// browser starts headless Debian chromium (required under CI=true), with
+// extra flags, and returns its tab's context.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	testutil.Require(t, err == nil, "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.Headless,
 		chromedp.DisableGPU, chromedp.Flag("no-proxy-server", true))
+	opts = append(opts, extra...)
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // chromium refuses its sandbox as root
 	}
@@ -130,7 +132,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 
 	// An event published by any replica reaches the open page.
-	publishProbe(t, f, events.Event{Type: "probe", SandboxID: sid, User: "alice", Thread: "browser-t", Reason: "from the test"})
+	publishProbe(t, f, events.Event{Type: "probe", SandboxID: sid, User: "alice", Thread: "browser-t", Cause: "from the test"})
 	inPage(t, ctx, "the live event list never showed the probe event", chromedp.WaitVisible(chromedp.CSS(`#events li.ev-probe`)))
 	if probe := textOf(t, ctx, `#events li.ev-probe`); !strings.Contains(probe, sid) ||
 		!strings.Contains(probe, "alice/browser-t") || !strings.Contains(probe, "from the test") {
@@ -157,7 +159,7 @@ func TestStatusPageIsPerUser(t *testing.T) {
 	g := f.start()
 	aliceSID, aliceCap := putThread(t, g.URL, "alice-key", "a1")
 	bobSID, _ := putThread(t, g.URL, "bob-key", "b1")
-	publishProbe(t, f, events.Event{Type: events.Failed, SandboxID: bobSID, User: "bob", Thread: "b1", Reason: "bob's failure"})
+	publishProbe(t, f, events.Event{Type: events.Failed, SandboxID: bobSID, User: "bob", Thread: "b1", Cause: "bob's failure"})
 
 	page := func(key, path string) string {
 		t.Helper()
@@ -257,5 +259,119 @@ func TestStatusPageIsPerUser(t *testing.T) {
 	}
 	if code, _, _ := call(t, "GET", g.URL+"/threads/a1/sandbox", nil, "Cookie", cookie); code != 401 {
 		t.Errorf("the cookie opened the API: %d, want 401", code)
+	}
+}
+
+// TestStatusPageActionsInBrowser: an admin, logged in to the status page in
+// real Chromium, freezes one of alice's sandboxes and destroys another from
+// the page (each link confirms inline and posts with the session's form
+// token); the rows change state without a reload, the gateway agrees (the
+// thread's record says frozen), the frozen sandbox's own page shows it
+// frozen with its CPU and memory and thaws it in place, its checkpoint
+// action checkpoints alice's thread, and the operator's destroy is not
+// listed under "Recent errors".
+func TestStatusPageActionsInBrowser(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, "--auth-api-keys", "ops="+sha("ops-key")+":threads+admin,alice="+sha("alice-key"),
+		"--cache-ttl", "500ms", "--touch-interval", "200ms") // a freeze waits out the cached routes
+	g := f.start()
+	frozenSID, _ := putThread(t, g.URL, "alice-key", "to-freeze")
+	goneSID, _ := putThread(t, g.URL, "alice-key", "to-destroy")
+	ctx := browser(t)
+
+	inPage(t, ctx, "log in and open the page",
+		chromedp.Navigate(g.URL+"/status"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "ops-key"),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-sandbox="`+frozenSID+`"] td.state-active`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-live="on"]`)),
+	)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.sgMarker = "kept"`)); err != nil {
+		t.Fatal(err)
+	}
+
+	frozenRow := `tr[data-sandbox="` + frozenSID + `"]`
+	inPage(t, ctx, "freeze from the page",
+		chromedp.Click(chromedp.CSS(frozenRow+` a.act-freeze`)),
+		chromedp.WaitVisible(chromedp.CSS(frozenRow+` .confirm button.yes`)),
+		chromedp.Click(chromedp.CSS(frozenRow+` .confirm button.yes`)),
+		chromedp.WaitVisible(chromedp.CSS(frozenRow+` td.state-frozen`)),
+	)
+	if flash := textOf(t, ctx, "#flash"); flash != "Sandbox frozen." {
+		t.Errorf("after the freeze the page says %q", flash)
+	}
+	code, body, _ := call(t, "GET", g.URL+"/threads/to-freeze/sandbox", nil, "Authorization", "Bearer alice-key")
+	if code != 200 || !strings.Contains(string(body), `"frozen":true`) {
+		t.Fatalf("the gateway does not have the sandbox frozen: %d %s", code, body)
+	}
+
+	// The frozen sandbox's own page: its state, the backend's CPU and
+	// memory sample; a thaw there runs it again, in place.
+	inPage(t, ctx, "open the frozen sandbox's page",
+		chromedp.Click(chromedp.CSS(frozenRow+` a[href="/status/sandboxes/`+frozenSID+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sandbox td.state-frozen`)),
+	)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.sgMarker = "kept"`)); err != nil {
+		t.Fatal(err)
+	}
+	detail := textOf(t, ctx, "#sandbox")
+	for _, re := range []string{`State\s+frozen for \d+s`, `Thread\s+to-freeze`, `Backend\s+process`,
+		`CPU time\s+\d+\.\d\d s`, `Memory\s+\d+\.\d MiB`} {
+		if !regexp.MustCompile(re).MatchString(detail) {
+			t.Errorf("the sandbox's page lacks %s:\n%s", re, detail)
+		}
+	}
+	inPage(t, ctx, "thaw from the sandbox's page",
+		chromedp.Click(chromedp.CSS(`#live a.act-thaw`)),
+		chromedp.Click(chromedp.CSS(`#live .confirm button.yes`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sandbox td.state-active`)),
+	)
+	if marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.sgMarker || ""`)); err != nil || marker != "kept" {
+		t.Fatalf("the sandbox's page reloaded (marker %q, %v): the thaw must update in place", marker, err)
+	}
+	// The checkpoint action (here from a script with the admin's header: no
+	// form token needed) checkpoints alice's thread, not the admin's.
+	code, body, _ = call(t, "POST", g.URL+"/status/sandboxes/"+frozenSID+"/checkpoint", nil,
+		"Authorization", "Bearer ops-key", "Accept", "application/json")
+	if code != 200 || !strings.Contains(string(body), `"done":"checkpointed"`) {
+		t.Fatalf("checkpoint action: %d %s", code, body)
+	}
+	code, body, _ = call(t, "GET", g.URL+"/threads/to-freeze/checkpoints", nil, "Authorization", "Bearer alice-key")
+	var cps struct {
+		Checkpoints []json.RawMessage `json:"checkpoints"`
+	}
+	if err := json.Unmarshal(body, &cps); code != 200 || err != nil || len(cps.Checkpoints) != 1 {
+		t.Fatalf("alice's checkpoints after the page's checkpoint: %d %s", code, body)
+	}
+
+	inPage(t, ctx, "back to the list", chromedp.Navigate(g.URL+"/status"), chromedp.WaitVisible(chromedp.CSS(`body[data-live="on"]`)))
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.sgMarker = "kept"`)); err != nil {
+		t.Fatal(err)
+	}
+
+	goneRow := `tr[data-sandbox="` + goneSID + `"]`
+	inPage(t, ctx, "destroy from the page",
+		chromedp.Click(chromedp.CSS(goneRow+` a.act-destroy`)),
+		chromedp.WaitVisible(chromedp.CSS(goneRow+` .confirm button.yes`)),
+		chromedp.Click(chromedp.CSS(goneRow+` .confirm button.yes`)),
+		chromedp.WaitNotPresent(chromedp.CSS(goneRow)),
+		chromedp.WaitVisible(chromedp.CSS(`#events li.ev-destroyed`)),
+	)
+	if marker, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.sgMarker || ""`)); err != nil || marker != "kept" {
+		t.Fatalf("the page reloaded (marker %q, %v): actions must update in place", marker, err)
+	}
+	if code, _, _ := call(t, "GET", g.URL+"/threads/to-destroy/sandbox", nil, "Authorization", "Bearer alice-key"); code != 404 {
+		t.Fatalf("the destroyed thread still has a sandbox: %d", code)
+	}
+	// The destroyed event is on the page: the operator's own destroy (reason
+	// admin) must not be among the errors, in the page nor in the HTML.
+	if errs := textOf(t, ctx, "#errors"); strings.Contains(errs, goneSID) || strings.Contains(errs, frozenSID) {
+		t.Errorf("Recent errors list the operator's own actions: %q", errs)
+	}
+	_, frag, _ := call(t, "GET", g.URL+"/status/sandboxes", nil, "Authorization", "Bearer ops-key")
+	errs := string(frag)[strings.Index(string(frag), `id="errors"`):]
+	if strings.Contains(errs, goneSID) {
+		t.Errorf("the fragment's Recent errors list the operator's destroy: %s", errs)
 	}
 }

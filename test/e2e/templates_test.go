@@ -55,11 +55,13 @@ default_template: small
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	if _, err := store.ImportArchive(ctx, archive); err != nil {
+	img, err := store.ImportArchive(ctx, archive)
+	if err != nil {
 		t.Fatal(err)
 	}
 	g := f.start()
 	checkTemplates(t, g, tag, f.dataDir, archive)
+	checkImageLayer(t, g, img.RootFS)
 
 	// The default template's memory limit stops a hog the host would let run.
 	out, _ := run(t, g, "tpl-hog", "python3 -c \"b = b'x' * (512 << 20); print('ALLOCATED', len(b))\" 2>&1; echo rc=$?", "Authorization", "Bearer alice-key")
@@ -229,5 +231,48 @@ func checkTemplates(t *testing.T, g *gateway, tag string, secrets ...string) {
 	if code, body, _ := call(t, "PUT", g.URL+"/threads/tpl-admin/sandbox", map[string]any{"template": "small",
 		"egress": map[string]any{"mode": "none"}}, "Authorization", "Bearer ops-key"); code != 200 {
 		t.Errorf("admin create with egress: %d %s", code, body)
+	}
+}
+
+// checkImageLayer: a root gateway gives each sandbox of template python a
+// writable layer over the image. pip install without --user puts the
+// test's wheel in the image's own site-packages, where it imports; the
+// shared store on disk does not get it, another thread's sandbox does not
+// see it, and after a destroy the recreated sandbox is the image again.
+func checkImageLayer(t *testing.T, g *gateway, rootfs string) {
+	t.Helper()
+	alice := []string{"Authorization", "Bearer alice-key"}
+	python := map[string]any{"template": "python"}
+	for _, thread := range []string{"tpl-layer", "tpl-layer-other"} {
+		if code, body, _ := call(t, "PUT", g.URL+"/threads/"+thread+"/sandbox", python, alice...); code != 200 {
+			t.Fatalf("PUT template python: %d %s", code, body)
+		}
+	}
+	const whl = "/tmp/sgprobe-1.0-py3-none-any.whl"
+	install := fmt.Sprintf("echo %s | base64 -d > %s && python3 -m pip install --no-index --break-system-packages %s 2>&1",
+		base64.StdEncoding.EncodeToString(probeWheel(t)), whl, whl)
+	if out, code := run(t, g, "tpl-layer", install, alice...); code != 0 {
+		t.Fatalf("pip install without --user: exit %d: %s", code, out)
+	}
+	const where = `python3 -c 'import sgprobe; print(sgprobe.MARK, sgprobe.__file__)'`
+	out, code := run(t, g, "tpl-layer", where, alice...)
+	if code != 0 || !strings.HasPrefix(out, "sgprobe-ok /usr/") {
+		t.Fatalf("after pip install without --user: exit %d: %q, want sgprobe imported from the image's /usr", code, out)
+	}
+	installed := filepath.Dir(strings.TrimSpace(strings.TrimPrefix(out, "sgprobe-ok ")))
+	if _, err := os.Lstat(filepath.Join(rootfs, installed)); err == nil {
+		t.Errorf("the package reached the shared store: %s", installed)
+	}
+	if out, code := run(t, g, "tpl-layer-other", where, alice...); code == 0 {
+		t.Errorf("another thread's sandbox imports the package: %q", out)
+	}
+	if code, body, _ := call(t, "DELETE", g.URL+"/threads/tpl-layer/sandbox?destroy=true", nil, alice...); code/100 != 2 {
+		t.Fatalf("destroy: %d %s", code, body)
+	}
+	if code, body, _ := call(t, "PUT", g.URL+"/threads/tpl-layer/sandbox", python, alice...); code != 200 {
+		t.Fatalf("PUT template python again: %d %s", code, body)
+	}
+	if out, code := run(t, g, "tpl-layer", where, alice...); code == 0 {
+		t.Errorf("the recreated sandbox still has the destroyed one's install: %q", out)
 	}
 }

@@ -146,6 +146,7 @@ func (r *replica) args() []string {
 		"--max-sandboxes", "0",
 		"--reconcile-interval", cfg.ReconcileInterval.String(),
 		"--reconcile-grace", cfg.ReconcileGrace.String(),
+		"--bucket-lease-ttl", cfg.BucketLeaseTTL.String(),
 		"--instance", "soak-" + strconv.Itoa(r.idx),
 		"--log-format", "json",
 		"--log-level", "info",

@@ -38,12 +38,15 @@ type config struct {
 	ReplicaDown, RedisDown time.Duration
 	// The gateways' reconciler: it must restore records after Redis loses them.
 	ReconcileInterval, ReconcileGrace time.Duration
-	SampleEvery                       time.Duration // /proc sampling for duplicates
-	Report                            string        // write the reliability report here
-	Tests                             bool          // with Report: run the mapped tests for their results
-	Keep                              bool          // keep the work dir (logs, data) for a post-mortem; a failed run always does
-	Redis                             string        // redisSingle or redisCluster
-	Short                             bool
+	// BucketLeaseTTL: a killed replica's buckets (their reconciling) pass to
+	// another replica only once its lease runs out.
+	BucketLeaseTTL time.Duration
+	SampleEvery    time.Duration // /proc sampling for duplicates
+	Report         string        // write the reliability report here
+	Tests          bool          // with Report: run the mapped tests for their results
+	Keep           bool          // keep the work dir (logs, data) for a post-mortem; a failed run always does
+	Redis          string        // redisSingle or redisCluster
+	Short          bool
 }
 
 func defaultConfig(short bool) config {
@@ -51,7 +54,7 @@ func defaultConfig(short bool) config {
 		Duration: 5 * time.Minute, Clients: 200, Threads: 100, Replicas: 3,
 		ThinkMin: 500 * time.Millisecond, ThinkMax: 1500 * time.Millisecond,
 		FaultEvery: 15 * time.Second, ReplicaDown: time.Second, RedisDown: 3 * time.Second,
-		ReconcileInterval: 2 * time.Second, ReconcileGrace: 5 * time.Second,
+		ReconcileInterval: 2 * time.Second, ReconcileGrace: 5 * time.Second, BucketLeaseTTL: 3 * time.Second,
 		SampleEvery: 200 * time.Millisecond, Tests: true, Redis: redisSingle,
 	}
 	if short {
@@ -170,8 +173,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("interrupted: %w", err)
 	}
-	// Let the reconcilers see every sandbox past its grace, twice.
-	settle := cfg.ReconcileGrace + 2*cfg.ReconcileInterval + time.Second
+	settle := cfg.settle()
 	logf("load stopped after %s; settling %s", o.loadEnded.Sub(o.started).Round(time.Second), settle)
 	select {
 	case <-time.After(settle):
@@ -221,4 +223,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// settle is how long the fleet rests before the end-of-run checks: a
+// killed replica's buckets change hands (its lease runs out), then their
+// reconciler sees every sandbox past its grace, twice. A create cut short
+// by a kill between its sandbox and its record is adopted by then.
+func (c config) settle() time.Duration {
+	return c.BucketLeaseTTL + c.ReconcileGrace + 2*c.ReconcileInterval + time.Second
 }

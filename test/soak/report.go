@@ -220,7 +220,7 @@ func measuredSection(path string, o *outcome) string {
 	}
 	w(" (load average %.1f at the start, up to %.1f during the load, %.1f at its end: the machine is shared)", o.load[0], o.load[1], o.load[2])
 	w(": %d concurrent clients over %d threads and %d gateway replicas (process backend, one data dir,\n", cfg.Clients, cfg.Threads, cfg.Replicas)
-	w("%s; `--max-sandboxes 0`, reconciler every %s with a %s grace), each\n", o.redis, cfg.ReconcileInterval, cfg.ReconcileGrace)
+	w("%s; `--max-sandboxes 0`, reconciler every %s with a %s grace, bucket leases of %s), each\n", o.redis, cfg.ReconcileInterval, cfg.ReconcileGrace, cfg.BucketLeaseTTL)
 	w("client pausing %s–%s between operations on a random thread through a random replica: exec (55%%),\n", cfg.ThinkMin, cfg.ThinkMax)
 	w("file write + read-back (40%%), release to the warm pool (4%%), destroy (1%%). %s of load, one fault every\n", o.loadEnded.Sub(o.started).Round(time.Second))
 	w("%s in turn: %s (down %s), %s, then the Redis faults above.\n\n", cfg.FaultEvery, faultReplica, cfg.ReplicaDown, faultSandbox)
@@ -252,7 +252,7 @@ func measuredSection(path string, o *outcome) string {
 	w("has had one (every); median and maximum over the injections. “no failure” counts injections after\n")
 	w("which no request failed at all.\n\n")
 
-	w("| end-of-run check (after %s of settling) | result |\n|---|---|\n", cfg.ReconcileGrace+2*cfg.ReconcileInterval+time.Second)
+	w("| end-of-run check (after %s of settling) | result |\n|---|---|\n", cfg.settle())
 	w("| `/proc` samples every %s for two live sandbox processes of one thread | %d samples (up to %d live sandboxes), %d duplicates |\n", cfg.SampleEvery, o.sampler.samples, o.sampler.maxLive, o.duplicates())
 	w("| sandboxes that had answered and then died with no client destroy or injected kill to explain it | %d |\n", len(k.vanished))
 	w("| live sandbox processes no state file names (invisible to the fleet) | %d |\n", len(k.untracked))

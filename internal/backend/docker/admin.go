@@ -20,6 +20,7 @@ import (
 var (
 	_ backend.LogStreamer = (*Docker)(nil)
 	_ backend.Statter     = (*Docker)(nil)
+	_ backend.LayerMeter  = (*Docker)(nil)
 	_ backend.Pruner      = (*Docker)(nil)
 )
 
@@ -62,6 +63,20 @@ func (d *Docker) Stats(ctx context.Context, info backend.Info) (backend.Stats, e
 		PIDs:        int(s.PidsStats.Current),   //nolint:gosec
 		At:          cmp.Or(s.Read, time.Now()).UTC(),
 	}, nil
+}
+
+// LayerBytes is the container's writable layer (docker inspect --size:
+// SizeRw). The engine computes it by walking the layer on each ask, so the
+// sampler asks every few samples.
+func (d *Docker) LayerBytes(ctx context.Context, info backend.Info) (int64, bool, error) {
+	c, _, err := d.api.ContainerInspectWithRaw(ctx, cmp.Or(info.Incarnation, d.name(info.SandboxID)), true)
+	if err != nil {
+		return 0, false, engineErr("size of sandbox "+info.SandboxID, err)
+	}
+	if c.SizeRw == nil {
+		return 0, false, nil
+	}
+	return *c.SizeRw, true, nil
 }
 
 // Leftovers are this fleet's containers of this prefix that no longer run

@@ -82,6 +82,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
@@ -242,6 +243,7 @@ type engine interface {
 	ContainerWait(ctx context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
 	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	ContainerInspectWithRaw(ctx context.Context, id string, getSize bool) (container.InspectResponse, []byte, error)
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 	ContainerStatsOneShot(ctx context.Context, id string) (container.StatsResponseReader, error)
 	ContainerStop(ctx context.Context, id string, opts container.StopOptions) error
@@ -251,6 +253,7 @@ type engine interface {
 	ContainerPause(ctx context.Context, id string) error
 	ContainerUnpause(ctx context.Context, id string) error
 	ContainerRename(ctx context.Context, id, name string) error
+	Events(ctx context.Context, opts events.ListOptions) (<-chan events.Message, <-chan error)
 	Close() error
 }
 

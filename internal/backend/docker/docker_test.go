@@ -1,11 +1,8 @@
 package docker
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,9 +12,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -343,32 +338,10 @@ LABEL io.sandgate.sandbox-server="/gateway"`)
 	}
 }
 
-// buildDerived builds FROM the sandbox image plus lines, removed at cleanup.
+// buildDerived builds FROM the sandbox image plus lines (testutil.DerivedImage).
 func buildDerived(t *testing.T, h *harness, lines string) string {
 	t.Helper()
-	tag := "sandgate-test-derived:" + randHex(6)
-	dockerfile := fmt.Sprintf("FROM %s\n%s\n", h.image, lines)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	_ = tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))})
-	_, _ = tw.Write([]byte(dockerfile))
-	_ = tw.Close()
-	ctx := backendtest.Ctx(t)
-	resp, err := h.api.ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, Version: build.BuilderV1,
-		Labels: map[string]string{testutil.TestImageLabel: "true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	_, _ = out.ReadFrom(resp.Body)
-	resp.Body.Close()
-	if _, err := h.api.ImageInspect(ctx, tag); err != nil {
-		t.Fatalf("build %s: %v\n%s", tag, err, out.String())
-	}
-	t.Cleanup(func() {
-		_, _ = h.api.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
-	})
-	return tag
+	return testutil.DerivedImage(t, h.image, lines)
 }
 
 // docker_disk_limit on the real engine: a storage driver that takes a size
@@ -393,5 +366,33 @@ func TestDiskLimitOnTheEngine(t *testing.T) {
 	t.Cleanup(func() { _ = d.Destroy(context.Background(), info) })
 	if got := h.inspect(info.Incarnation).HostConfig.StorageOpt["size"]; got != "1073741824" {
 		t.Fatalf("storage opt size %q, want 1073741824", got)
+	}
+}
+
+// TestLayerBytes: what a sandbox writes outside its mounts is in its
+// container's writable layer, which LayerBytes measures through the
+// engine; a container that is gone has none.
+func TestLayerBytes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	d := h.backend()
+	ctx := backendtest.Ctx(t)
+	info := backendtest.MustCreate(t, d, backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "erin", "layer"))
+	before, ok, err := d.LayerBytes(ctx, info)
+	if err != nil || !ok {
+		t.Fatalf("LayerBytes = %d, %v, %v", before, ok, err)
+	}
+	if res := backendtest.Exec(t, info, "head -c 6291456 /dev/urandom > /tmp/blob && sync"); res.ExitCode != 0 {
+		t.Fatalf("write: exit %d: %s", res.ExitCode, res.Output)
+	}
+	after, ok, err := d.LayerBytes(ctx, info)
+	if err != nil || !ok || after-before < 6<<20 || after-before > 8<<20 {
+		t.Fatalf("LayerBytes %d -> %d (%v, %v) after writing 6 MiB outside the mounts", before, after, ok, err)
+	}
+	if err := d.Destroy(ctx, info); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.LayerBytes(ctx, info); err == nil {
+		t.Error("LayerBytes of a destroyed sandbox: no error")
 	}
 }

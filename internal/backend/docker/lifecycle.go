@@ -12,6 +12,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
 
@@ -184,9 +185,14 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 			d.log.Warn("skip unreachable sandbox container", "sandbox_id", it.sid, "err", err)
 			continue
 		}
+		var networks map[string]*network.EndpointSettings
+		if c.NetworkSettings != nil {
+			networks = c.NetworkSettings.Networks
+		}
 		out = append(out, withSecret(backend.Info{
 			SandboxID: it.sid, User: it.user, Thread: it.thread,
 			URL: url, Incarnation: c.ID, Backend: Name, Labels: it.labels, CreatedAt: time.Unix(c.Created, 0),
+			PortHost: d.portHost(d.name(nameSID), c.Labels, networks),
 		}))
 	}
 	return out, nil
@@ -267,8 +273,9 @@ func (d *Docker) inspectInfo(ctx context.Context, id string) (backend.Info, erro
 
 func (d *Docker) infoFromInspect(c container.InspectResponse) (backend.Info, error) {
 	var ports nat.PortMap
+	var networks map[string]*network.EndpointSettings
 	if c.NetworkSettings != nil {
-		ports = c.NetworkSettings.Ports
+		ports, networks = c.NetworkSettings.Ports, c.NetworkSettings.Networks
 	}
 	url, err := d.sandboxURL(strings.TrimPrefix(c.Name, "/"), c.Config.Labels, c.Mounts, ports)
 	if err != nil {
@@ -282,6 +289,7 @@ func (d *Docker) infoFromInspect(c container.InspectResponse) (backend.Info, err
 	return withSecret(backend.Info{
 		SandboxID: it.sid, User: it.user, Thread: it.thread,
 		URL: url, Incarnation: c.ID, Backend: Name, Labels: it.labels, CreatedAt: parseTime(c.Created),
+		PortHost: d.portHost(strings.TrimPrefix(c.Name, "/"), c.Config.Labels, networks),
 	}), nil
 }
 

@@ -3,6 +3,7 @@ package docker
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,6 +160,27 @@ func containerEnv(configured map[string]string, ownServer bool) []string {
 		return backend.ServerEnv(configured, "", "")
 	}
 	return backend.ServerEnv(configured, backend.VirtualWorkspace, sandboxspec.KeepEnvVar)
+}
+
+// portHost is where the gateway dials the ports of a container that runs
+// no Sandgate server (a TCP image, which has no bridge): by name on the
+// gateway's network, else its address on the network it is on (the host
+// reaches a bridge network's addresses). Its apps must listen on that
+// address (0.0.0.0), not on the container's loopback. Our own server's
+// containers have "": their ports go through the server's bridge.
+func (d *Docker) portHost(name string, labels map[string]string, networks map[string]*network.EndpointSettings) string {
+	if labels[labelAPI] == apiUnix {
+		return ""
+	}
+	if d.cfg.Network != "" {
+		return name
+	}
+	for _, n := range slices.Sorted(maps.Keys(networks)) {
+		if ep := networks[n]; ep != nil && ep.IPAddress != "" {
+			return ep.IPAddress
+		}
+	}
+	return ""
 }
 
 // sandboxURL is where the gateway reaches the container: our server's Unix

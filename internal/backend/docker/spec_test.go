@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/go-connections/nat"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -385,6 +386,34 @@ func TestSandboxImagesLabelTheServer(t *testing.T) {
 			if !strings.Contains(string(data), want) {
 				t.Errorf("%s lacks %s", name, want)
 			}
+		}
+	}
+}
+
+// TestPortHost: a TCP image's ports are dialled at its address on its
+// network (the first by name that has one), or by name on the gateway's
+// network; our own server's containers have none (the bridge serves).
+func TestPortHost(t *testing.T) {
+	t.Parallel()
+	d := newWithEngine(Config{Image: "i", ContainerPrefix: "p"}, nil, slog.New(slog.DiscardHandler))
+	nets := map[string]*network.EndpointSettings{"b-net": {IPAddress: "172.18.0.5"}, "a-none": {}, "bridge": {IPAddress: "172.17.0.9"}}
+	unix := map[string]string{labelAPI: apiUnix}
+	for _, tc := range []struct {
+		name     string
+		network  string
+		labels   map[string]string
+		networks map[string]*network.EndpointSettings
+		want     string
+	}{
+		{"own server", "", unix, nets, ""},
+		{"own server on a network", "net", unix, nets, ""},
+		{"tcp image", "", nil, nets, "172.18.0.5"},
+		{"tcp image without an address", "", nil, map[string]*network.EndpointSettings{"none": {}}, ""},
+		{"tcp image on the gateway's network", "net", nil, nets, "p-x"},
+	} {
+		d.cfg.Network = tc.network
+		if got := d.portHost("p-x", tc.labels, tc.networks); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -368,7 +368,12 @@ func (k *Kubernetes) url(pod *corev1.Pod, svc *corev1.Service) string {
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// infoOf describes a Pod this backend made.
+// infoOf describes a Pod this backend made. An image without Sandgate's
+// server has no bridge to its ports: they are dialled on the Pod's IP
+// (PortHost), where its apps must listen (0.0.0.0). The Pod's own
+// NetworkPolicy restricts egress only, so nothing of Sandgate's stands in
+// the way; a namespace that denies ingress by default must let the
+// gateways' Pods in, as it must for the sandbox API's port.
 func (k *Kubernetes) infoOf(pod *corev1.Pod, url string) backend.Info {
 	labels := map[string]string{}
 	if err := json.Unmarshal([]byte(pod.Annotations[AnnotationLabels]), &labels); err != nil {
@@ -383,7 +388,16 @@ func (k *Kubernetes) infoOf(pod *corev1.Pod, url string) backend.Info {
 		Backend:     Name,
 		Labels:      labels,
 		CreatedAt:   pod.CreationTimestamp.UTC(),
+		PortHost:    k.portHost(pod),
 	}
+}
+
+// portHost is infoOf's PortHost: "" when the Pod runs Sandgate's server.
+func (k *Kubernetes) portHost(pod *corev1.Pod) string {
+	if k.cfg.Server != "" {
+		return ""
+	}
+	return pod.Status.PodIP
 }
 
 // podState classifies a Pod for Create, Alive, Discover and List.

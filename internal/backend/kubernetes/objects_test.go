@@ -68,10 +68,21 @@ func TestPodSpec(t *testing.T) {
 	if pod.Annotations[AnnotationUser] != "alice" || pod.Annotations[AnnotationThread] != "chat:42" {
 		t.Errorf("identity annotations = %v", pod.Annotations)
 	}
+	pod.Status.PodIP = "10.1.2.3"
 	info := k.infoOf(pod, "http://x")
 	if info.Labels[backend.LabelThread] != "chat:42" || info.Labels["bad label"] != "y" || info.User != "alice" || info.Thread != "chat:42" {
 		t.Errorf("info from pod = %+v: the full label set must survive in the annotation", info)
 	}
+	// An image without Sandgate's server: its ports on the Pod's IP; with
+	// the server, through its bridge.
+	if info.PortHost != "10.1.2.3" {
+		t.Errorf("port host without kubernetes_server = %q, want the Pod IP", info.PortHost)
+	}
+	k.cfg.Server = "/sandgate-sandbox"
+	if got := k.infoOf(pod, "http://x").PortHost; got != "" {
+		t.Errorf("port host with kubernetes_server = %q, want none", got)
+	}
+	k.cfg.Server = ""
 
 	s := pod.Spec
 	if s.RestartPolicy != corev1.RestartPolicyNever || *s.AutomountServiceAccountToken || *s.EnableServiceLinks {

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
+	"github.com/sandgate/sandgate/internal/jail"
 )
 
 var (
 	_ backend.LogStreamer = (*Process)(nil)
 	_ backend.Statter     = (*Process)(nil)
 	_ backend.Pruner      = (*Process)(nil)
+	_ backend.MeterOpener = (*Process)(nil)
 )
 
 // followPoll is how often a followed log is checked for new lines.
@@ -107,7 +109,11 @@ func (r *follower) Read(b []byte) (int, error) {
 
 func (r *follower) Close() error { return r.f.Close() }
 
-// Stats sums the CPU time and resident memory of the sandbox's process tree.
+// Stats reads the sandbox's cgroups (memory current, peak and limit,
+// pids, and CPU: v2's cpu.stat, v1's cpuacct.usage) and sums its process
+// tree's CPU time where the cgroup has none (v1 without a cpuacct
+// hierarchy) and its resident memory where there is no cgroup at all
+// (isolation none).
 func (p *Process) Stats(ctx context.Context, info backend.Info) (backend.Stats, error) {
 	pid, start, err := parseIncarnation(info.Incarnation)
 	if err != nil {
@@ -116,24 +122,44 @@ func (p *Process) Stats(ctx context.Context, info backend.Info) (backend.Stats, 
 	if ok, err := live(ctx, pid, start); err != nil || !ok {
 		return backend.Stats{}, errors.Join(err, fmt.Errorf("sandbox %s is not running", info.SandboxID))
 	}
-	tree, err := descendants(ctx, pid)
+	st := backend.Stats{At: time.Now().UTC()}
+	u, inCgroup, err := p.cgroupUsage(info)
 	if err != nil {
 		return backend.Stats{}, err
 	}
-	st := backend.Stats{At: time.Now().UTC()}
-	for _, pr := range append(tree, proc{PID: pid}) {
-		cpu, rss, err := usageOf(pr.PID)
-		if err != nil {
-			if errors.Is(err, backend.ErrNotSupported) {
-				return backend.Stats{}, err
-			}
-			continue // exited meanwhile
+	if inCgroup {
+		st = statsOf(u)
+		if u.HasCPU {
+			return st, nil
 		}
-		st.CPUSeconds += cpu
-		st.MemoryBytes += rss
-		st.PIDs++
+	}
+	cpu, rss, pids, err := treeUsage(pid, start)
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	st.CPUSeconds = cpu
+	if !inCgroup {
+		st.MemoryBytes, st.PIDs = rss, pids
 	}
 	return st, nil
+}
+
+// cgroupUsage reads the cgroups of info's incarnation; ok is false when it
+// has none.
+func (p *Process) cgroupUsage(info backend.Info) (jail.Usage, bool, error) {
+	if p.cgroups == nil {
+		return jail.Usage{}, false, nil
+	}
+	st, err := p.readState(info.SandboxID)
+	if err != nil || st == nil || st.Incarnation != info.Incarnation {
+		return jail.Usage{}, false, err
+	}
+	return p.cgroups.Usage(st.rid())
+}
+
+func statsOf(u jail.Usage) backend.Stats {
+	return backend.Stats{CPUSeconds: u.CPU.Seconds(), MemoryBytes: u.Memory, MemoryPeakBytes: u.MemoryPeak,
+		MemoryLimitBytes: u.MemoryLimit, PIDs: u.PIDs, OOMKills: u.OOMKills, At: time.Now().UTC()}
 }
 
 // Leftovers are the logs of sandboxes that no longer run (a crashed
@@ -181,3 +207,87 @@ func (p *Process) RemoveLeftover(ctx context.Context, l backend.Leftover) error 
 	}
 	return nil
 }
+
+// OpenMeter measures the sandbox for pool.Sampler. With cgroups it holds
+// the sandbox's cgroup files open, so a sample is six preads (past the
+// budget of held files, meterBudget, it opens them for each sample), and with a
+// v1 sandbox that has no cpuacct cgroup (see jail.Cgroups.CPUFrom) the
+// CPU times of the processes its cgroup.procs lists; with none a sample
+// is Stats (a process-tree walk).
+func (p *Process) OpenMeter(ctx context.Context, info backend.Info) (backend.Meter, error) {
+	pid, start, err := parseIncarnation(info.Incarnation)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := live(ctx, pid, start); err != nil || !ok {
+		return nil, errors.Join(err, fmt.Errorf("sandbox %s is not running", info.SandboxID))
+	}
+	if p.cgroups != nil {
+		st, err := p.readState(info.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil && st.Incarnation == info.Incarnation && p.meters.take() {
+			h, ok, err := p.cgroups.OpenUsage(st.rid())
+			if err != nil || !ok {
+				p.meters.give()
+			}
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return &cgroupMeter{h: h, pid: pid, start: start, budget: &p.meters}, nil
+			}
+		}
+	}
+	return statsMeter{p: p, info: info}, nil
+}
+
+// cgroupMeter reads open cgroup files; once the incarnation is gone its
+// cgroup is removed and the reads fail, which ends the sampling.
+type cgroupMeter struct {
+	h *jail.UsageFiles
+	// pid and start are the sandbox's leader, checked live before a v1
+	// sandbox without cpuacct sums its processes' CPU.
+	pid    int
+	start  string
+	procs  []int // reused: a sample allocates no list
+	budget *meterBudget
+}
+
+func (m *cgroupMeter) Sample(ctx context.Context) (backend.Stats, error) {
+	u, err := m.h.Read()
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	st := statsOf(u)
+	if !u.HasCPU {
+		if ok, err := live(ctx, m.pid, m.start); err != nil || !ok {
+			return backend.Stats{}, errors.Join(err, errors.New("sandbox is not running"))
+		}
+		// The cgroup's processes, not a walk of the host's: one read of
+		// its open cgroup.procs, then each process's own stat.
+		if m.procs, err = m.h.Procs(m.procs[:0]); err != nil {
+			return backend.Stats{}, err
+		}
+		for _, pid := range m.procs {
+			if c, err := cpuOf(pid); err == nil {
+				st.CPUSeconds += c
+			} // else exited meanwhile
+		}
+	}
+	return st, nil
+}
+
+func (m *cgroupMeter) Close() {
+	m.h.Close()
+	m.budget.give()
+}
+
+type statsMeter struct {
+	p    *Process
+	info backend.Info
+}
+
+func (m statsMeter) Sample(ctx context.Context) (backend.Stats, error) { return m.p.Stats(ctx, m.info) }
+func (statsMeter) Close()                                              {}

@@ -54,6 +54,9 @@ func (p *Process) Bind(ctx context.Context, warm backend.Info, spec backend.Spec
 	claimed.RuntimeID = st.rid()
 	claimed.SandboxID, claimed.User, claimed.Thread = sid, spec.User, spec.Thread
 	claimed.Labels = backend.IdentityLabels(spec, p.cfg.Instance, spec.Labels)
+	if st.Layer != "" { // moved with warm's user data
+		claimed.Layer = layerDir(spec.Mounts)
+	}
 	if err := p.moveLog(pw, sid); err != nil {
 		return backend.Info{}, err
 	}

@@ -76,6 +76,14 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 	if err != nil {
 		return nil, err
 	}
+	// A layer left by an incarnation that died without Destroy is not
+	// this one's: each sandbox starts from the image as it is.
+	layer := p.layerFor(spec)
+	if layer != "" {
+		if err := os.RemoveAll(layer); err != nil {
+			return nil, fmt.Errorf("%w: remove stale image layer: %w", backend.ErrHostDirs, errors.Unwrap(err))
+		}
+	}
 	limits := cfg.Limits.WithDefaults()
 	placed := func(pid int) error {
 		if p.cgroups.Mode() == jail.CgroupNone {
@@ -95,6 +103,7 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			HostNetwork:    hostNetwork,
 			Seccomp:        filter,
 			SystemRoot:     cfg.SystemRoot,
+			Layer:          layer,
 		},
 		Files:  files,
 		UID:    uid,
@@ -261,7 +270,7 @@ func (p *Process) probe() error {
 	}
 	_, jailed, _ := strings.Cut(strings.TrimSpace(string(msg)), "sandbox jail: ")
 	p.log.Info("process isolation: namespaces", "memory_limit_by", p.cgroups.Mode(),
-		"jail", jailed, "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
+		"cpu_by", p.cgroups.CPUFrom(), "jail", jailed, "limits", fmt.Sprintf("%+v", p.cfg.Limits.WithDefaults()))
 	return nil
 }
 

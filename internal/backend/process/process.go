@@ -73,6 +73,14 @@ type Config struct {
 	// variables of the same name (PATH) in an isolated sandbox's base
 	// environment; configured env still wins over both.
 	SystemEnv []string
+	// ReadOnlyImage keeps image roots (SystemRoot, a template's rootfs)
+	// read-only in every sandbox. false (the default): where the gateway
+	// runs as root, each such sandbox gets a writable layer of its own over
+	// the image (jail.Spec.Layer), in its thread's data (layerDir), so what
+	// it installs system-wide counts against the thread's quota and goes
+	// with the sandbox. A gateway that is not root cannot idmap the image
+	// and keeps it read-only either way.
+	ReadOnlyImage bool
 
 	// signalFreeze pauses by SIGSTOP even where a cgroup freezer is
 	// available (tests of that path).
@@ -121,6 +129,7 @@ type Process struct {
 	children map[int]*child // by pid: sandboxes this Process started and reaps
 
 	cgroups *jail.Cgroups // nil with IsolationNone
+	meters  meterBudget   // OpenMeter's held cgroup files
 	// hostIDs are the isolated sandboxes' host uids, in the state dir: a
 	// root gateway's sandboxes each hold one until their state goes.
 	hostIDs *jail.HostIDs
@@ -166,10 +175,14 @@ func New(cfg Config, log *slog.Logger) (*Process, error) {
 			"(no egress policy applies); for one trusted user only")
 	} else {
 		p.cgroups = jail.OpenCgroups(cmp.Or(cfg.CgroupRoot, "/sys/fs/cgroup")).WithScope(cgroupScope(cfg.StateDir))
+		p.meters.max = heldMetersFor(fileLimit())
 		if err := p.probe(); err != nil {
 			return nil, fmt.Errorf("process backend: process_isolation: namespaces does not work on this machine: %w; "+
 				"enable unprivileged user namespaces, or set process_isolation: none to run sandboxes unisolated (one trusted user only)", err)
 		}
+	}
+	if p.cgroups != nil {
+		p.logLayers()
 	}
 	p.log.Info("sandboxes are frozen (freeze_after, pause_warm, checkpoints) by "+p.freezeMethod(), "freeze", p.freezeMethod())
 	return p, nil
@@ -275,6 +288,7 @@ func (p *Process) adoptExisting(ctx context.Context, sid string, log *slog.Logge
 			return backend.Info{}, false, fmt.Errorf("stop unresponsive sandbox %s: %w", sid, err)
 		}
 	}
+	p.removeLayer(sid, st.Layer)
 	return backend.Info{}, false, p.removeState(sid, st.rid())
 }
 
@@ -299,10 +313,13 @@ func (p *Process) record(ctx context.Context, spec backend.Spec, c *child, url s
 		Labels:      backend.IdentityLabels(spec, p.cfg.Instance, spec.Labels),
 		Secret:      spec.Secret,
 	}
+	root := p.cfg.forTemplate(spec.Template).SystemRoot
+	st.SystemRoot = &root
 	if p.cgroups != nil {
 		egress := spec.Egress
 		st.Egress = &egress
 	}
+	st.Layer = p.layerFor(spec)
 	return st, p.writeState(st)
 }
 
@@ -346,6 +363,9 @@ func (p *Process) abandon(c *child, st *state, sid string) {
 	case <-ctx.Done():
 	}
 	_ = p.removeState(sid, sid) // never claimed: its files are under its own id
+	if st != nil {
+		p.removeLayer(sid, st.Layer)
+	}
 }
 
 // Destroy stops the sandbox incarnation in info (or, with no incarnation,
@@ -381,6 +401,7 @@ func (p *Process) Destroy(ctx context.Context, info backend.Info) error {
 	if current {
 		err = p.removeState(sid, st.rid())
 		p.removeLogs(sid)
+		p.removeLayer(sid, st.Layer)
 	}
 	l.unlock(st == nil || current)
 	if err == nil && target != "" {
@@ -464,11 +485,49 @@ func (p *Process) Discover(ctx context.Context, sid string) (backend.Info, bool,
 // List returns every sandbox in the state dir whose process is alive,
 // dropping stale state files on the way.
 func (p *Process) List(ctx context.Context) ([]backend.Info, error) {
+	states, _, err := p.liveStates(ctx) // unreadable ones are logged
+	if err != nil {
+		return nil, err
+	}
+	out := make([]backend.Info, 0, len(states))
+	for _, st := range states {
+		out = append(out, st.info())
+	}
+	return out, nil
+}
+
+// SystemRoots returns the system roots (image rootfs directories) it uses:
+// Config.SystemRoot and those its live sandboxes' jails run, for the image
+// store's collection (a jail sees those very files, so removing one would
+// break its sandbox). An error when it cannot tell (a state it cannot
+// read, a sandbox recorded before roots were).
+func (p *Process) SystemRoots(ctx context.Context) ([]string, error) {
+	states, bad, err := p.liveStates(ctx)
+	if err = cmp.Or(err, bad); err != nil {
+		return nil, err
+	}
+	var out []string
+	if p.cfg.SystemRoot != "" {
+		out = append(out, p.cfg.SystemRoot)
+	}
+	for _, st := range states {
+		switch {
+		case st.SystemRoot == nil:
+			return nil, fmt.Errorf("sandbox %s was recorded without its system root: its image is unknown", st.SandboxID)
+		case *st.SystemRoot != "":
+			out = append(out, *st.SystemRoot)
+		}
+	}
+	return out, nil
+}
+
+// liveStates are the states of the sandboxes alive (see liveState); bad
+// joins the errors of those it could not read (logged and skipped).
+func (p *Process) liveStates(ctx context.Context) (out []*state, bad, err error) {
 	entries, err := os.ReadDir(p.cfg.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
+		return nil, nil, fmt.Errorf("list sandboxes: %w", err)
 	}
-	var out []backend.Info
 	for _, e := range entries {
 		sid, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok || backend.ValidSandboxID(sid) != nil {
@@ -477,13 +536,14 @@ func (p *Process) List(ctx context.Context) ([]backend.Info, error) {
 		st, err := p.liveState(ctx, sid)
 		if err != nil { // one bad file must not hide every other sandbox
 			p.log.Warn("skip sandbox state", "sandbox_id", sid, "err", err)
+			bad = errors.Join(bad, err)
 			continue
 		}
 		if st != nil {
-			out = append(out, st.info())
+			out = append(out, st)
 		}
 	}
-	return out, nil
+	return out, bad, nil
 }
 
 // liveState reads sid's state and returns it when its process is alive. A

@@ -42,6 +42,13 @@ type state struct {
 	// keeps them when a thread claims it (its log is renamed: logs are
 	// looked up by sandbox id).
 	RuntimeID string `json:"runtime_id,omitempty"`
+	// SystemRoot is the image rootfs its jail runs ("" = the host's), so
+	// the image store never collects it while the sandbox lives
+	// (SystemRoots); nil in a state written before it was recorded.
+	SystemRoot *string `json:"system_root,omitempty"`
+	// Layer is the sandbox's writable image layer (layerDir), removed with
+	// the sandbox; "" = none.
+	Layer string `json:"layer,omitempty"`
 }
 
 // rid is the id of the sandbox's runtime files.

@@ -21,11 +21,17 @@ import (
 // as the gateway hands a template's to the backend.
 func importedSandboxImage(t *testing.T) imagestore.Image {
 	t.Helper()
-	archive := testutil.SaveImage(t, testutil.SandboxImage(t))
 	store, err := imagestore.Open(imagestore.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return importSandboxImage(t, store)
+}
+
+// importSandboxImage imports the small sandbox image into store.
+func importSandboxImage(t *testing.T, store *imagestore.Store) imagestore.Image {
+	t.Helper()
+	archive := testutil.SaveImage(t, testutil.SandboxImage(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	img, err := store.ImportArchive(ctx, archive)

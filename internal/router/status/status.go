@@ -17,7 +17,9 @@ var templates embed.FS
 var static embed.FS
 
 // Templates are "page" (the whole status page), "live" (the part the
-// script re-fetches: sandboxes, counts, replicas, errors) and "login".
+// script re-fetches: sandboxes, counts, replicas, errors), "detail" (one
+// sandbox's page) with its re-fetched part "sandbox", "confirm" (an
+// action's form) and "login".
 var Templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"ago":   Ago,
 	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05") },
