@@ -89,9 +89,12 @@ type EgressIdentity struct {
 // the backend makes visible inside the sandbox: the socket a connection
 // arrives on is its identity, so no credential is needed. Open replaces a
 // socket left by an earlier gateway process (a sandbox adopted after a
-// restart); Close stops serving it. Implemented by internal/egress.
+// restart); Reassign serves one sandbox's socket as another id's (a claimed
+// pre-started sandbox); Close stops serving it. Implemented by
+// internal/egress.
 type EgressGate interface {
 	Open(id EgressIdentity, socket string) error
+	Reassign(from string, id EgressIdentity, socket string) error
 	Close(sandboxID string)
 }
 

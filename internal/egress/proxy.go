@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
@@ -101,10 +102,40 @@ func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
 	}
 	// A socket opened again (the keeper's repair) keeps counting on.
 	counted := countingListener{Listener: ln, fixed: p.trafficOf(id.SandboxID)}
-	s := p.newServer(counted, func(*http.Request) (backend.EgressIdentity, bool) { return id, true })
+	s := p.newServer(counted, nil)
 	s.socket = socket
+	s.id.Store(&id)
 	p.sockets[id.SandboxID] = s
 	go s.http.Serve(s.ln) //nolint:errcheck // ends when Close closes ln
+	return nil
+}
+
+// Reassign serves from's socket as id's from now on, its open connections
+// included: a claimed pre-started sandbox keeps its listener, and the claim
+// creates no socket file (a new inode costs a new thread's first request
+// hundreds of microseconds on a journaling file system). Without a listener
+// of from's at socket it opens one, as Open.
+func (p *Proxy) Reassign(from string, id backend.EgressIdentity, socket string) error {
+	if err := id.Egress.Validate(); err != nil {
+		return fmt.Errorf("egress: sandbox %s: %w", id.SandboxID, err)
+	}
+	p.mu.Lock()
+	s := p.sockets[from]
+	if p.closed || s == nil || s.socket != socket {
+		p.mu.Unlock()
+		return p.Open(id, socket)
+	}
+	if old := p.sockets[id.SandboxID]; old != nil && old != s {
+		old.close()
+	}
+	delete(p.sockets, from)
+	p.sockets[id.SandboxID] = s
+	if t := p.traffic[from]; t != nil {
+		delete(p.traffic, from)
+		p.traffic[id.SandboxID] = t
+	}
+	s.id.Store(&id)
+	p.mu.Unlock()
 	return nil
 }
 
@@ -210,14 +241,22 @@ type server struct {
 	// socket is where Open listens ("" for ServeAuth).
 	socket string
 
+	// id is who a connection to socket is (Open, Reassign).
+	id atomic.Pointer[backend.EgressIdentity]
+
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
 	done    bool
 	wg      sync.WaitGroup
 }
 
+// newServer serves ln; identify says who a request comes from (nil: the
+// server's id, one listener per sandbox).
 func (p *Proxy) newServer(ln net.Listener, identify func(*http.Request) (backend.EgressIdentity, bool)) *server {
 	s := &server{ln: ln, tunnels: map[net.Conn]struct{}{}}
+	if identify == nil {
+		identify = func(*http.Request) (backend.EgressIdentity, bool) { return *s.id.Load(), true }
+	}
 	s.http = &http.Server{
 		Handler:           p.handler(s, identify),
 		ReadHeaderTimeout: 30 * time.Second,

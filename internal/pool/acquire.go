@@ -226,7 +226,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 		}
 	}()
 
-	rec, ok, err := p.store.Get(ctx, sid)
+	rec, ok, options, err := p.store.GetWithOptions(ctx, sid)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrState, err)
 	}
@@ -282,7 +282,7 @@ func (p *Pool) provision(ctx context.Context, user, thread, sid string) (*Route,
 			return nil, "", &RateLimitError{User: user, RetryAfter: wait}
 		}
 	}
-	t, o, err := p.createFrom(ctx, sid, thread)
+	t, o, err := p.createFrom(ctx, sid, thread, options)
 	if err != nil {
 		return nil, "", err
 	}

@@ -74,11 +74,12 @@ func decodeOptions(sid string, data []byte) (Options, error) {
 	return o, nil
 }
 
-// createFrom resolves what sid's create is made of: its stored options and
-// their template. A stored template the operator has since removed falls
-// back to the default, logged: the thread keeps working.
-func (p *Pool) createFrom(ctx context.Context, sid, thread string) (Template, Options, error) {
-	o, err := p.Options(ctx, sid)
+// createFrom resolves what sid's create is made of: its stored options
+// (data, read with its record) and their template. A stored template the
+// operator has since removed falls back to the default, logged: the thread
+// keeps working.
+func (p *Pool) createFrom(ctx context.Context, sid, thread string, data []byte) (Template, Options, error) {
+	o, err := decodeOptions(sid, data)
 	if err != nil {
 		return Template{}, o, err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/internal/state"
 )
 
 // SetOptions stores a thread's create options (the pool's encoding; every
@@ -43,4 +45,29 @@ func (s *Store) Options(ctx context.Context, sid string) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("read create options: %w", err)
 	}
 	return data, true, nil
+}
+
+// GetWithOptions reads sid's record and its thread's create options in one
+// round trip (both keys are in sid's slot): what a create reads under the
+// sandbox's lock before it starts one.
+func (s *Store) GetWithOptions(ctx context.Context, sid string) (rec state.Record, ok bool, options []byte, err error) {
+	var h *redis.MapStringStringCmd
+	var o *redis.StringCmd
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		h = p.HGetAll(ctx, s.keys.Sandbox(sid))
+		o = p.Get(ctx, s.keys.Options(sid))
+		return nil
+	})
+	if err := h.Err(); err != nil {
+		return state.Record{}, false, nil, fmt.Errorf("read record: %w", err)
+	}
+	options, err = o.Bytes()
+	if errors.Is(err, redis.Nil) {
+		options, err = nil, nil
+	}
+	if err != nil {
+		return state.Record{}, false, nil, fmt.Errorf("read create options: %w", err)
+	}
+	rec, ok = recordFromHash(sid, h.Val())
+	return rec, ok, options, nil
 }

@@ -1,7 +1,9 @@
 package statedb
 
 import (
+	"reflect"
 	"testing"
+	"time"
 )
 
 // A thread's create options: stored whole, reported changed only when they
@@ -28,6 +30,39 @@ func TestOptions(t *testing.T) {
 		}
 		if _, ok, _ := s.Options(ctx, "fedcba9876543210"); ok {
 			t.Fatal("another sandbox id has options")
+		}
+	})
+}
+
+// GetWithOptions reads what Get and Options read, each present or not.
+func TestGetWithOptions(t *testing.T) {
+	t.Parallel()
+	servers(t, func(t *testing.T, s *Store) {
+		ctx := t.Context()
+		if err := s.PutActive(ctx, rec("0000000000000001", "i1"), time.UnixMilli(10_000)); err != nil {
+			t.Fatal(err)
+		}
+		for _, sid := range []string{"0000000000000001", "0000000000000002"} {
+			if _, _, err := s.SetOptions(ctx, sid, []byte(`{"template":"`+sid+`"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.PutActive(ctx, rec("0000000000000003", "i3"), time.UnixMilli(10_000)); err != nil {
+			t.Fatal(err)
+		}
+		for _, sid := range []string{"0000000000000001", "0000000000000002", "0000000000000003", "0000000000000004"} {
+			wantRec, wantOK, err := s.Get(ctx, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantOpts, _, err := s.Options(ctx, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok, opts, err := s.GetWithOptions(ctx, sid)
+			if err != nil || ok != wantOK || !reflect.DeepEqual(got, wantRec) || string(opts) != string(wantOpts) || (opts == nil) != (wantOpts == nil) {
+				t.Errorf("%s: GetWithOptions = %+v %v %q %v; want %+v %v %q", sid, got, ok, opts, err, wantRec, wantOK, wantOpts)
+			}
 		}
 	})
 }

@@ -286,9 +286,8 @@ func (d *Docker) reopenEgress(c container.InspectResponse, pw string, info backe
 	if d.cfg.Egress == nil || !ok {
 		return nil
 	}
-	d.cfg.Egress.Close(pw)
 	id := backend.EgressIdentity{SandboxID: info.SandboxID, User: info.User, Thread: info.Thread, Egress: policy}
-	if err := d.cfg.Egress.Open(id, d.egressSocket(pw)); err != nil {
+	if err := d.cfg.Egress.Reassign(pw, id, d.egressSocket(pw)); err != nil {
 		return fmt.Errorf("serve egress proxy: %w", err)
 	}
 	return nil

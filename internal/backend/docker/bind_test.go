@@ -249,9 +249,9 @@ func TestClaimThenDestroy(t *testing.T) {
 		t.Fatalf("Claim: %v", err)
 	}
 	sock := h.d.egressSocket(warm.SandboxID)
-	if got := gate.last(); got.closed != warm.SandboxID || got.opened.SandboxID != s.SandboxID || got.opened.User != s.User ||
+	if got := gate.last(); got.from != warm.SandboxID || got.opened.SandboxID != s.SandboxID || got.opened.User != s.User ||
 		got.opened.Thread != s.Thread || got.path != sock {
-		t.Errorf("egress after the claim: %+v; want %s closed, %s/%s/%s opened on %s", got, warm.SandboxID, s.SandboxID, s.User, s.Thread, sock)
+		t.Errorf("egress after the claim: %+v; want %s's socket reassigned to %s/%s/%s on %s", got, warm.SandboxID, s.SandboxID, s.User, s.Thread, sock)
 	}
 	socks, err := h.d.EgressSockets(ctx)
 	if err != nil || !slices.ContainsFunc(socks, func(e backend.EgressSocket) bool {
@@ -359,32 +359,32 @@ type gateCall struct {
 	opened backend.EgressIdentity
 	path   string
 	closed string
+	from   string // Reassign's
 }
 
-func (g *recordingGate) Open(id backend.EgressIdentity, path string) error {
+func (g *recordingGate) record(c gateCall) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.log = append(g.log, gateCall{opened: id, path: path})
+	g.log = append(g.log, c)
 	return nil
 }
 
-func (g *recordingGate) Close(sid string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.log = append(g.log, gateCall{closed: sid})
+func (g *recordingGate) Open(id backend.EgressIdentity, path string) error {
+	return g.record(gateCall{opened: id, path: path})
 }
 
-// last merges the last Close with the Open after it (a claim's pair).
+func (g *recordingGate) Reassign(from string, id backend.EgressIdentity, path string) error {
+	return g.record(gateCall{from: from, opened: id, path: path})
+}
+
+func (g *recordingGate) Close(sid string) { _ = g.record(gateCall{closed: sid}) }
+
+// last is the last call.
 func (g *recordingGate) last() gateCall {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var c gateCall
-	for _, e := range g.log {
-		if e.closed != "" {
-			c = gateCall{closed: e.closed}
-		} else {
-			c.opened, c.path = e.opened, e.path
-		}
+	if len(g.log) == 0 {
+		return gateCall{}
 	}
-	return c
+	return g.log[len(g.log)-1]
 }

@@ -10,8 +10,9 @@ import (
 // gateStub records nothing: containerSpec only needs to know a gate exists.
 type gateStub struct{}
 
-func (gateStub) Open(backend.EgressIdentity, string) error { return nil }
-func (gateStub) Close(string)                              {}
+func (gateStub) Open(backend.EgressIdentity, string) error             { return nil }
+func (gateStub) Reassign(string, backend.EgressIdentity, string) error { return nil }
+func (gateStub) Close(string)                                          {}
 
 func TestContainerSpecEgress(t *testing.T) {
 	t.Parallel()

@@ -29,8 +29,8 @@ func (p *Process) Bind(ctx context.Context, warm backend.Info, spec backend.Spec
 	if err != nil {
 		return backend.Info{}, err
 	}
-	defer lw.unlock(true) // pw names nothing any more, whatever happens next
-	ls, err := p.lock(ctx, sid)
+	defer lw.unlock(true) // pw names nothing any more, whatever happens next; after ls's (an alias)
+	ls, err := p.lockAlias(ctx, lw, sid)
 	if err != nil {
 		return backend.Info{}, err
 	}
@@ -68,9 +68,8 @@ func (p *Process) Bind(ctx context.Context, warm backend.Info, spec backend.Spec
 	}
 	keepLock = true
 	if p.cfg.Egress != nil && claimed.Egress != nil && claimed.Egress.EffectiveMode() == backend.EgressProxy {
-		p.cfg.Egress.Close(pw)
 		id := backend.EgressIdentity{SandboxID: sid, User: spec.User, Thread: spec.Thread, Egress: *claimed.Egress}
-		if err := p.cfg.Egress.Open(id, filepath.Join(p.egressDir(claimed.rid()), backend.EgressSocketName)); err != nil {
+		if err := p.cfg.Egress.Reassign(pw, id, filepath.Join(p.egressDir(claimed.rid()), backend.EgressSocketName)); err != nil {
 			return backend.Info{}, fmt.Errorf("claim sandbox %s: %w", pw, err)
 		}
 	}
