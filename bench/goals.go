@@ -48,6 +48,7 @@ const (
 	goalP99AddedMS   = 1.0  // gateway p99 − direct p99, small GET at goalConns
 	goalWarmP99MS    = 5.0  // warm reclaim p99
 	goalPrewarmP50MS = 5.0  // a new thread's first request, prewarmed, p50
+	goalPrewarmP99MS = 10.0 // and p99 (issue 42)
 	goalProcessP50MS = 20.0 // process cold create p50, with isolation (issue 21)
 	goalDockerOverMS = 100.0
 	goalConns        = 64
@@ -192,17 +193,32 @@ func goalWarm(rs map[string]Result) []string {
 }
 
 func goalPrewarm(rs map[string]Result) []string {
-	goal := fmt.Sprintf("first request of a new thread < %g ms p50 (prewarm pool)", goalPrewarmP50MS)
-	v, r, ok := figs(rs, "lifecycle", figFirstPrewarmP50, figFirstPrewarmP99, figFirstColdP50)
+	goal := fmt.Sprintf("first request of a new thread < %g ms p50, < %g ms p99 (prewarm pool), kept-alive and new client connection",
+		goalPrewarmP50MS, goalPrewarmP99MS)
+	v, r, ok := figs(rs, "lifecycle", figFirstPrewarmP50, figFirstPrewarmP99, figFirstPrewarmNewP50, figFirstPrewarmNewP99,
+		figFirstColdP50, figBurstWarm, figBurstP50, figBurstP99)
 	if !ok {
 		return notMeasured(goal, "lifecycle")
 	}
-	measured := fmt.Sprintf("prewarmed p50 %.2f ms, p99 %.2f ms (cold create: p50 %.2f ms)", v[0], v[1], v[2])
-	why := "the thread claims a pre-started sandbox: with Redis key layout 2 (issue 22) five scripts in four slots before the answer " +
-		"(the user's and the fleet's reservation in one round trip, the take, the pre-started record deleted, the thread's bucket entry, " +
-		"its record; the commits after it), against three in layout 1's one slot: A/B on this machine 4.80 and 5.29 ms (layout 1) " +
-		"against 5.46 to 6.17 ms; then a directory rename, the backend's claim, and the request is proxied; a cold create starts the sandbox server first"
-	return []string{goal, measured, msVerdict(v[0], goalPrewarmP50MS), why, runLabel(r)}
+	measured := fmt.Sprintf("kept-alive p50 %.2f ms, p99 %.2f ms; new connection p50 %.2f ms, p99 %.2f ms (cold create: p50 %.2f ms)",
+		v[0], v[1], v[2], v[3], v[4])
+	why := fmt.Sprintf("the thread claims a pre-started sandbox: before the answer the record and create options (one round trip under the "+
+		"thread's lock), the user's and the fleet's reservation offering a pre-started sandbox, its lock and take, the rename of its "+
+		"user-data dir, the backend's claim (no file or socket created) and the thread's record; the commits after it. "+
+		"Burst of %d at once with --prewarm %d: %.0f warm, p50 %.2f ms, p99 %.2f ms (lifecycle section)",
+		burstThreads, burstPrewarm, v[5], v[6], v[7])
+	verdict := "met"
+	for _, c := range []struct {
+		name         string
+		value, limit float64
+	}{{"kept-alive p50", v[0], goalPrewarmP50MS}, {"kept-alive p99", v[1], goalPrewarmP99MS},
+		{"new connection p50", v[2], goalPrewarmP50MS}, {"new connection p99", v[3], goalPrewarmP99MS}} {
+		if c.value >= c.limit {
+			verdict = fmt.Sprintf("missed: %s by %.2f ms", c.name, c.value-c.limit)
+			break
+		}
+	}
+	return []string{goal, measured, verdict, why, runLabel(r)}
 }
 
 func goalProcess(rs map[string]Result) []string {

@@ -399,7 +399,7 @@ func (kb *kubeBench) prewarmedFirst(ctx context.Context) ([]time.Duration, error
 	// Each thread's Pod goes once measured: 22 of them at 100m of CPU each
 	// would not fit the 2-core node beside the pool.
 	destroy := func(thread string) { destroyThreads(context.WithoutCancel(ctx), base, []string{thread}) }
-	out, err := prewarmedFirsts(ctx, base, rdb, statedb.NewKeys(prefix, 0), kubePrewarm, kubeWarmups+opts.KubeRuns, "prewarmed-", &threads, destroy)
+	out, err := prewarmedFirsts(ctx, setupClient, base, rdb, statedb.NewKeys(prefix, 0), kubePrewarm, kubeWarmups+opts.KubeRuns, "prewarmed-", &threads, destroy)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	destroyThreads(dctx, base, threads)

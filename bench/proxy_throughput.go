@@ -317,6 +317,11 @@ func call(ctx context.Context, method, url, body string, headers [][2]string) ([
 }
 
 func do(ctx context.Context, method, url, body string, headers [][2]string) (*http.Response, []byte, error) {
+	return doWith(ctx, setupClient, method, url, body, headers)
+}
+
+// doWith is do through client.
+func doWith(ctx context.Context, client *http.Client, method, url, body string, headers [][2]string) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		return nil, nil, err
@@ -324,7 +329,7 @@ func do(ctx context.Context, method, url, body string, headers [][2]string) (*ht
 	for _, h := range headers {
 		req.Header.Set(h[0], h[1])
 	}
-	resp, err := setupClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, nil, err
 	}
