@@ -56,6 +56,7 @@ type densityStep struct {
 	gatewayFDs           int
 	goroutines           int
 	hostUsed             int64 // MemTotal - MemAvailable
+	kernel               kernelMem
 	tasks                int   // threads on the host
 	keep, fresh          Stats // sweeps: kept-alive client, a new connection per request
 	gatewayIdle, sbxIdle float64
@@ -311,7 +312,7 @@ func densityMeasure(ctx context.Context, gwPid int, base string, rdb *redis.Clie
 	}
 	pids := tree.descendants(gwPid)
 	s.sandboxes = measureProcs(pids)
-	s.hostUsed, s.tasks = meminfo("MemTotal")-meminfo("MemAvailable"), hostTasks()
+	s.hostUsed, s.tasks, s.kernel = meminfo("MemTotal")-meminfo("MemAvailable"), hostTasks(), readKernelMem()
 	if len(threads) > 0 {
 		order := slices.Clone(threads)
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })

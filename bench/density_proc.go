@@ -162,6 +162,23 @@ func meminfo(field string) int64 {
 	return 0
 }
 
+// kernelMem is the host's kernel memory by kind (/proc/meminfo): what a
+// sandbox costs beyond its processes' pages (namespaces, cgroups, mounts
+// and sockets are slab; each thread has a kernel stack; each process its
+// page tables; per-CPU counters of cgroups are percpu).
+type kernelMem struct{ slabUnreclaim, slabReclaim, pageTables, kernelStack, percpu int64 }
+
+func readKernelMem() kernelMem {
+	return kernelMem{meminfo("SUnreclaim"), meminfo("SReclaimable"), meminfo("PageTables"), meminfo("KernelStack"), meminfo("Percpu")}
+}
+
+// perSandbox is k over base, per sandbox, in KiB, as "a / b / c / d / e".
+func (k kernelMem) perSandbox(base kernelMem, n int) string {
+	per := func(v, b int64) string { return fmt.Sprint((v - b) / int64(max(n, 1)) >> 10) }
+	return per(k.slabUnreclaim, base.slabUnreclaim) + " / " + per(k.slabReclaim, base.slabReclaim) + " / " +
+		per(k.pageTables, base.pageTables) + " / " + per(k.kernelStack, base.kernelStack) + " / " + per(k.percpu, base.percpu)
+}
+
 // hostTasks is the number of threads on the host (/proc/loadavg's
 // running/total field), which kernel.pid_max bounds.
 func hostTasks() int {

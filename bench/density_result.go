@@ -39,6 +39,7 @@ func densityResult(r densityRun) Result {
 			ms(s.create.P50) + " / " + ms(s.create.P99),
 			per(s.sandboxes.mem.pss, s.n) + " (" + per(s.sandboxes.mem.pssAnon, s.n) + " / " + per(s.sandboxes.mem.pssFile, s.n) + ")",
 			fmt.Sprintf("%.2f", hostPer),
+			s.kernel.perSandbox(r.base.kernel, s.n),
 			fmt.Sprintf("%d / %d", s.sandboxes.procs, s.sandboxes.threads),
 			mib(s.gatewayRSS) + " / " + mib(s.gateway.pss),
 			fmt.Sprintf("%d / %d", s.gatewayFDs, s.goroutines),
@@ -57,7 +58,8 @@ func densityResult(r densityRun) Result {
 	res := Result{
 		Title: fmt.Sprintf("Density: isolated process sandboxes on one host, %d live when the run stopped", last.n),
 		Columns: []string{"live sandboxes", "this step's creates p50 / p99 ms", "PSS per sandbox MiB (anon / file)",
-			"host memory used per sandbox MiB", "sandbox processes / threads", "gateway RSS / PSS", "gateway fds / goroutines",
+			"host memory used per sandbox MiB", "kernel memory per sandbox KiB: slab unreclaimable / reclaimable / page tables / kernel stacks / percpu",
+			"sandbox processes / threads", "gateway RSS / PSS", "gateway fds / goroutines",
 			"sweep, kept-alive p50 / p99 ms", "sweep, new connection p50 / p99 ms", "idle CPU: gateway / all sandboxes (% of a core)",
 			"Redis used_memory", "load average"},
 		Rows:   rows,
@@ -85,7 +87,9 @@ func densityResult(r densityRun) Result {
 			"its sandbox) up to -density-max %d. After each step: PSS summed over every process below the gateway (the sandboxes and "+
 			"anything they run: /proc/PID/smaps_rollup, which divides a shared page among its sharers, so the sum counts each page once) "+
 			"divided by the live sandboxes; the host's MemTotal − MemAvailable over its value before the first step, per sandbox (this adds "+
-			"what PSS does not show: page tables, kernel stacks, namespaces, mounts, cgroups; on a machine shared with other work it is noisy); "+
+			"what PSS does not show: page tables, kernel stacks, namespaces, mounts, cgroups; on a machine shared with other work it is noisy), "+
+			"and the kernel's share of it by kind from /proc/meminfo over its value before the first step (SUnreclaim, SReclaimable, "+
+			"PageTables, KernelStack, Percpu); "+
 			"the gateway's VmRSS, PSS, open descriptors and goroutines; then two sweeps, each one GET /threads/{t}/v1/sandbox to every live "+
 			"sandbox in a random order (%d clients at once), first over kept-alive client connections, then with a new connection per "+
 			"request; then %s with no request, in which the gateway's CPU (its loops: reaper, freezer, sampler, reconciler, toucher) "+

@@ -38,3 +38,19 @@ func TestProcTreeDescendants(t *testing.T) {
 		t.Fatalf("own smaps_rollup: %+v, %v", m, err)
 	}
 }
+
+// The kernel's memory by kind is read from this host, and a step's cost
+// per sandbox is its growth over the run's start, in KiB.
+func TestKernelMem(t *testing.T) {
+	t.Parallel()
+	k := readKernelMem()
+	if k.slabUnreclaim <= 0 || k.pageTables <= 0 || k.kernelStack <= 0 {
+		t.Fatalf("readKernelMem = %+v: /proc/meminfo's SUnreclaim, PageTables and KernelStack are never zero", k)
+	}
+	base := kernelMem{slabUnreclaim: 1 << 20, slabReclaim: 1 << 20, pageTables: 0, kernelStack: 0, percpu: 4 << 10}
+	step := kernelMem{slabUnreclaim: 1<<20 + 100*300<<10, slabReclaim: 1<<20 + 100*20<<10, pageTables: 100 * 96 << 10,
+		kernelStack: 100 * 112 << 10, percpu: 4<<10 + 100*8<<10}
+	if got, want := step.perSandbox(base, 100), "300 / 20 / 96 / 112 / 8"; got != want {
+		t.Fatalf("perSandbox = %q, want %q", got, want)
+	}
+}

@@ -137,7 +137,9 @@ func waitPoolFull(ctx context.Context, rdb *redis.Client, keys statedb.Keys, siz
 	}
 }
 
-func (b burst) all() []time.Duration { return append(append([]time.Duration(nil), b.warm...), b.cold...) }
+func (b burst) all() []time.Duration {
+	return append(append([]time.Duration(nil), b.warm...), b.cold...)
+}
 
 func (b burst) rows() [][]string {
 	label := fmt.Sprintf("burst: %d new threads at once, PUT /threads/{t}/sandbox (--prewarm %d, full)", burstThreads, burstPrewarm)
