@@ -13,13 +13,14 @@ import (
 
 var _ backend.Binder = (*Process)(nil)
 
-// Claim makes the pre-started sandbox warm spec's: its state file is
-// rewritten under spec's id and identity (the old id's is removed) and its
-// log renamed; its socket, egress dir and cgroup keep warm's id
-// (state.RuntimeID). The egress proxy is served again under the new
-// identity, on the same socket path, for the policy and the logs. The
-// process, its secret and its mounts are untouched: the caller moved the
-// user data beneath them.
+// Bind makes the pre-started sandbox warm spec's: its state file is
+// rewritten under spec's id and identity (through the spare file warm's
+// create left; the old id's is removed) and its log renamed; its socket,
+// egress dir and cgroup keep warm's id (state.RuntimeID). The egress
+// proxy's socket serves the new identity from now on, for the policy and
+// the logs. The process, its secret and its mounts are untouched: the
+// caller moved the user data beneath them. The claim creates no file: its
+// lock on spec's id is a second name of warm's lock file.
 func (p *Process) Bind(ctx context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
 	sid, pw := spec.SandboxID, warm.SandboxID
 	if err := errors.Join(backend.ValidSandboxID(sid), backend.ValidSandboxID(pw)); err != nil {
@@ -60,7 +61,7 @@ func (p *Process) Bind(ctx context.Context, warm backend.Info, spec backend.Spec
 	if err := p.moveLog(pw, sid); err != nil {
 		return backend.Info{}, err
 	}
-	if err := p.writeState(&claimed); err != nil {
+	if err := p.writeClaimState(pw, &claimed); err != nil {
 		return backend.Info{}, err
 	}
 	if err := os.Remove(p.statePath(pw)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -320,6 +320,12 @@ func (p *Process) record(ctx context.Context, spec backend.Spec, c *child, url s
 		st.Egress = &egress
 	}
 	st.Layer = p.layerFor(spec)
+	if spec.Labels[backend.LabelPrewarm] != "" {
+		// Best effort: without it the claim creates its state file.
+		if f, err := openFile(p.claimPath(spec.SandboxID), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err == nil {
+			_ = f.Close()
+		}
+	}
 	return st, p.writeState(st)
 }
 
