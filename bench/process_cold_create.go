@@ -154,11 +154,12 @@ func processColdCreate(ctx context.Context) (Result, error) {
 				"file and waits for the first 200 (backend.WaitReady); the socket is bound before the child starts, so the first " +
 				"probe queues in the backlog and is answered as soon as the server serves (no polling interval is paid).",
 			"Isolated, the binary starts as sandbox-init in new user, mount, pid, net, ipc, uts and cgroup namespaces (a vfork " +
-				"of the gateway: the child execs unmapped, the gateway writes its id maps, the child takes uid 1000 once it has " +
-				"read its spec), with one Go P (GOMAXPROCS=1), kept while it serves; at package init it empties its capability " +
-				"bounding set, clears its ambient set, locks its securebits and sets no_new_privs on every thread (each a signal " +
-				"round trip per thread, so while the runtime has its fewest threads), builds its root with pivot_root while the " +
-				"gateway puts it in its cgroups, applies rlimits, Landlock, drops its capabilities and loads seccomp (the filter " +
+				"of the gateway: the child execs unmapped while the gateway assigns its host ids, then writes its id maps; the child takes uid 1000 once it has " +
+				"read its spec), with one Go P (GOMAXPROCS=1), kept while it serves; at its entry point, before the Go runtime " +
+				"starts (linked so by scripts/build.sh on linux/amd64; else at package init, a signal round trip per thread each), " +
+				"it empties its capability bounding set, clears its ambient set, locks its securebits and sets no_new_privs, " +
+				"builds its root with pivot_root while the gateway owns a new thread's dirs and puts it in its cgroups" +
+				", applies rlimits, Landlock, drops its capabilities and loads seccomp (the filter " +
 				"the gateway compiled once, sent in the spec), then serves in the same process; the probe row is the same jailed " +
 				"start (no cgroup) that exits instead of serving, as process.New " +
 				"runs it once at start-up: Create's isolated side less the server and the state file, plus the exit.",

@@ -11,8 +11,6 @@ import (
 	"github.com/sandgate/sandgate/internal/cli"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/gateway"
-	"github.com/sandgate/sandgate/internal/jail"
-	"github.com/sandgate/sandgate/internal/sandbox"
 	"github.com/sandgate/sandgate/internal/sandbox/sandboxtrace"
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 	"github.com/sandgate/sandgate/internal/telemetry"
@@ -31,7 +29,7 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 func run(ctx context.Context, args []string) error {
 	// A word that names nothing goes to the CLI too, which suggests the
 	// command it is closest to.
-	known := len(args) > 0 && (args[0] == "serve" || args[0] == sandboxspec.ServerCommand || args[0] == jail.InitCommand)
+	known := len(args) > 0 && (args[0] == "serve" || args[0] == sandboxspec.ServerCommand)
 	if len(args) > 0 && (cli.IsCommand(args[0]) || !known && !strings.HasPrefix(args[0], "-")) {
 		env := cli.Env{Args: args, Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 			StdinTTY: isTerminal(os.Stdin), Version: cli.BuildVersion(version, revision)}
@@ -54,8 +52,6 @@ func run(ctx context.Context, args []string) error {
 			fmt.Fprintf(os.Stderr, "\nserve's flags:\n\n")
 		case sandboxspec.ServerCommand:
 			return sandboxtrace.Main(ctx, args[1:])
-		case jail.InitCommand: // an isolated process sandbox
-			return sandbox.Jailed(ctx)
 		case "serve":
 			args = args[1:]
 		}

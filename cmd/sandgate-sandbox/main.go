@@ -22,9 +22,14 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == jail.InitCommand {
+		err = sandbox.Jailed() // it watches signals once its jail is built
+	} else {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = run(ctx, os.Args[1:])
+		stop()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandgate-sandbox:", err)
 		os.Exit(1)
@@ -32,13 +37,8 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case sandboxspec.ServerCommand:
-			return sandbox.Main(ctx, args[1:])
-		case jail.InitCommand:
-			return sandbox.Jailed(ctx)
-		}
+	if len(args) > 0 && args[0] == sandboxspec.ServerCommand {
+		return sandbox.Main(ctx, args[1:])
 	}
 	return fmt.Errorf("usage: sandgate-sandbox sandbox [flags] | %s (started by the process backend)", jail.InitCommand)
 }

@@ -18,6 +18,9 @@ type Report struct {
 	AddressSpace int64
 	// CapsDropped: no capability left, none to be gained.
 	CapsDropped bool
+	// AtEntry: the bounding set, ambient set, securebits and no_new_privs
+	// were done before the Go runtime started (earlydrop.AtEntry).
+	AtEntry bool
 	// Seccomp: the syscall filter is loaded.
 	Seccomp bool
 }
@@ -41,6 +44,9 @@ func (r Report) String() string {
 		parts = append(parts, fmt.Sprintf("RLIMIT_AS %d MiB", r.AddressSpace>>20))
 	}
 	on(r.CapsDropped, "capabilities dropped", "capabilities kept")
+	if r.AtEntry {
+		parts = append(parts, "bounding set emptied at entry")
+	}
 	on(r.Seccomp, "seccomp on", "no seccomp")
 	return strings.Join(parts, ", ")
 }

@@ -2,6 +2,8 @@
 
 package jail
 
+import "github.com/sandgate/sandgate/internal/jail/earlydrop"
+
 // lockDown is the last thing the sandbox's init does before it starts the
 // sandbox server: it applies l (defaults already applied), restricts writes
 // to writable (Landlock), drops every capability and loads the seccomp
@@ -36,7 +38,7 @@ func lockDown(l Limits, memoryByRlimit bool, writable []string, seccompProgram [
 	if err := dropPrivileges(); err != nil {
 		return r, err
 	}
-	r.CapsDropped = true
+	r.CapsDropped, r.AtEntry = true, earlydrop.AtEntry()
 	if err := installSeccomp(seccompProgram); err != nil {
 		return r, err
 	}

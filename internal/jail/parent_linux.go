@@ -88,6 +88,14 @@ func (c *Command) Start() (*exec.Cmd, error) {
 	spec.Files = len(c.Files)
 	spec.ClearGroups = os.Geteuid() == 0
 	spec.Mounts = slices.Clone(spec.Mounts)
+	uid, gid, resolved := c.UID, c.GID, c.IDs == nil
+	resolve := func() (err error) {
+		if !resolved {
+			uid, gid, err = c.IDs()
+			resolved = err == nil
+		}
+		return err
+	}
 	trees, err := detach(spec.Mounts, FirstFile+len(c.Files))
 	if err != nil {
 		return nil, err
@@ -105,7 +113,10 @@ func (c *Command) Start() (*exec.Cmd, error) {
 			if len(tree) == 0 {
 				return nil, errors.New("image layer: may not clone mounts")
 			}
-			layer, err := prepareLayer(&spec, tree[0], c.Binary, c.UID, c.GID, FirstFile+len(c.Files)+len(trees))
+			if err := resolve(); err != nil {
+				return nil, err
+			}
+			layer, err := prepareLayer(&spec, tree[0], c.Binary, uid, gid, FirstFile+len(c.Files)+len(trees))
 			if err != nil {
 				return nil, err
 			}
@@ -148,20 +159,29 @@ func (c *Command) Start() (*exec.Cmd, error) {
 		_ = specW.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
-	// The spec goes first, so the child builds its root while Placed runs
-	// (a cgroup v1 attach waits for an RCU grace period: milliseconds, tens
-	// of them on a busy machine); placedMark then lets it go on. The spec
-	// fits the pipe's buffer (64 KiB) unless a huge environment was
-	// configured; then the write waits for the child. The id maps come
-	// before it: the child takes its ids once it has read the spec.
-	err = mapIDs(cmd.Process.Pid, c.UID, c.GID)
+	// Placed starts at once, beside the rest (a cgroup v1 attach waits for
+	// an RCU grace period: milliseconds, tens of them on a busy machine),
+	// while the child starts and builds its root; placedMark then lets it
+	// go on. The id maps come first (the child takes its ids once it has
+	// read the spec), then the spec, which fits the pipe's buffer (64 KiB)
+	// unless a huge environment was configured; then the write waits for
+	// the child.
+	placed := make(chan error, 1)
+	go func() {
+		if c.Placed == nil {
+			placed <- nil
+			return
+		}
+		placed <- c.Placed(cmd.Process.Pid)
+	}()
+	err = resolve()
+	if err == nil {
+		err = mapIDs(cmd.Process.Pid, uid, gid)
+	}
 	if err == nil {
 		_, err = specW.Write(body)
 	}
-	if err == nil && c.Placed != nil {
-		err = c.Placed(cmd.Process.Pid)
-	}
-	if err == nil {
+	if err = errors.Join(err, <-placed); err == nil {
 		_, err = specW.WriteString(placedMark)
 	}
 	if err = errors.Join(err, specW.Close()); err != nil {

@@ -156,11 +156,17 @@ type Command struct {
 	Files []*os.File
 	// UID and GID are the host ids the sandbox's user maps to (HostIDs.For).
 	UID, GID int
+	// IDs, when set, gives UID and GID instead, called once the child is
+	// started (before, with an image layer), and before its id maps: what
+	// it does (HostIDs.For's synced write, files owned by those ids) then
+	// overlaps the child's exec, which waits unmapped for its maps.
+	IDs func() (uid, gid int, err error)
 	// Output receives the child's stdout and stderr.
 	Output *os.File
-	// Placed runs once the child exists, while it builds its root, which
-	// it does not leave (nor start the server, nor anything else) before
-	// Placed returned: the place to put it in its cgroups. An error kills
-	// the child.
+	// Placed runs once the child exists, in a goroutine of its own beside
+	// IDs and the spec's hand-over, while the child starts and builds its
+	// root, which it does not leave (nor start the server, nor anything
+	// else) before Placed returned: the place to put it in its cgroups. An
+	// error kills the child.
 	Placed func(pid int) error
 }

@@ -33,18 +33,13 @@ const probeTimeout = 10 * time.Second
 // cgroups when this machine lets the gateway make them.
 func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File) (*exec.Cmd, error) {
 	cfg := p.cfg.forTemplate(spec.Template)
-	uid, gid, err := p.hostIDs.For(spec.SandboxID)
-	if err != nil {
-		return nil, err
-	}
 	mounts := make([]jail.Mount, 0, len(spec.Mounts))
+	var own []string
 	for _, m := range spec.Mounts {
-		if uid != os.Geteuid() && backend.SandboxOwned(m) {
+		if backend.SandboxOwned(m) {
 			// The thread's own dirs become the sandbox uid's; a configured
 			// extra mount keeps its owner (it may be shared).
-			if err := jail.Own(m.HostPath, uid, gid); err != nil {
-				return nil, err
-			}
+			own = append(own, m.HostPath)
 		}
 		mounts = append(mounts, jail.Mount{Target: m.ContainerPath, Source: m.HostPath, ReadOnly: m.ReadOnly})
 	}
@@ -85,6 +80,21 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 		}
 	}
 	limits := cfg.Limits.WithDefaults()
+	// The host ids (a synced write of their table) and the dirs owned by
+	// them (a chown walk of a new thread's) are done while the child execs,
+	// which takes its ids, and goes on, only once it has its maps.
+	ids := func() (int, int, error) {
+		uid, gid, err := p.hostIDs.For(spec.SandboxID)
+		if err != nil || uid == os.Geteuid() { // the gateway's own: so are the dirs
+			return uid, gid, err
+		}
+		for _, dir := range own {
+			if err := jail.Own(dir, uid, gid); err != nil {
+				return 0, 0, err
+			}
+		}
+		return uid, gid, nil
+	}
 	placed := func(pid int) error {
 		if p.cgroups.Mode() == jail.CgroupNone {
 			return nil
@@ -106,13 +116,13 @@ func (p *Process) startJailed(spec backend.Spec, files []*os.File, logf *os.File
 			Layer:          layer,
 		},
 		Files:  files,
-		UID:    uid,
-		GID:    gid,
+		IDs:    ids,
 		Output: logf,
 		Placed: placed,
 	}
 	cmd, err := c.Start()
 	if err != nil {
+		_ = p.cgroups.Remove(spec.SandboxID) // placed, maybe, as the start failed
 		return nil, fmt.Errorf("start isolated sandbox: %w", err)
 	}
 	return cmd, nil

@@ -25,14 +25,27 @@ var early struct {
 	err  error
 }
 
+// atEntry is set by entry (entry_linux_amd64.s), before the runtime starts,
+// once it has made every one of drop's calls: on the one thread there was,
+// so on every thread since.
+var atEntry bool
+
 // The sandbox init is PID 1 of its PID namespace, started as
 // `sandgate sandbox-init`.
 func init() {
+	if atEntry {
+		early.done = true
+		return
+	}
 	if !withCgo && len(os.Args) == 2 && os.Args[1] == Command && os.Getpid() == 1 {
 		early.err = drop()
 		early.done = early.err == nil
 	}
 }
+
+// AtEntry reports whether the program's entry point did Drop's work,
+// before the Go runtime started (see entry).
+func AtEntry() bool { return atEntry }
 
 // Drop clears the ambient set and empties the bounding set on every thread,
 // locks the securebits and sets no_new_privs, unless start-up did: then it
