@@ -45,8 +45,10 @@ func TestTrafficCountsASandboxsBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	cl.CloseIdleConnections() // the tunnel's last bytes are counted by now; its end too
-	tr, _ := f.p.Traffic("sb-1")
+	cl.CloseIdleConnections()
+	tr, _ := waitTraffic(f.p, "sb-1", func(tr Traffic) bool {
+		return tr.Received >= 2*int64(len(download)) && tr.Sent >= int64(len(up))
+	})
 	// Two downloads plus headers and TLS; the upload plus requests and a
 	// handshake: counted once each, so within a few KiB of the payload.
 	if want := 2 * int64(len(download)); tr.Received < want || tr.Received > want+64<<10 {
@@ -60,7 +62,7 @@ func TestTrafficCountsASandboxsBytes(t *testing.T) {
 	if resp, _ := f.raw(t, get("http://other.test:%d/", w.port)); resp.StatusCode != 403 {
 		t.Fatalf("other.test: %d", resp.StatusCode)
 	}
-	if tr, _ = f.p.Traffic("sb-1"); tr.Sent <= before.Sent || tr.Received <= before.Received {
+	if tr, _ = waitTraffic(f.p, "sb-1", func(tr Traffic) bool { return tr.Sent > before.Sent && tr.Received > before.Received }); tr.Sent <= before.Sent || tr.Received <= before.Received {
 		t.Errorf("a refused request moved no counter: %+v then %+v", before, tr)
 	}
 	f.p.Close("sb-1")
@@ -106,10 +108,27 @@ func TestTrafficOfAuthenticatedSandboxes(t *testing.T) {
 	if code := get("pod-2:wrong"); code != 407 {
 		t.Fatalf("pod-2 with a wrong password: %d", code)
 	}
-	if tr, ok := f.p.Traffic("pod-1"); !ok || tr.Received < int64(len(download)) || tr.Sent == 0 {
-		t.Errorf("pod-1: %+v %v, want its 1 MiB download", tr, ok)
+	if tr, ok := waitTraffic(f.p, "pod-1", func(tr Traffic) bool { return tr.Received >= int64(len(download)) && tr.Sent > 0 }); !ok {
+		t.Errorf("pod-1: %+v, want its 1 MiB download", tr)
 	}
 	if tr, ok := f.p.Traffic("pod-2"); ok {
 		t.Errorf("a refused credential has counters: %+v", tr)
+	}
+}
+
+// waitTraffic waits up to 5 s for sid's counters to satisfy done and
+// returns them: the proxy counts a write once it returned, which may be
+// after the client read its last byte.
+func waitTraffic(p *Proxy, sid string, done func(Traffic) bool) (Traffic, bool) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tr, ok := p.Traffic(sid)
+		if ok && done(tr) {
+			return tr, true
+		}
+		if time.Now().After(deadline) {
+			return tr, false
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -65,7 +65,13 @@ func deliverFive(t *testing.T, rdb redis.UniversalClient) {
 	publish(t, rdb, 5, events.Ready)
 	waitFor(t, "refused attempts", 5*time.Second, func() bool { return rcv.Counts().Refused >= 5 })
 	rcv.Fail(false)
-	waitFor(t, "5 events delivered", 10*time.Second, func() bool { return rcv.Counts().Events == 5 && api.Counts().Events == 5 })
+	// A delivery is counted once its answer is back: after the receiver
+	// has the event.
+	waitFor(t, "5 events delivered and counted", 10*time.Second, func() bool {
+		v, err := s.List(ctx)
+		return rcv.Counts().Events == 5 && api.Counts().Events == 5 && err == nil && len(v) == 2 &&
+			v[0].Stats.Delivered == 5 && v[1].Stats.Delivered == 5
+	})
 	if v, err := s.List(ctx); err != nil || len(v) != 2 || v[0].Stats.Delivered != 5 || v[1].Stats.Delivered != 5 || v[0].Stats.Failed < 5 {
 		t.Fatalf("stats %+v, %v", v, err)
 	}
