@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/events"
@@ -101,8 +102,11 @@ func (p *capacity) reserve(ctx context.Context, user, thread, sid, claim string)
 			if err != nil || ok {
 				return rec, held, err
 			}
-			// Another replica took it (or holds its lock): offered the next
-			// one, or capacity; after a few, a plain reservation.
+			// Another replica or request took it (or holds its lock):
+			// offered another, picked at random among those that match (the
+			// others who lost this race retry too), or capacity; after a
+			// few, a plain reservation.
+			req.Spread = rand.Uint32() | 1
 			if evictions++; evictions > maxEvictions {
 				req.Kind = ""
 			}

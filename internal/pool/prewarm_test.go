@@ -265,3 +265,37 @@ func TestPrewarmPerTemplate(t *testing.T) {
 		t.Fatalf("after the refill %v, want node 7 and py 3", c)
 	}
 }
+
+// TestPrewarmBurst: new threads arriving together at a full pool each
+// take a different pre-started sandbox: every one in the pool is claimed,
+// none is lost to a race for the same one's lock.
+func TestPrewarmBurst(t *testing.T) {
+	t.Parallel()
+	const pool, threads = 20, 100
+	_, p, _ := prewarmEnv(t, Config{Prewarm: pool, MaxSandboxes: -1}, nil)
+	if n := prewarmCount(t, p); n != pool {
+		t.Fatalf("refill made %d, want %d", n, pool)
+	}
+	outcomes := make(chan Outcome, threads)
+	errs := make(chan error, threads)
+	start := make(chan struct{})
+	for i := range threads {
+		go func() {
+			<-start
+			_, o, err := p.Acquire(t.Context(), "u", fmt.Sprintf("burst-%d", i))
+			outcomes <- o
+			errs <- err
+		}()
+	}
+	close(start)
+	got := map[Outcome]int{}
+	for range threads {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		got[<-outcomes]++
+	}
+	if got[OutcomePrewarm] != pool || got[OutcomeCold] != threads-pool {
+		t.Fatalf("outcomes %v: want all %d pre-started sandboxes claimed and %d cold", got, pool, threads-pool)
+	}
+}

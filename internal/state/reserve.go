@@ -23,6 +23,11 @@ type ReserveRequest struct {
 	// it is offered, the oldest. "" (a replica of an earlier version) takes
 	// the oldest of any.
 	Prewarm string
+	// Spread, with KindTake, is 0 on a first try: the oldest is offered.
+	// A retry after another replica or request took the offered one sets a
+	// random one, and is offered the matching pre-started sandbox at Spread
+	// modulo their number: claims arriving together spread over the pool.
+	Spread uint32
 }
 
 // Kinds of ReserveRequest. KindTake is a thread's create that may take a

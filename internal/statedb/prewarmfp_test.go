@@ -61,6 +61,7 @@ func TestTakeByFingerprint(t *testing.T) {
 		req := func(kind, fp string, max int) state.ReserveRequest {
 			return state.ReserveRequest{SandboxID: "t", Max: max, Hard: true, Kind: kind, Prewarm: fp, Now: now, Deadline: now.Add(time.Minute)}
 		}
+		spread := func(r state.ReserveRequest, n uint32) state.ReserveRequest { r.Spread = n; return r }
 		for _, c := range []struct {
 			name string
 			req  state.ReserveRequest
@@ -73,6 +74,10 @@ func TestTakeByFingerprint(t *testing.T) {
 			{"unknown fingerprint, free room: reserved", req(state.KindTake, "C", 0), state.ReserveResult{Outcome: "ok"}},
 			{"unknown fingerprint, full: evicts the oldest of any", req(state.KindTake, "C", 5), state.ReserveResult{Outcome: "evict", Victim: "old"}},
 			{"a plain create, full: evicts the oldest of any", req("", "A", 5), state.ReserveResult{Outcome: "evict", Victim: "old"}},
+			// A retry's spread picks among those of its fingerprint.
+			{"A spread 1: the second of A", spread(req(state.KindTake, "A", 0), 1), state.ReserveResult{Outcome: "prewarm", Victim: "a2"}},
+			{"A spread 4: the first of A again", spread(req(state.KindTake, "A", 0), 4), state.ReserveResult{Outcome: "prewarm", Victim: "a1"}},
+			{"none named, spread 3: the fourth of any", spread(req(state.KindTake, "", 0), 3), state.ReserveResult{Outcome: "prewarm", Victim: "b2"}},
 		} {
 			_ = s.Unreserve(ctx, "t", "")
 			if got, err := s.Reserve(ctx, c.req); err != nil || got != c.want {

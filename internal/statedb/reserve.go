@@ -58,12 +58,17 @@ const (
 // oldest first, one HGET each, O(pool size) at worst (pools are tens); an
 // entry indexed without one (an earlier version's) never matches. A claim
 // naming none (empty: an earlier version's replica) gets the oldest of any.
+// A claim with a spread (ARGV spread, not 0: a retry after another took
+// the sandbox it was offered) is offered the matching one at spread modulo
+// their number instead: claims arriving together, all offered the oldest,
+// spread over the pool on their retry rather than race for the next
+// oldest (a burst of 100 on a pool of 20 claimed 8 of them that way).
 // Eviction when full offers the oldest of any fingerprint. The refill (kind
 // 'prewarm') only reserves free room. The fair share needs the number of
 // users holding sandboxes (holders, reported by Commit) and the user's own
 // count (ARGV mine, from its quota step).
 // KEYS: fleetKeys. ARGV: sid, max, now, deadline, mode(soft|hard), user,
-// mine, kind(”|claim|prewarm), force(0|1), fp.
+// mine, kind(”|claim|prewarm), force(0|1), fp, spread.
 var scriptFleetReserve = redis.NewScript(`
 for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[3])) do
   redis.call('ZREM', KEYS[2], s)
@@ -91,17 +96,14 @@ if kind == 'prewarm' then
 end
 local pre = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
 if kind == 'claim' then
-  local fp, offer = ARGV[10] or '', pre
-  if fp ~= '' then
-    offer = nil
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-      if redis.call('HGET', KEYS[7], m) == fp then
-        offer = m
-        break
-      end
+  local fp, spread, offers = ARGV[10] or '', tonumber(ARGV[11] or '0') or 0, {}
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    if fp == '' or redis.call('HGET', KEYS[7], m) == fp then
+      offers[#offers + 1] = m
+      if spread == 0 then break end
     end
   end
-  if offer then return {'prewarm', offer} end
+  if #offers > 0 then return {'prewarm', offers[spread % #offers + 1]} end
 end
 if full and hard and user ~= '' then
   local users = redis.call('HLEN', KEYS[5])
@@ -246,7 +248,7 @@ func (s *Store) fleetReserveCall(req state.ReserveRequest, mine, force int) *cal
 		mode = "hard"
 	}
 	return &call{script: scriptFleetReserve, keys: s.keys.fleetKeys(),
-		args: []any{req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode, req.User, mine, req.Kind, force, req.Prewarm}}
+		args: []any{req.SandboxID, req.Max, ms(req.Now), ms(req.Deadline), mode, req.User, mine, req.Kind, force, req.Prewarm, req.Spread}}
 }
 
 func (s *Store) reserveUser(ctx context.Context, req state.ReserveRequest) (state.ReserveResult, error) {
