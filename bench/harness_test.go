@@ -37,6 +37,12 @@ func proxyFigures(gwRPS, ngxRPS, gwP99, directP99 float64) Result {
 	return Result{Name: "proxy-throughput", Figures: f, Machine: Machine{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), Load: "1.00 2.00 3.00"}}
 }
 
+// withFloor adds the floor proxy's CPU per request (µs) at the goal's connections.
+func withFloor(r Result, us float64) Result {
+	r.Figures[proxyKey(goalConns, floorTarget, "cpu_us")] = us
+	return r
+}
+
 // scaleFigures is a scale result with the given 3-node command spread and
 // modelled 3-node/1-node ratio.
 func scaleFigures(spread, ratio float64) Result {
@@ -76,6 +82,8 @@ func TestGoalVerdicts(t *testing.T) {
 		{"prewarmed first request before the new-connection row", []Result{{Name: "lifecycle", Figures: map[string]float64{figFirstPrewarmP50: 3.2, figFirstPrewarmP99: 7, figFirstColdP50: 45}}}, 7, "not measured"},
 		{"prewarm row before its figures", []Result{{Name: "lifecycle", Figures: map[string]float64{figWarmPoolP99: 1, figWarmHTTPP99: 2}}}, 7, "not measured"},
 		{"cpu per request missed", []Result{proxyFigures(1, 1, 1, 1)}, 8, "missed by 40.0 µs (1.80× nginx's)"},
+		{"cpu per request at the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 85)}, 8, "met at the floor (+6 % of it; nginx's 1.80× below)"},
+		{"cpu per request above the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 70)}, 8, "missed by 20.0 µs over the floor (1.80× nginx's)"},
 		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
 		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 10, "missed by 10%"},
 		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},

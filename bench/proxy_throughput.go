@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -135,8 +136,15 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 	for i := range workloads {
 		workloads[i].headers = append(workloads[i].headers, [2]string{sandboxspec.SecretHeader, secret})
 	}
-	for _, w := range workloads {
-		for _, t := range targets {
+	// The floor is measured on the small GET only (its goal's workload).
+	targetsOf := func(i int) []target {
+		if i == 0 {
+			return targets
+		}
+		return targets[:3]
+	}
+	for i, w := range workloads {
+		for _, t := range targetsOf(i) {
 			if err := sanityCheck(ctx, t, w); err != nil {
 				return Result{}, fmt.Errorf("%s via %s: %w", w.name, t.name, err)
 			}
@@ -151,7 +159,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			return Result{}, err
 		}
 		for _, conns := range w.conns {
-			cell, err := measureTargets(ctx, targets, w, script, conns)
+			cell, err := measureTargets(ctx, targetsOf(i), w, script, conns)
 			if err != nil {
 				return Result{}, err
 			}
@@ -160,7 +168,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			rows = append(rows, proxyRow(w.name, conns, cell))
 			figures[ratioKey(w.key, conns)] = cell[2].RPS() / max(cell[1].RPS(), 1)
 			if i == 0 { // the small GET: the goals and the chart
-				for ti, t := range targets {
+				for ti, t := range targetsOf(i) {
 					addCellFigures(figures, conns, t.name, cell[ti])
 				}
 			}
@@ -193,7 +201,10 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"Same sandbox, same request paths: direct `http://S/v1/...`, nginx and gateway `http://P/threads/bench/v1/...`. " +
 				"The gateway is `gateway --redis-url (a real redis-server) --max-sandboxes 0 --log-level warn` (process backend, " +
 				"built with CGO_ENABLED=0) with the thread provisioned beforehand by `PUT /threads/bench/sandbox`, i.e. a cached " +
-				"thread; the direct URL is the sandbox's own, found with the process backend's Discover.",
+				"thread; the direct URL is the sandbox's own, found with the process backend's Discover. On the small GET a fourth " +
+				"target takes its turn in the rotation: the floor, bench/floorproxy (Go's net/http server and httputil.ReverseProxy " +
+				"with nothing else, built the same way, 256 kept-alive upstream connections); its req/s and CPU are in the figures " +
+				"and the Goals table, not in this table.",
 			"nginx: 2 worker processes, upstream `keepalive 256`, `proxy_http_version 1.1`, `proxy_set_header Connection \"\"`, " +
 				"`keepalive_requests 1000000` on both sides (Go's server has no per-connection request limit), no access log, " +
 				"`proxy_buffering off` on the SSE location and, with `proxy_buffer_size 64k`, on the rest too: the gateway streams " +
@@ -279,6 +290,12 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	}
 	cleanup.push(func(context.Context) { ngx.stop(syscall.SIGTERM, 5*time.Second) })
 
+	floor, floorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread)
+	if err != nil {
+		return nil, "", err
+	}
+	cleanup.push(func(context.Context) { floor.stop(syscall.SIGTERM, 5*time.Second) })
+
 	if err := writeBigFile(ctx, info.URL, info.Secret); err != nil {
 		return nil, "", err
 	}
@@ -286,7 +303,40 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 		{name: "direct", base: info.URL},
 		{name: "nginx", base: "http://" + nginxAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) }},
 		{name: "gateway", base: gwBase, cpu: func() (time.Duration, error) { return processCPU(gw.pid()) }},
+		{name: floorTarget, base: "http://" + floorAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return processCPU(floor.pid()) }},
 	}, info.Secret, nil
+}
+
+// floorTarget names the floor proxy's figures (bench/floorproxy).
+const floorTarget = "floor"
+
+// startFloorProxy builds and starts bench/floorproxy (net/http and
+// httputil.ReverseProxy alone, built as the gateway is: CGO_ENABLED=0,
+// -trimpath) in front of the sandbox at upstream.
+func startFloorProxy(ctx context.Context, tmp, upstream, prefix string) (*service, string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	bin := filepath.Join(tmp, "floorproxy")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./bench/floorproxy")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("build floorproxy: %w\n%s", err, out)
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := startServiceEnv("floorproxy", filepath.Join(tmp, "floorproxy.log"), nil, bin, "-listen", addr, "-upstream", upstream, "-prefix", prefix)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.waitUp(ctx, 10*time.Second, dialCheck(addr)); err != nil {
+		s.stop(syscall.SIGTERM, 5*time.Second)
+		return nil, "", err
+	}
+	return s, addr, nil
 }
 
 // writeBigFile creates the download workload's file through the API.

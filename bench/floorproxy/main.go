@@ -1,0 +1,46 @@
+// Command floorproxy is the proxy throughput suite's floor: Go's net/http
+// server and httputil.ReverseProxy with nothing else (no router, no
+// authentication, no accounting, no tracing), forwarding a path prefix to
+// one sandbox over a pool of kept-alive connections, as nginx does in the
+// same suite. What the gateway spends per request beyond it is Sandgate's
+// own (and echo's); what it spends below nginx is Go's HTTP stack.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
+	upstream := flag.String("upstream", "", "the sandbox's base URL, http://host:port")
+	prefix := flag.String("prefix", "", "path prefix stripped before forwarding")
+	flag.Parse()
+	if err := run(*listen, *upstream, *prefix); err != nil {
+		fmt.Fprintln(os.Stderr, "floorproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func run(listen, upstream, prefix string) error {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("upstream %q: want http://host:port", upstream)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host, r.Out.Host = u.Scheme, u.Host, u.Host
+			r.Out.URL.Path = strings.TrimPrefix(r.In.URL.Path, prefix)
+			r.Out.URL.RawPath = ""
+		},
+		Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+	}
+	srv := &http.Server{Addr: listen, Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
