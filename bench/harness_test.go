@@ -84,6 +84,7 @@ func TestGoalVerdicts(t *testing.T) {
 		{"cpu per request missed", []Result{proxyFigures(1, 1, 1, 1)}, 8, "missed by 40.0 µs (1.80× nginx's)"},
 		{"cpu per request at the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 85)}, 8, "met at the floor (+6 % of it; nginx's 1.80× below)"},
 		{"cpu per request above the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 70)}, 8, "missed by 20.0 µs over the floor (1.80× nginx's)"},
+		{"cpu per request below the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 180)}, 8, "missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor"},
 		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
 		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 10, "missed by 10%"},
 		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},
