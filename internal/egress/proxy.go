@@ -114,7 +114,7 @@ func (p *Proxy) Open(id backend.EgressIdentity, socket string) error {
 // included: a claimed pre-started sandbox keeps its listener, and the claim
 // creates no socket file (a new inode costs a new thread's first request
 // hundreds of microseconds on a journaling file system). Without a listener
-// of from's at socket it opens one, as Open.
+// of from's at socket it closes from's and opens one, as Close and Open.
 func (p *Proxy) Reassign(from string, id backend.EgressIdentity, socket string) error {
 	if err := id.Egress.Validate(); err != nil {
 		return fmt.Errorf("egress: sandbox %s: %w", id.SandboxID, err)
@@ -123,6 +123,9 @@ func (p *Proxy) Reassign(from string, id backend.EgressIdentity, socket string) 
 	s := p.sockets[from]
 	if p.closed || s == nil || s.socket != socket {
 		p.mu.Unlock()
+		if s != nil { // from's listener elsewhere: closed, as a claim did before
+			p.Close(from)
+		}
 		return p.Open(id, socket)
 	}
 	if old := p.sockets[id.SandboxID]; old != nil && old != s {

@@ -86,6 +86,19 @@ func TestReassign(t *testing.T) {
 		t.Errorf("after a refused reassignment: other.test %d, want 200", got)
 	}
 
+	// from's listener at another path: closed, and the new one opened.
+	moved := filepath.Join(filepath.Dir(f.socket), "moved.sock")
+	if err := f.p.Reassign("sb-9", backend.EgressIdentity{SandboxID: "sb-12", Egress: thread.Egress}, moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(f.socket); !os.IsNotExist(err) {
+		t.Errorf("the old socket is still there after a reassignment to another path: %v", err)
+	}
+	if _, ok := f.p.Traffic("sb-9"); ok {
+		t.Error("the old id is still served after a reassignment to another path")
+	}
+	f.p.Close("sb-12")
+
 	// Nothing served for the old id (a gateway restarted since): opened.
 	fresh := filepath.Join(filepath.Dir(f.socket), "fresh.sock")
 	if err := f.p.Reassign("sb-gone", backend.EgressIdentity{SandboxID: "sb-11", Egress: backend.Egress{Allow: []string{"allowed.test"}}}, fresh); err != nil {
