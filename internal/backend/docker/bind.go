@@ -227,7 +227,7 @@ func syncDir(dir string) error {
 // Claim makes the unclaimed pre-started container warm spec's sandbox: its
 // claim record is written, then it is renamed to spec's name (the engine
 // refuses a name taken, so of two claims into one id one fails), and its
-// egress proxy is served again under the new identity on the same socket.
+// egress proxy's socket serves the new identity (the same listener).
 // The secret, mounts and uid stay the container's: the caller moved the
 // user data beneath them.
 func (d *Docker) Bind(ctx context.Context, warm backend.Info, spec backend.Spec) (backend.Info, error) {
@@ -279,8 +279,8 @@ func (d *Docker) Bind(ctx context.Context, warm backend.Info, spec backend.Spec)
 	return info, nil
 }
 
-// reopenEgress serves a claimed container's egress proxy under its new
-// identity, on the socket it already has.
+// reopenEgress makes a claimed container's egress socket, the listener it
+// already has, serve its new identity.
 func (d *Docker) reopenEgress(c container.InspectResponse, pw string, info backend.Info) error {
 	policy, ok := proxyPolicy(c.Config.Labels)
 	if d.cfg.Egress == nil || !ok {
