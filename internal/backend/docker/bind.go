@@ -270,7 +270,7 @@ func (d *Docker) Bind(ctx context.Context, warm backend.Info, spec backend.Spec)
 	c.Name = "/" + d.name(sid)
 	info, err := d.infoFromInspect(c)
 	if err == nil {
-		err = d.reopenEgress(c, pw, info)
+		err = d.reassignEgress(c, pw, info)
 	}
 	if err != nil {
 		return backend.Info{}, errors.Join(fmt.Errorf("claim sandbox %s: %w", pw, err), d.unclaim(c.ID, pw, it.record))
@@ -279,9 +279,9 @@ func (d *Docker) Bind(ctx context.Context, warm backend.Info, spec backend.Spec)
 	return info, nil
 }
 
-// reopenEgress makes a claimed container's egress socket, the listener it
+// reassignEgress makes a claimed container's egress socket, the listener it
 // already has, serve its new identity.
-func (d *Docker) reopenEgress(c container.InspectResponse, pw string, info backend.Info) error {
+func (d *Docker) reassignEgress(c container.InspectResponse, pw string, info backend.Info) error {
 	policy, ok := proxyPolicy(c.Config.Labels)
 	if d.cfg.Egress == nil || !ok {
 		return nil
