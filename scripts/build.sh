@@ -70,13 +70,16 @@ total=$(wc -l <"$list" | tr -d ' ')
 
 version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 revision=${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-ldflags="-s -w -X main.version=$version -X main.revision=$revision"
 # On linux/amd64 both start at package earlydrop's entry point, where a
 # sandbox init drops its privileges before the Go runtime starts its
-# threads (each such drop is a signal round trip to every thread after).
-if [ "$("$go" env GOOS)/$("$go" env GOARCH)" = linux/amd64 ]; then
-	ldflags+=" -E github.com/sandgate/sandgate/internal/jail/earlydrop.entry"
+# threads (each such drop is a signal round trip to every thread after);
+# only where they link it (a module without it has no such symbol).
+entry=
+if [ "$("$go" env GOOS)/$("$go" env GOARCH)" = linux/amd64 ] &&
+	grep -qx 'github.com/sandgate/sandgate/internal/jail/earlydrop' "$list"; then
+	entry=" -E github.com/sandgate/sandgate/internal/jail/earlydrop.entry"
 fi
 mkdir -p "$bindir"
-"$go" build -v -trimpath -ldflags "$ldflags" -o "$bindir/" "${pkgs[@]}" 2>&1 | progress "$total"
+"$go" build -v -trimpath -ldflags "-s -w -X main.version=$version -X main.revision=$revision$entry" \
+	-o "$bindir/" "${pkgs[@]}" 2>&1 | progress "$total"
 echo "built $bindir/gateway and $bindir/sandgate-sandbox ($version) in ${SECONDS}s" >&2
