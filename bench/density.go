@@ -312,7 +312,8 @@ func densityMeasure(ctx context.Context, gwPid int, base string, rdb *redis.Clie
 	}
 	pids := tree.descendants(gwPid)
 	s.sandboxes = measureProcs(pids)
-	s.hostUsed, s.tasks, s.kernel = meminfo("MemTotal")-meminfo("MemAvailable"), hostTasks(), readKernelMem()
+	m := readMeminfo()
+	s.hostUsed, s.tasks, s.kernel = m["MemTotal"]-m["MemAvailable"], hostTasks(), readKernelMem(m)
 	if len(threads) > 0 {
 		order := slices.Clone(threads)
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -324,8 +325,7 @@ func densityMeasure(ctx context.Context, gwPid int, base string, rdb *redis.Clie
 		}
 		s.keep = summarize(lat)
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		fresh := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: time.Minute}
-		if lat, err = sweep(ctx, fresh, base, order); err != nil {
+		if lat, err = sweep(ctx, newConnClient, base, order); err != nil {
 			return s, fmt.Errorf("new-connection sweep: %w", err)
 		}
 		s.fresh = summarize(lat)

@@ -148,18 +148,24 @@ func statusInt(pid int, field string) int {
 }
 
 // meminfo is a /proc/meminfo field in bytes.
-func meminfo(field string) int64 {
+func meminfo(field string) int64 { return readMeminfo()[field] }
+
+// readMeminfo is every /proc/meminfo field in bytes, from one read (nil
+// if it cannot be read).
+func readMeminfo() map[string]int64 {
 	data, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return 0
+		return nil
 	}
+	out := map[string]int64{}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-			return kb << 10
+		name, v, ok := strings.Cut(line, ":")
+		if f := strings.Fields(v); ok && len(f) > 0 {
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			out[name] = kb << 10
 		}
 	}
-	return 0
+	return out
 }
 
 // kernelMem is the host's kernel memory by kind (/proc/meminfo): what a
@@ -168,8 +174,8 @@ func meminfo(field string) int64 {
 // page tables; per-CPU counters of cgroups are percpu).
 type kernelMem struct{ slabUnreclaim, slabReclaim, pageTables, kernelStack, percpu int64 }
 
-func readKernelMem() kernelMem {
-	return kernelMem{meminfo("SUnreclaim"), meminfo("SReclaimable"), meminfo("PageTables"), meminfo("KernelStack"), meminfo("Percpu")}
+func readKernelMem(m map[string]int64) kernelMem {
+	return kernelMem{m["SUnreclaim"], m["SReclaimable"], m["PageTables"], m["KernelStack"], m["Percpu"]}
 }
 
 // perSandbox is k over base, per sandbox, in KiB, as "a / b / c / d / e".

@@ -43,7 +43,7 @@ func TestProcTreeDescendants(t *testing.T) {
 // per sandbox is its growth over the run's start, in KiB.
 func TestKernelMem(t *testing.T) {
 	t.Parallel()
-	k := readKernelMem()
+	k := readKernelMem(readMeminfo())
 	if k.slabUnreclaim <= 0 || k.pageTables <= 0 || k.kernelStack <= 0 {
 		t.Fatalf("readKernelMem = %+v: /proc/meminfo's SUnreclaim, PageTables and KernelStack are never zero", k)
 	}

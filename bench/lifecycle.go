@@ -219,7 +219,7 @@ func prewarmedFirsts(ctx context.Context, client *http.Client, base string, rdb 
 	threads *[]string, after func(thread string)) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := range runs {
-		if _, err := waitPoolFull(ctx, rdb, keys, size, time.Minute); err != nil {
+		if err := waitPoolFull(ctx, rdb, keys, size, time.Minute); err != nil {
 			return nil, err
 		}
 		ready, err := prewarmIncarnations(ctx, rdb, keys)
@@ -229,14 +229,10 @@ func prewarmedFirsts(ctx context.Context, client *http.Client, base string, rdb 
 		thread := prefix + strconv.Itoa(i)
 		*threads = append(*threads, thread)
 		t0 := time.Now()
-		resp, body, err := doWith(ctx, client, "GET", base+"/threads/"+thread+"/v1/sandbox", "", nil)
-		if err != nil {
+		if _, err := callWith(ctx, client, "GET", base+"/threads/"+thread+"/v1/sandbox", "", nil); err != nil {
 			return nil, err
 		}
 		out = append(out, time.Since(t0))
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("GET %s: status %d: %.300s", thread, resp.StatusCode, body)
-		}
 		// The row is only honest if every thread got a pre-started sandbox.
 		inc, err := rdb.HGet(ctx, keys.Sandbox(identity.SandboxID("default", thread)), "incarnation").Result()
 		if err != nil || !ready[inc] {

@@ -69,7 +69,7 @@ func prewarmBurst(ctx context.Context, env *suiteEnv) (burst, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: env.redisAddr})
 	defer rdb.Close()
 	keys := statedb.NewKeys(prefix, 0)
-	if _, err := waitPoolFull(ctx, rdb, keys, burstPrewarm, 2*time.Minute); err != nil {
+	if err := waitPoolFull(ctx, rdb, keys, burstPrewarm, 2*time.Minute); err != nil {
 		return burst{}, err
 	}
 
@@ -108,7 +108,7 @@ func prewarmBurst(ctx context.Context, env *suiteEnv) (burst, error) {
 	if err := errors.Join(errs...); err != nil {
 		return burst{}, fmt.Errorf("burst: %w", err)
 	}
-	if _, err := waitPoolFull(ctx, rdb, keys, burstPrewarm, 2*time.Minute); err != nil {
+	if err := waitPoolFull(ctx, rdb, keys, burstPrewarm, 2*time.Minute); err != nil {
 		return burst{}, err
 	}
 	b.refill = time.Since(ended)
@@ -116,22 +116,22 @@ func prewarmBurst(ctx context.Context, env *suiteEnv) (burst, error) {
 }
 
 // waitPoolFull waits until size pre-started sandboxes are indexed.
-func waitPoolFull(ctx context.Context, rdb *redis.Client, keys statedb.Keys, size int, limit time.Duration) (time.Duration, error) {
-	start := time.Now()
+func waitPoolFull(ctx context.Context, rdb *redis.Client, keys statedb.Keys, size int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
 	for {
 		n, err := rdb.ZCard(ctx, keys.Prewarm()).Result()
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if n >= int64(size) {
-			return time.Since(start), nil
+			return nil
 		}
-		if time.Since(start) > limit {
-			return 0, fmt.Errorf("prewarm pool at %d of %d after %s", n, size, limit)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("prewarm pool at %d of %d after %s", n, size, limit)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -356,7 +356,12 @@ func writeBigFile(ctx context.Context, sandboxURL, secret string) error {
 
 // call makes one setup request and requires a 2xx.
 func call(ctx context.Context, method, url, body string, headers [][2]string) ([]byte, error) {
-	resp, data, err := do(ctx, method, url, body, headers)
+	return callWith(ctx, setupClient, method, url, body, headers)
+}
+
+// callWith is call through client.
+func callWith(ctx context.Context, client *http.Client, method, url, body string, headers [][2]string) ([]byte, error) {
+	resp, data, err := doWith(ctx, client, method, url, body, headers)
 	if err != nil {
 		return nil, err
 	}

@@ -13,19 +13,11 @@ import (
 	"syscall"
 
 	"github.com/sandgate/sandgate/internal/config"
-	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
 )
 
 func main() {
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == jail.InitCommand { // an isolated process sandbox
-		err = sandbox.Jailed() // it watches signals once its jail is built
-	} else {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = run(ctx, os.Args[1:])
-		stop()
-	}
+	err := sandbox.MainOrJailed(run)
 	var code exitCode
 	if errors.As(err, &code) {
 		os.Exit(int(code))

@@ -13,8 +13,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/sandgate/sandgate/internal/jail"
 	"github.com/sandgate/sandgate/internal/sandbox"
@@ -22,14 +20,7 @@ import (
 )
 
 func main() {
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == jail.InitCommand {
-		err = sandbox.Jailed() // it watches signals once its jail is built
-	} else {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err = run(ctx, os.Args[1:])
-		stop()
-	}
+	err := sandbox.MainOrJailed(run)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandgate-sandbox:", err)
 		os.Exit(1)
