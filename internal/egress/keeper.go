@@ -25,6 +25,9 @@ type Keeper struct {
 	sockets backend.EgressSockets
 	every   time.Duration
 	log     *slog.Logger
+	// answers reports whether something accepts connections on a socket
+	// this proxy does not serve.
+	answers func(ctx context.Context, socket string) bool
 }
 
 // NewKeeper returns the keeper of the backend's sockets; every 0 =
@@ -33,7 +36,7 @@ func NewKeeper(p *Proxy, sockets backend.EgressSockets, every time.Duration, log
 	if every <= 0 {
 		every = DefaultKeepInterval
 	}
-	return &Keeper{proxy: p, sockets: sockets, every: every, log: log.With("component", "egress-keeper")}
+	return &Keeper{proxy: p, sockets: sockets, every: every, log: log.With("component", "egress-keeper"), answers: answers}
 }
 
 // Run passes at once (a restarted gateway serves its sandboxes before
@@ -72,7 +75,7 @@ func (k *Keeper) Pass(ctx context.Context) (int, error) {
 	}
 	served := 0
 	for _, s := range sockets {
-		if answers(ctx, s.Path) {
+		if k.proxy.Serves(s.Identity.SandboxID, s.Path) || k.answers(ctx, s.Path) {
 			continue
 		}
 		if err := k.proxy.Open(s.Identity, s.Path); err != nil {

@@ -43,6 +43,11 @@ type fakeBackend struct {
 	// answerIn delays every answer of the sandbox server (a hung one: longer
 	// than any probe waits).
 	answerIn atomic.Int64
+	// probed is when each activity probe arrived.
+	probed struct {
+		sync.Mutex
+		at []time.Time
+	}
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
@@ -55,6 +60,9 @@ func newFakeBackend(t testing.TB) *fakeBackend {
 			return
 		}
 		if r.URL.Path == sandboxspec.ActivityPath { // what the sandbox server answers the freezer
+			f.probed.Lock()
+			f.probed.at = append(f.probed.at, time.Now())
+			f.probed.Unlock()
 			f.idleAfter.Store(r.URL.Query().Get("busy_idle_after"))
 			fmt.Fprintf(w, `{"success":true,"data":{"commands":%d,"requests":0}}`, f.commands.Load())
 		}

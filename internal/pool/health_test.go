@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -74,5 +76,37 @@ func TestHealthDestroysSandboxThatStopsAnswering(t *testing.T) {
 				t.Fatalf("next request: %v %v", o, err)
 			}
 		})
+	}
+}
+
+// A pass spreads its probes over the interval: at 5,000 sandboxes one
+// burst of them held both cores and every request arriving meanwhile.
+func TestHealthSpreadsItsProbes(t *testing.T) {
+	t.Parallel()
+	const n, interval = 5, time.Second
+	e := newEnv(t, Config{HealthInterval: interval})
+	a := e.replica()
+	for i := range n {
+		if _, _, err := a.Acquire(ctx, "u", "t"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Wait()
+	e.be.probed.Lock()
+	e.be.probed.at = nil
+	e.be.probed.Unlock()
+	if d, err := NewHealth(a).Pass(ctx); d != 0 || err != nil {
+		t.Fatalf("pass: %d destroyed, %v", d, err)
+	}
+	e.be.probed.Lock()
+	at := slices.Clone(e.be.probed.at)
+	e.be.probed.Unlock()
+	if len(at) != n {
+		t.Fatalf("%d probes, want %d", len(at), n)
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	// The last starts at (n-1)/n of the spread: 640 ms here.
+	if span, want := at[n-1].Sub(at[0]), interval*healthSpread/10*(n-1)/n; span < want-50*time.Millisecond {
+		t.Fatalf("probes arrived within %s of each other, want them spread over about %s", span, want)
 	}
 }

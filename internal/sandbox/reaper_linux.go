@@ -7,31 +7,31 @@ import (
 	"os"
 	ossignal "os/signal"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // reapOrphans runs while ctx lives when this server is PID 1 (the process
-// backend's jail): on every SIGCHLD, and every few seconds in case signals
-// merged, it reaps the zombies reparented to it that no Wait of its own is
-// owed. Elsewhere the init of the host or container reaps them.
+// backend's jail): on every SIGCHLD it reaps the zombies reparented to it
+// that no Wait of its own is owed. Elsewhere the init of the host or
+// container reaps them. No timer: merged signals lose nothing, as each pass
+// reaps every zombie there is and a signal sent during a pass waits in the
+// channel for the next; the kernel also signals PID 1 when it inherits a
+// zombie. A timer would wake every idle sandbox of the host for nothing
+// (5,000 sandboxes at 5 s: 1,000 wakeups a second).
 func reapOrphans(ctx context.Context, log *slog.Logger) {
 	if os.Getpid() != 1 {
 		return
 	}
 	sigs := make(chan os.Signal, 1)
 	ossignal.Notify(sigs, unix.SIGCHLD)
-	tick := time.NewTicker(5 * time.Second)
 	go func() {
 		defer ossignal.Stop(sigs)
-		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-sigs:
-			case <-tick.C:
 			}
 			if n := reapOnce(); n > 0 {
 				log.Debug("reaped orphans", "count", n)

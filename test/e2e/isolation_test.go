@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/internal/backend"
 	"github.com/sandgate/sandgate/internal/testutil"
@@ -172,6 +173,32 @@ func TestIsolationSetuidGivesNothing(t *testing.T) {
 	hostOut, err := cmd.CombinedOutput()
 	if err == nil && strings.TrimSpace(string(hostOut)) == "0" {
 		t.Fatalf("setuid sandbox file made nobody root on the host")
+	}
+}
+
+// An orphan (a background process whose shell exited) becomes the jail's
+// init's child, the sandbox server's; when it dies, the server reaps it at
+// once on SIGCHLD (no timer wakes idle sandboxes any more), so a command
+// that leaves orphans behind fills no process table with zombies.
+func TestIsolationReapsOrphans(t *testing.T) {
+	t.Parallel()
+	_, g, _ := isolatedFleet(t)
+	out, code := run(t, g, "orphans", "(sleep 0.3 >/dev/null 2>&1 & echo $! > /tmp/orphan); sleep 0.05; "+
+		"cut -d' ' -f4 /proc/$(cat /tmp/orphan)/stat")
+	if code != 0 || strings.TrimSpace(out) != "1" {
+		t.Fatalf("the orphan's parent: %q (exit %d), want 1: the jail's init", out, code)
+	}
+	zombies := "n=0; for f in /proc/[0-9]*/stat; do case $(cat $f 2>/dev/null) in *') Z '*) n=$((n+1));; esac; done; echo $n; " +
+		"test -e /proc/$(cat /tmp/orphan) && echo present || echo gone"
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		out, _ = run(t, g, "orphans", "sleep 0.3; "+zombies)
+		if strings.Fields(out)[0] == "0" && strings.Contains(out, "gone") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan not reaped within 2 s of its exit: %q (zombies, its /proc entry)", out)
+		}
 	}
 }
 

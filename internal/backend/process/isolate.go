@@ -155,14 +155,13 @@ func (p *Process) EgressSockets(ctx context.Context) ([]backend.EgressSocket, er
 	if p.cfg.Egress == nil {
 		return nil, nil
 	}
-	infos, err := p.List(ctx)
+	states, _, err := p.liveStates(ctx) // unreadable ones are logged
 	if err != nil {
 		return nil, err
 	}
 	var out []backend.EgressSocket
-	for _, info := range infos {
-		st, err := p.readState(info.SandboxID)
-		if err != nil || st == nil || st.Egress == nil || st.Egress.EffectiveMode() != backend.EgressProxy {
+	for _, st := range states {
+		if st.Egress == nil || st.Egress.EffectiveMode() != backend.EgressProxy {
 			continue
 		}
 		out = append(out, backend.EgressSocket{
