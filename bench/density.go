@@ -180,6 +180,9 @@ func density(ctx context.Context) (Result, error) {
 	if len(r.steps) == 0 {
 		return Result{}, fmt.Errorf("no step completed: %s", r.limit)
 	}
+	if err := densityHold(ctx, base, live); err != nil {
+		return Result{}, err
+	}
 	r.split, r.splitN, r.oneSbx = oneSandbox(gw.pid())
 	r.took = time.Since(began)
 	return densityResult(r), nil
@@ -361,6 +364,29 @@ func sweep(ctx context.Context, client *http.Client, base string, order []string
 		return nil, err
 	}
 	return lat, ctx.Err()
+}
+
+// densityHold sweeps threads over and over for opts.DensityHold, with the
+// figures of each sweep on stderr.
+func densityHold(ctx context.Context, base string, threads []string) error {
+	if opts.DensityHold <= 0 {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "bench: density: holding %d sandboxes for %s (pid %d's children)\n", len(threads), opts.DensityHold, os.Getpid())
+	keep := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: densitySweepers}, Timeout: time.Minute}
+	defer keep.CloseIdleConnections()
+	for end := time.Now().Add(opts.DensityHold); time.Now().Before(end); {
+		order := slices.Clone(threads)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		t0 := time.Now()
+		lat, err := sweep(ctx, keep, base, order)
+		if err != nil {
+			return fmt.Errorf("held sweep: %w", err)
+		}
+		s := summarize(lat)
+		fmt.Fprintf(os.Stderr, "bench: density: held sweep at %s: p50 %s p99 %s ms, load %s\n", t0.UTC().Format("15:04:05.000"), ms(s.P50), ms(s.P99), loadAvg())
+	}
+	return nil
 }
 
 // destroyParallel destroys the threads' sandboxes through the gateway, 8

@@ -132,6 +132,10 @@ type settings struct {
 	// gateway is started with: the two host limits an operator raises for
 	// thousands of sandboxes (-density-pid-max, -density-nofile).
 	DensityPidMax, DensityNoFile int
+	// DensityHold keeps sweeping the last step's sandboxes this long
+	// before the teardown, each sweep's figures to stderr: a window to
+	// profile the steady state in (-density-hold).
+	DensityHold time.Duration
 }
 
 var (
@@ -183,6 +187,7 @@ func run(ctx context.Context, args []string) error {
 	densityStep := fs.Int("density-step", 0, "density suite: sandboxes added per step (0: 250, 50 with -quick)")
 	densityPidMax := fs.Int("density-pid-max", 0, "density suite: set kernel.pid_max to this for the run and restore it after (root; 0: leave it)")
 	densityNoFile := fs.Int("density-nofile", 0, "density suite: start the gateway with this RLIMIT_NOFILE (root past the hard limit; 0: inherited)")
+	densityHold := fs.Duration("density-hold", 0, "density suite: after the last step, keep sweeping its sandboxes this long (figures to stderr), a window to profile in")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -195,7 +200,7 @@ func run(ctx context.Context, args []string) error {
 	if *densityStep > 0 {
 		opts.DensityStep = *densityStep
 	}
-	opts.DensityPidMax, opts.DensityNoFile = *densityPidMax, *densityNoFile
+	opts.DensityPidMax, opts.DensityNoFile, opts.DensityHold = *densityPidMax, *densityNoFile, *densityHold
 	resultsDir = *out
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -254,3 +254,47 @@ func TestMeterMeasureWithin(t *testing.T) {
 		t.Fatalf("Cached after the fresh walk: %+v, want %+v", u, fresh)
 	}
 }
+
+// Stale entries are swept once the cache holds sweepAt threads, at most
+// once a TTL: a sweep per walk made each walk cost the whole cache (the
+// sampler walks every thread every 5 s: quadratic in threads).
+func TestMeterSweepsOnceATTL(t *testing.T) {
+	t.Parallel()
+	m := New(Config{DataDir: t.TempDir(), TTL: time.Hour})
+	stale := func() {
+		m.mu.Lock()
+		for i := range sweepAt {
+			m.cache[key{"old", strconv.Itoa(i)}] = Usage{MeasuredAt: time.Now().Add(-2 * time.Hour)}
+		}
+		m.mu.Unlock()
+	}
+	size := func() int {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		return len(m.cache)
+	}
+	ctx := context.Background()
+	stale()
+	if _, err := m.Measure(ctx, "u", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n != 1 {
+		t.Fatalf("after the first walk past sweepAt: %d entries, want 1 (the stale ones swept)", n)
+	}
+	stale()
+	if _, err := m.Measure(ctx, "u", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n != sweepAt+2 {
+		t.Fatalf("a second walk within the TTL: %d entries, want %d (no second sweep)", n, sweepAt+2)
+	}
+	m.mu.Lock()
+	m.swept = time.Now().Add(-time.Hour)
+	m.mu.Unlock()
+	if _, err := m.Measure(ctx, "u", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n != 3 {
+		t.Fatalf("a walk a TTL after the last sweep: %d entries, want 3", n)
+	}
+}

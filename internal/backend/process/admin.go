@@ -227,7 +227,12 @@ func (p *Process) OpenMeter(ctx context.Context, info backend.Info) (backend.Met
 		if err != nil {
 			return nil, err
 		}
-		if st != nil && st.Incarnation == info.Incarnation && p.meters.take() {
+		if st != nil && st.Incarnation == info.Incarnation {
+			if !p.meters.take() {
+				// Its cgroup is named once: a sample reads neither the
+				// state file nor /proc before the cgroup files.
+				return cgroupOpener{p: p, rid: st.rid(), pid: pid, start: start}, nil
+			}
 			h, ok, err := p.cgroups.OpenUsage(st.rid())
 			if err != nil || !ok {
 				p.meters.give()
@@ -283,6 +288,37 @@ func (m *cgroupMeter) Close() {
 	m.h.Close()
 	m.budget.give()
 }
+
+// cgroupOpener is a meter past the budget: it opens its sandbox's cgroup
+// files for each sample. A cgroup removed with its incarnation fails the
+// read, which ends the sampling, as a held meter's.
+type cgroupOpener struct {
+	p     *Process
+	rid   string
+	pid   int
+	start string
+}
+
+func (m cgroupOpener) Sample(ctx context.Context) (backend.Stats, error) {
+	u, ok, err := m.p.cgroups.Usage(m.rid)
+	switch {
+	case err != nil:
+		return backend.Stats{}, err
+	case !ok:
+		return backend.Stats{}, errors.New("sandbox is not running: its cgroup is gone")
+	}
+	st := statsOf(u)
+	if !u.HasCPU {
+		cpu, _, _, err := treeUsage(m.pid, m.start)
+		if err != nil {
+			return backend.Stats{}, err
+		}
+		st.CPUSeconds = cpu
+	}
+	return st, nil
+}
+
+func (cgroupOpener) Close() {}
 
 type statsMeter struct {
 	p    *Process

@@ -39,7 +39,7 @@ func TestMeterBudget(t *testing.T) {
 	if _, ok := held.(*cgroupMeter); !ok {
 		t.Fatalf("first meter %T, want the held cgroup meter", held)
 	}
-	if _, ok := over.(statsMeter); !ok {
+	if _, ok := over.(cgroupOpener); !ok {
 		t.Fatalf("meter past the budget %T, want one that opens its files per sample", over)
 	}
 	for _, m := range []backend.Meter{held, over} {
@@ -49,7 +49,15 @@ func TestMeterBudget(t *testing.T) {
 		}
 	}
 	held.Close()
-	again, err := p.OpenMeter(ctx, infos[1])
+	// The opener names its cgroup once: a sandbox gone fails its next
+	// sample (which ends the sampling) rather than read another's.
+	if err := p.Destroy(ctx, infos[1]); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := over.Sample(ctx); err == nil {
+		t.Fatalf("sample of a destroyed sandbox by the meter past the budget: %+v, want an error", st)
+	}
+	again, err := p.OpenMeter(ctx, infos[0])
 	if err != nil {
 		t.Fatal(err)
 	}
