@@ -27,12 +27,18 @@ type meterBackend struct {
 	opened int
 	closed int
 	secret string // of the last meter opened
+	// opensFiles: its meters open their files per sample (past a budget).
+	opensFiles bool
+	samples    map[string]int // by incarnation
 }
 
 type testMeter struct {
 	b           *meterBackend
 	incarnation string
+	opensFiles  bool
 }
+
+func (t *testMeter) OpensFiles() bool { return t.opensFiles }
 
 func (m *meterBackend) OpenMeter(_ context.Context, info backend.Info) (backend.Meter, error) {
 	m.mu.Lock()
@@ -42,7 +48,7 @@ func (m *meterBackend) OpenMeter(_ context.Context, info backend.Info) (backend.
 	}
 	m.opened++
 	m.secret = info.Secret
-	return &testMeter{b: m, incarnation: info.Incarnation}, nil
+	return &testMeter{b: m, incarnation: info.Incarnation, opensFiles: m.opensFiles}, nil
 }
 
 func (t *testMeter) Sample(context.Context) (backend.Stats, error) {
@@ -50,6 +56,9 @@ func (t *testMeter) Sample(context.Context) (backend.Stats, error) {
 	defer t.b.mu.Unlock()
 	if t.b.ended[t.incarnation] {
 		return backend.Stats{}, errors.New("cgroup gone")
+	}
+	if t.b.samples != nil {
+		t.b.samples[t.incarnation]++
 	}
 	return backend.Stats{CPUSeconds: t.b.cpu[t.incarnation], MemoryBytes: 200 << 20, PIDs: 2,
 		OOMKills: t.b.ooms[t.incarnation], At: t.b.clock.Now()}, nil
@@ -250,5 +259,70 @@ func TestMetricsTopN(t *testing.T) {
 		if err := c.Validate(); (err == nil) != tc.valid {
 			t.Errorf("metrics_top_n %d: Validate %v; want valid %v", tc.n, err, tc.valid)
 		}
+	}
+}
+
+// A meter that opens its files per sample (past the process backend's
+// budget of held files) samples every metricsSlowEvery passes, its
+// sandboxes spread over the passes, and says so in its interval; a held
+// meter samples every pass.
+func TestSamplerPacesMetersThatOpenFiles(t *testing.T) {
+	t.Parallel()
+	for _, opens := range []bool{false, true} {
+		t.Run(fmt.Sprint("opens files ", opens), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clock := newFakeClock()
+			be := &meterBackend{fakeBackend: newFakeBackend(t), clock: clock, cpu: map[string]float64{}, ended: map[string]bool{},
+				opensFiles: opens, samples: map[string]int{}}
+			c := newCache()
+			s := newSampler(samplerParams{interval: time.Second, backendName: "fake", backend: be, cache: c, clock: clock,
+				log: slog.New(slog.DiscardHandler)})
+			const n = 2 * metricsSlowEvery
+			for i := range n {
+				c.put(&Route{SandboxID: fmt.Sprint("sb-", i), User: "u", Thread: fmt.Sprint("t", i), Incarnation: fmt.Sprint("i", i)},
+					clock.Now().Add(time.Hour))
+			}
+			const passes = 1 + 3*metricsSlowEvery
+			perPass := make([]int, 0, passes)
+			for range passes {
+				be.mu.Lock()
+				before := 0
+				for _, k := range be.samples {
+					before += k
+				}
+				be.mu.Unlock()
+				if err := s.Pass(ctx); err != nil {
+					t.Fatal(err)
+				}
+				clock.Advance(time.Second)
+				be.mu.Lock()
+				after := 0
+				for _, k := range be.samples {
+					after += k
+				}
+				be.mu.Unlock()
+				perPass = append(perPass, after-before)
+			}
+			// The first pass opens every meter and samples each once.
+			want, every := n, time.Second
+			if opens {
+				want, every = n/metricsSlowEvery, metricsSlowEvery*time.Second
+			}
+			for i, got := range perPass[1:] {
+				if got != want {
+					t.Fatalf("pass %d sampled %d sandboxes, want %d (passes: %v)", i+2, got, want, perPass)
+				}
+			}
+			for inc, k := range be.samples {
+				if wantK := 1 + (passes-1)*want/n; k != wantK {
+					t.Errorf("%s sampled %d times in %d passes, want %d", inc, k, passes, wantK)
+				}
+			}
+			m := metricsOf(t, s, backend.Info{SandboxID: "sb-0", User: "u", Thread: "t0", Incarnation: "i0"})
+			if m.IntervalSeconds != every.Seconds() {
+				t.Errorf("interval_seconds %v, want %v", m.IntervalSeconds, every.Seconds())
+			}
+		})
 	}
 }

@@ -320,6 +320,9 @@ func (m cgroupOpener) Sample(ctx context.Context) (backend.Stats, error) {
 
 func (cgroupOpener) Close() {}
 
+// OpensFiles: the sampler samples it less often (pool's filesOpener).
+func (cgroupOpener) OpensFiles() bool { return true }
+
 type statsMeter struct {
 	p    *Process
 	info backend.Info
@@ -327,3 +330,4 @@ type statsMeter struct {
 
 func (m statsMeter) Sample(ctx context.Context) (backend.Stats, error) { return m.p.Stats(ctx, m.info) }
 func (statsMeter) Close()                                              {}
+func (statsMeter) OpensFiles() bool                                    { return true }
