@@ -218,7 +218,15 @@ func densityHeadroom(r densityRun, last densityStep) string {
 		return fmt.Sprintf("pids: %d threads on the host, %d more sandboxes at %.1f threads each would pass %.0f %% of kernel.pid_max/threads-max (%d)",
 			hostTasks(), step, thr, 100*densityPidShare, r.pidMax)
 	}
-	if fd := perSandbox(float64(last.gatewayFDs), float64(r.base.gatewayFDs)); n > 0 && float64(last.gatewayFDs)+fd*float64(step) > 0.95*float64(r.fdLimit) {
+	// Descriptors by the last step's own cost once there is one: the
+	// held meters' files stop at their budget, which the average spreads
+	// over the first sandboxes only.
+	fd := perSandbox(float64(last.gatewayFDs), float64(r.base.gatewayFDs))
+	if k := len(r.steps); k >= 2 {
+		before := r.steps[k-2]
+		fd = float64(last.gatewayFDs-before.gatewayFDs) / float64(max(last.n-before.n, 1))
+	}
+	if n > 0 && float64(last.gatewayFDs)+fd*float64(step) > 0.95*float64(r.fdLimit) {
 		return fmt.Sprintf("gateway file descriptors: %d open, %.2f per sandbox, limit %d (RLIMIT_NOFILE)", last.gatewayFDs, fd, r.fdLimit)
 	}
 	if n+step > r.nsMax*9/10 {
