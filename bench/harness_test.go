@@ -43,6 +43,12 @@ func withFloor(r Result, us float64) Result {
 	return r
 }
 
+// withSandgateFloor adds the floor on the gateway's own server.
+func withSandgateFloor(r Result, us float64) Result {
+	r.Figures[proxyKey(goalConns, sandgateFloorTarget, "cpu_us")] = us
+	return r
+}
+
 // scaleFigures is a scale result with the given 3-node command spread and
 // modelled 3-node/1-node ratio.
 func scaleFigures(spread, ratio float64) Result {
@@ -85,6 +91,10 @@ func TestGoalVerdicts(t *testing.T) {
 		{"cpu per request at the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 85)}, 8, "met at the floor (+6 % of it; nginx's 1.80× below)"},
 		{"cpu per request above the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 70)}, 8, "missed by 20.0 µs over the floor (1.80× nginx's)"},
 		{"cpu per request below the floor", []Result{withFloor(proxyFigures(1, 1, 1, 1), 180)}, 8, "missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor"},
+		{"cpu per request at the floor on the gateway's server", []Result{withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84)}, 8,
+			"met at the floor of ReverseProxy on the gateway's server (+7 % of it; nginx's 1.80× below)"},
+		{"cpu per request over the floor on the gateway's server", []Result{withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80)}, 8,
+			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; 10.0 µs over the floor on the gateway's server"},
 		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
 		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 10, "missed by 10%"},
 		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},

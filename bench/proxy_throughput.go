@@ -201,10 +201,11 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"Same sandbox, same request paths: direct `http://S/v1/...`, nginx and gateway `http://P/threads/bench/v1/...`. " +
 				"The gateway is `gateway --redis-url (a real redis-server) --max-sandboxes 0 --log-level warn` (process backend, " +
 				"built with CGO_ENABLED=0) with the thread provisioned beforehand by `PUT /threads/bench/sandbox`, i.e. a cached " +
-				"thread; the direct URL is the sandbox's own, found with the process backend's Discover. On the small GET a fourth " +
-				"target takes its turn in the rotation: the floor, bench/floorproxy (Go's net/http server and httputil.ReverseProxy " +
-				"with nothing else, built the same way, 256 kept-alive upstream connections); its req/s and CPU are in the figures " +
-				"and the Goals table, not in this table.",
+				"thread; the direct URL is the sandbox's own, found with the process backend's Discover. On the small GET two more " +
+				"targets take their turns in the rotation, the floors, bench/floorproxy: httputil.ReverseProxy with nothing else " +
+				"(no echo, router, authentication, accounting or tracing), built the same way, on Go's net/http server and " +
+				"transport (256 kept-alive upstream connections), and with -server sandgate on the gateway's own HTTP/1.1 server " +
+				"and sandbox transport; their req/s and CPU are in the figures and the Goals table, not in this table.",
 			"nginx: 2 worker processes, upstream `keepalive 256`, `proxy_http_version 1.1`, `proxy_set_header Connection \"\"`, " +
 				"`keepalive_requests 1000000` on both sides (Go's server has no per-connection request limit), no access log, " +
 				"`proxy_buffering off` on the SSE location and, with `proxy_buffer_size 64k`, on the rest too: the gateway streams " +
@@ -290,11 +291,16 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	}
 	cleanup.push(func(context.Context) { ngx.stop(syscall.SIGTERM, 5*time.Second) })
 
-	floor, floorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread)
+	floor, floorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread, "net/http")
 	if err != nil {
 		return nil, "", err
 	}
 	cleanup.push(func(context.Context) { floor.stop(syscall.SIGTERM, 5*time.Second) })
+	sgFloor, sgFloorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread, "sandgate")
+	if err != nil {
+		return nil, "", err
+	}
+	cleanup.push(func(context.Context) { sgFloor.stop(syscall.SIGTERM, 5*time.Second) })
 
 	if err := writeBigFile(ctx, info.URL, info.Secret); err != nil {
 		return nil, "", err
@@ -304,16 +310,21 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 		{name: "nginx", base: "http://" + nginxAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) }},
 		{name: "gateway", base: gwBase, cpu: func() (time.Duration, error) { return processCPU(gw.pid()) }},
 		{name: floorTarget, base: "http://" + floorAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return processCPU(floor.pid()) }},
+		{name: sandgateFloorTarget, base: "http://" + sgFloorAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return processCPU(sgFloor.pid()) }},
 	}, info.Secret, nil
 }
 
-// floorTarget names the floor proxy's figures (bench/floorproxy).
-const floorTarget = "floor"
+// floorTarget names the floor proxy's figures (bench/floorproxy), and
+// sandgateFloorTarget its -server sandgate's.
+const (
+	floorTarget         = "floor"
+	sandgateFloorTarget = "floor-sandgate"
+)
 
-// startFloorProxy builds and starts bench/floorproxy (net/http and
-// httputil.ReverseProxy alone, built as the gateway is: CGO_ENABLED=0,
-// -trimpath) in front of the sandbox at upstream.
-func startFloorProxy(ctx context.Context, tmp, upstream, prefix string) (*service, string, error) {
+// startFloorProxy builds and starts bench/floorproxy (httputil.ReverseProxy
+// alone on server's HTTP server and transport, built as the gateway is:
+// CGO_ENABLED=0, -trimpath) in front of the sandbox at upstream.
+func startFloorProxy(ctx context.Context, tmp, upstream, prefix, server string) (*service, string, error) {
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return nil, "", err
@@ -328,7 +339,8 @@ func startFloorProxy(ctx context.Context, tmp, upstream, prefix string) (*servic
 	if err != nil {
 		return nil, "", err
 	}
-	s, err := startServiceEnv("floorproxy", filepath.Join(tmp, "floorproxy.log"), nil, bin, "-listen", addr, "-upstream", upstream, "-prefix", prefix)
+	name := "floorproxy-" + strings.ReplaceAll(server, "/", "")
+	s, err := startServiceEnv(name, filepath.Join(tmp, name+".log"), nil, bin, "-listen", addr, "-upstream", upstream, "-prefix", prefix, "-server", server)
 	if err != nil {
 		return nil, "", err
 	}
