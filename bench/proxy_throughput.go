@@ -204,8 +204,8 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 				"thread; the direct URL is the sandbox's own, found with the process backend's Discover. On the small GET two more " +
 				"targets take their turns in the rotation, the floors, bench/floorproxy: httputil.ReverseProxy with nothing else " +
 				"(no echo, router, authentication, accounting or tracing), built the same way, on Go's net/http server and " +
-				"transport (256 kept-alive upstream connections), and with -server sandgate on the gateway's own HTTP/1.1 server " +
-				"and sandbox transport; their req/s and CPU are in the figures and the Goals table, not in this table.",
+				"transport (256 kept-alive upstream connections), and with -server sandgate configured as the gateway's (pooled " +
+				"128 KiB copy buffers, GOGC 400) on the gateway's own HTTP/1.1 server and sandbox transport; their req/s and CPU are in the figures and the Goals table, not in this table.",
 			"nginx: 2 worker processes, upstream `keepalive 256`, `proxy_http_version 1.1`, `proxy_set_header Connection \"\"`, " +
 				"`keepalive_requests 1000000` on both sides (Go's server has no per-connection request limit), no access log, " +
 				"`proxy_buffering off` on the SSE location and, with `proxy_buffer_size 64k`, on the rest too: the gateway streams " +

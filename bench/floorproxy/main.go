@@ -2,8 +2,9 @@
 // server and httputil.ReverseProxy with nothing else (no router, no
 // authentication, no accounting, no tracing), forwarding a path prefix to
 // one sandbox over a pool of kept-alive connections, as nginx does in the
-// same suite. With -server sandgate it is the same ReverseProxy on the
-// gateway's own HTTP/1.1 server and sandbox transport (internal/serve,
+// same suite. With -server sandgate it is ReverseProxy configured as the
+// gateway's (its pooled copy buffers, its starting GOGC) on the gateway's
+// own HTTP/1.1 server and sandbox transport (internal/serve,
 // internal/proxy's Transport): the floor of ReverseProxy as the gateway
 // runs it. What the gateway spends per request beyond that is Sandgate's
 // own (and echo's); what it spends below nginx is Go's and ReverseProxy's.
@@ -17,6 +18,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -54,7 +56,10 @@ func run(listen, upstream, prefix, server string) error {
 		srv := &http.Server{Addr: listen, Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
 		return srv.ListenAndServe()
 	case "sandgate":
-		proxy.Transport = sgproxy.NewTransport(sgproxy.TransportConfig{})
+		// ReverseProxy as the gateway configures it: its copy buffers
+		// pooled, and the GOGC its GC tuner starts at.
+		proxy.Transport, proxy.BufferPool = sgproxy.NewTransport(sgproxy.TransportConfig{}), sgproxy.BufferPool{}
+		debug.SetGCPercent(400)
 		ln, err := net.Listen("tcp", listen)
 		if err != nil {
 			return err

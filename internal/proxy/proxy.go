@@ -148,7 +148,7 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 		// known length goes out in as few writes as the buffer allows instead
 		// of one flush (one syscall) per copy.
 		FlushInterval: 0,
-		BufferPool:    bufferPool{},
+		BufferPool:    BufferPool{},
 		ErrorHandler:  p.handleError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ModifyResponse: func(resp *http.Response) error {
@@ -233,14 +233,14 @@ func stateOf(ctx context.Context) *state {
 	return st
 }
 
-// bufferPool recycles the copy buffers of response bodies. A read takes
+// BufferPool recycles the copy buffers of response bodies. A read takes
 // what the sandbox's socket holds, up to the buffer, and each read is one
 // write to the client: 128 KiB moves a 1 MiB download in ~12 reads and ~10
 // writes where 32 KiB took ~37 and ~35 (strace, bench proxy-throughput). A
 // buffer is held only while a response streams; a long SSE stream holds one.
-type bufferPool struct{}
+type BufferPool struct{}
 
 var buffers = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
 
-func (bufferPool) Get() []byte  { return *(buffers.Get().(*[]byte)) }
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+func (BufferPool) Get() []byte  { return *(buffers.Get().(*[]byte)) }
+func (BufferPool) Put(b []byte) { buffers.Put(&b) }
