@@ -20,9 +20,10 @@ const meterShare = 8
 // sandboxes this replica serves), so a few thousand active sandboxes
 // would take the gateway past its file limit, and its connections then
 // fail (measured: 7.8 descriptors per sandbox at 1,000, bench -suite
-// density). Past the budget a meter opens its files for each sample,
-// which costs about four times the CPU (bench -suite sampler) but no
-// descriptor between samples.
+// density). Past the budget a meter opens its files for each sample
+// (cgroupOpener), which costs several times the CPU (bench -suite sampler)
+// but no descriptor between samples; the sampler takes such a sample every
+// fifth interval (it says OpensFiles).
 type meterBudget struct {
 	held atomic.Int64
 	max  int64 // 0: none held
