@@ -347,7 +347,12 @@ func (n *KubeNode) MemoryCgroup(t testing.TB, uid string) (peak int64, oomContro
 	for _, pid := range n.Pids(t, uid) {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 		for line := range strings.Lines(string(b)) {
-			if _, path, ok := strings.Cut(strings.TrimSpace(line), ":memory:"); ok {
+			// Only a memory cgroup of the Pod's own: a process caught
+			// joining the container's cgroups one hierarchy at a time
+			// (runc exec, a probe) is in the Pod's pids cgroup and still
+			// in the root memory cgroup, whose peak is the whole host's
+			// (CI read 19.7 GB against a 64 MiB limit).
+			if _, path, ok := strings.Cut(strings.TrimSpace(line), ":memory:"); ok && strings.Contains(path, "/pod"+uid+"/") {
 				cgroup = "/sys/fs/cgroup/memory" + path
 			}
 		}
