@@ -205,9 +205,8 @@ func densityHeadroom(r densityRun, last densityStep) string {
 	// "available" left (load average 9,000; the kernel's page cache is
 	// not all free when thousands of processes want it).
 	mem := perSandbox(float64(last.hostUsed), float64(r.base.hostUsed))
-	if k := len(r.steps); k >= 2 {
-		before := r.steps[k-2]
-		mem = max(mem, float64(last.hostUsed-before.hostUsed)/float64(max(last.n-before.n, 1)))
+	if m, ok := lastStepCost(r, func(s densityStep) int64 { return s.hostUsed }); ok {
+		mem = max(mem, m)
 	}
 	mem *= densityMemMargin
 	if n > 0 && float64(avail)-mem*float64(step) < densityMemReserve {
@@ -222,9 +221,8 @@ func densityHeadroom(r densityRun, last densityStep) string {
 	// held meters' files stop at their budget, which the average spreads
 	// over the first sandboxes only.
 	fd := perSandbox(float64(last.gatewayFDs), float64(r.base.gatewayFDs))
-	if k := len(r.steps); k >= 2 {
-		before := r.steps[k-2]
-		fd = float64(last.gatewayFDs-before.gatewayFDs) / float64(max(last.n-before.n, 1))
+	if f, ok := lastStepCost(r, func(s densityStep) int64 { return int64(s.gatewayFDs) }); ok {
+		fd = f
 	}
 	if n > 0 && float64(last.gatewayFDs)+fd*float64(step) > 0.95*float64(r.fdLimit) {
 		return fmt.Sprintf("gateway file descriptors: %d open, %.2f per sandbox, limit %d (RLIMIT_NOFILE)", last.gatewayFDs, fd, r.fdLimit)
@@ -233,6 +231,17 @@ func densityHeadroom(r densityRun, last densityStep) string {
 		return fmt.Sprintf("namespaces: %d sandboxes would pass 90 %% of /proc/sys/user/max_*_namespaces (%d, one of each per sandbox)", n+step, r.nsMax)
 	}
 	return ""
+}
+
+// lastStepCost is what the last step added of v per sandbox it added;
+// false before there are two steps.
+func lastStepCost(r densityRun, v func(densityStep) int64) (float64, bool) {
+	k := len(r.steps)
+	if k < 2 {
+		return 0, false
+	}
+	last, before := r.steps[k-1], r.steps[k-2]
+	return float64(v(last)-v(before)) / float64(max(last.n-before.n, 1)), true
 }
 
 // densityFailure names the limit behind a failed create or sweep from the
@@ -326,17 +335,14 @@ func densityMeasure(ctx context.Context, gwPid int, base string, rdb *redis.Clie
 	m := readMeminfo()
 	s.hostUsed, s.tasks, s.kernel = m["MemTotal"]-m["MemAvailable"], hostTasks(), readKernelMem(m)
 	if len(threads) > 0 {
-		order := slices.Clone(threads)
-		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		keep := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: densitySweepers}, Timeout: time.Minute}
-		lat, err := sweep(ctx, keep, base, order)
+		keep := keptAliveClient()
+		lat, err := sweep(ctx, keep, base, threads)
 		keep.CloseIdleConnections()
 		if err != nil {
 			return s, fmt.Errorf("kept-alive sweep: %w", err)
 		}
 		s.keep = summarize(lat)
-		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		if lat, err = sweep(ctx, newConnClient, base, order); err != nil {
+		if lat, err = sweep(ctx, newConnClient, base, threads); err != nil {
 			return s, fmt.Errorf("new-connection sweep: %w", err)
 		}
 		s.fresh = summarize(lat)
@@ -355,9 +361,11 @@ func densityMeasure(ctx context.Context, gwPid int, base string, rdb *redis.Clie
 	return s, nil
 }
 
-// sweep sends one GET /threads/{t}/v1/sandbox to each thread in order,
-// densitySweepers at a time, and returns each request's latency.
-func sweep(ctx context.Context, client *http.Client, base string, order []string) ([]time.Duration, error) {
+// sweep sends one GET /threads/{t}/v1/sandbox to each thread, in a random
+// order, densitySweepers at a time, and returns each request's latency.
+func sweep(ctx context.Context, client *http.Client, base string, threads []string) ([]time.Duration, error) {
+	order := slices.Clone(threads)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	lat := make([]time.Duration, len(order))
 	err := eachThread(ctx, densitySweepers, order, func(ctx context.Context, i int) error {
 		t0 := time.Now()
@@ -374,6 +382,11 @@ func sweep(ctx context.Context, client *http.Client, base string, order []string
 	return lat, ctx.Err()
 }
 
+// keptAliveClient keeps a connection per sweeper.
+func keptAliveClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: densitySweepers}, Timeout: time.Minute}
+}
+
 // densityHold sweeps threads over and over for opts.DensityHold, with the
 // figures of each sweep on stderr.
 func densityHold(ctx context.Context, base string, threads []string) error {
@@ -381,13 +394,11 @@ func densityHold(ctx context.Context, base string, threads []string) error {
 		return nil
 	}
 	fmt.Fprintf(os.Stderr, "bench: density: holding %d sandboxes for %s (pid %d's children)\n", len(threads), opts.DensityHold, os.Getpid())
-	keep := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: densitySweepers}, Timeout: time.Minute}
+	keep := keptAliveClient()
 	defer keep.CloseIdleConnections()
 	for end := time.Now().Add(opts.DensityHold); time.Now().Before(end); {
-		order := slices.Clone(threads)
-		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		t0 := time.Now()
-		lat, err := sweep(ctx, keep, base, order)
+		lat, err := sweep(ctx, keep, base, threads)
 		if err != nil {
 			return fmt.Errorf("held sweep: %w", err)
 		}

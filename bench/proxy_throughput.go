@@ -330,10 +330,12 @@ func startFloorProxy(ctx context.Context, tmp, upstream, prefix, server string) 
 		return nil, "", err
 	}
 	bin := filepath.Join(tmp, "floorproxy")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./bench/floorproxy")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, "", fmt.Errorf("build floorproxy: %w\n%s", err, out)
+	if _, err := os.Stat(bin); err != nil { // one build for both floors
+		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./bench/floorproxy")
+		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, "", fmt.Errorf("build floorproxy: %w\n%s", err, out)
+		}
 	}
 	addr, err := freeAddr()
 	if err != nil {

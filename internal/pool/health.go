@@ -94,8 +94,9 @@ func (h *Health) Pass(ctx context.Context) (int, error) {
 	g.SetLimit(healthConcurrency)
 	began, pace := time.Now(), time.NewTimer(0)
 	defer pace.Stop()
+	apart := h.p.interval * healthSpread / 10 / time.Duration(max(len(routes), 1))
 	for i, r := range routes {
-		if wait := time.Until(began.Add(h.p.interval * healthSpread / 10 * time.Duration(i) / time.Duration(len(routes)))); wait > 0 {
+		if wait := time.Until(began.Add(apart * time.Duration(i))); wait > 0 {
 			pace.Reset(wait)
 			select {
 			case <-ctx.Done():

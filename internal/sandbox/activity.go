@@ -32,13 +32,7 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.groups.mu.Unlock()
 	// Unreadable /proc: every command counts as busy (it cannot tell).
-	// No command, no scan: the health check asks every idle sandbox
-	// every interval, and a walk of /proc was most of its answer's cost.
-	var stats map[int]groupStat
-	var err error
-	if len(want) > 0 {
-		stats, err = scanGroups(procRoot, want)
-	}
+	stats, err := scanGroups(procRoot, want)
 	now := time.Now()
 	a := sandboxspec.Activity{Requests: s.inflight.Load()}
 	for _, c := range cmds {

@@ -86,6 +86,10 @@ func TestScanGroupsFake(t *testing.T) {
 	if _, err := scanGroups(t.TempDir(), map[int]bool{1: true}); err == nil {
 		t.Fatal("an empty dir is no procfs")
 	}
+	// No group wanted: nothing read (not even the dir that is no procfs).
+	if got, err := scanGroups(t.TempDir(), nil); got != nil || err != nil {
+		t.Fatalf("no group wanted: %v, %v; want nothing read", got, err)
+	}
 }
 
 // TestScanGroupsRealStopped: a real shell that stopped itself shows as a

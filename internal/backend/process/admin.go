@@ -115,46 +115,68 @@ func (r *follower) Close() error { return r.f.Close() }
 // hierarchy) and its resident memory where there is no cgroup at all
 // (isolation none).
 func (p *Process) Stats(ctx context.Context, info backend.Info) (backend.Stats, error) {
-	pid, start, err := parseIncarnation(info.Incarnation)
+	pid, start, err := liveIncarnation(ctx, info)
 	if err != nil {
 		return backend.Stats{}, err
 	}
-	if ok, err := live(ctx, pid, start); err != nil || !ok {
-		return backend.Stats{}, errors.Join(err, fmt.Errorf("sandbox %s is not running", info.SandboxID))
-	}
-	st := backend.Stats{At: time.Now().UTC()}
-	u, inCgroup, err := p.cgroupUsage(info)
+	rid, ok, err := p.cgroupName(info)
 	if err != nil {
 		return backend.Stats{}, err
 	}
-	if inCgroup {
-		st = statsOf(u)
-		if u.HasCPU {
-			return st, nil
+	if ok {
+		if st, inCgroup, err := p.cgroupStats(rid, pid, start); err != nil || inCgroup {
+			return st, err
 		}
 	}
 	cpu, rss, pids, err := treeUsage(pid, start)
 	if err != nil {
 		return backend.Stats{}, err
 	}
-	st.CPUSeconds = cpu
-	if !inCgroup {
-		st.MemoryBytes, st.PIDs = rss, pids
-	}
-	return st, nil
+	return backend.Stats{At: time.Now().UTC(), CPUSeconds: cpu, MemoryBytes: rss, PIDs: pids}, nil
 }
 
-// cgroupUsage reads the cgroups of info's incarnation; ok is false when it
-// has none.
-func (p *Process) cgroupUsage(info backend.Info) (jail.Usage, bool, error) {
+// liveIncarnation is the leader of info's incarnation, an error unless it
+// runs.
+func liveIncarnation(ctx context.Context, info backend.Info) (pid int, start string, err error) {
+	if pid, start, err = parseIncarnation(info.Incarnation); err != nil {
+		return 0, "", err
+	}
+	if ok, err := live(ctx, pid, start); err != nil || !ok {
+		return 0, "", errors.Join(err, fmt.Errorf("sandbox %s is not running", info.SandboxID))
+	}
+	return pid, start, nil
+}
+
+// cgroupName is the name of the cgroups of info's incarnation; ok is false
+// when it has none (no cgroups, or its state is another incarnation's).
+func (p *Process) cgroupName(info backend.Info) (rid string, ok bool, err error) {
 	if p.cgroups == nil {
-		return jail.Usage{}, false, nil
+		return "", false, nil
 	}
 	st, err := p.readState(info.SandboxID)
 	if err != nil || st == nil || st.Incarnation != info.Incarnation {
-		return jail.Usage{}, false, err
+		return "", false, err
 	}
-	return p.cgroups.Usage(st.rid())
+	return st.rid(), true, nil
+}
+
+// cgroupStats reads the cgroups named rid, and the CPU time of the process
+// tree of pid where they have none; ok is false when there are no such
+// cgroups.
+func (p *Process) cgroupStats(rid string, pid int, start string) (st backend.Stats, ok bool, err error) {
+	u, ok, err := p.cgroups.Usage(rid)
+	if err != nil || !ok {
+		return backend.Stats{}, ok, err
+	}
+	st = statsOf(u)
+	if !u.HasCPU {
+		cpu, _, _, err := treeUsage(pid, start)
+		if err != nil {
+			return backend.Stats{}, true, err
+		}
+		st.CPUSeconds = cpu
+	}
+	return st, true, nil
 }
 
 func statsOf(u jail.Usage) backend.Stats {
@@ -215,34 +237,29 @@ func (p *Process) RemoveLeftover(ctx context.Context, l backend.Leftover) error 
 // CPU times of the processes its cgroup.procs lists; with none a sample
 // is Stats (a process-tree walk).
 func (p *Process) OpenMeter(ctx context.Context, info backend.Info) (backend.Meter, error) {
-	pid, start, err := parseIncarnation(info.Incarnation)
+	pid, start, err := liveIncarnation(ctx, info)
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := live(ctx, pid, start); err != nil || !ok {
-		return nil, errors.Join(err, fmt.Errorf("sandbox %s is not running", info.SandboxID))
+	rid, named, err := p.cgroupName(info)
+	if err != nil {
+		return nil, err
 	}
-	if p.cgroups != nil {
-		st, err := p.readState(info.SandboxID)
+	if named {
+		if !p.meters.take() {
+			// Its cgroup is named once: a sample reads neither the
+			// state file nor /proc before the cgroup files.
+			return cgroupOpener{p: p, rid: rid, pid: pid, start: start}, nil
+		}
+		h, ok, err := p.cgroups.OpenUsage(rid)
+		if err != nil || !ok {
+			p.meters.give()
+		}
 		if err != nil {
 			return nil, err
 		}
-		if st != nil && st.Incarnation == info.Incarnation {
-			if !p.meters.take() {
-				// Its cgroup is named once: a sample reads neither the
-				// state file nor /proc before the cgroup files.
-				return cgroupOpener{p: p, rid: st.rid(), pid: pid, start: start}, nil
-			}
-			h, ok, err := p.cgroups.OpenUsage(st.rid())
-			if err != nil || !ok {
-				p.meters.give()
-			}
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				return &cgroupMeter{h: h, pid: pid, start: start, budget: &p.meters}, nil
-			}
+		if ok {
+			return &cgroupMeter{h: h, pid: pid, start: start, budget: &p.meters}, nil
 		}
 	}
 	return statsMeter{p: p, info: info}, nil
@@ -299,23 +316,12 @@ type cgroupOpener struct {
 	start string
 }
 
-func (m cgroupOpener) Sample(ctx context.Context) (backend.Stats, error) {
-	u, ok, err := m.p.cgroups.Usage(m.rid)
-	switch {
-	case err != nil:
-		return backend.Stats{}, err
-	case !ok:
-		return backend.Stats{}, errors.New("sandbox is not running: its cgroup is gone")
+func (m cgroupOpener) Sample(context.Context) (backend.Stats, error) {
+	st, ok, err := m.p.cgroupStats(m.rid, m.pid, m.start)
+	if err == nil && !ok {
+		err = errors.New("sandbox is not running: its cgroup is gone")
 	}
-	st := statsOf(u)
-	if !u.HasCPU {
-		cpu, _, _, err := treeUsage(m.pid, m.start)
-		if err != nil {
-			return backend.Stats{}, err
-		}
-		st.CPUSeconds = cpu
-	}
-	return st, nil
+	return st, err
 }
 
 func (cgroupOpener) Close() {}
