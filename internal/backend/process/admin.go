@@ -247,8 +247,7 @@ func (p *Process) OpenMeter(ctx context.Context, info backend.Info) (backend.Met
 	}
 	if named {
 		if !p.meters.take() {
-			// Its cgroup is named once: a sample reads neither the
-			// state file nor /proc before the cgroup files.
+			// Its cgroup is named once: a sample reads no state file.
 			return cgroupOpener{p: p, rid: rid, pid: pid, start: start}, nil
 		}
 		h, ok, err := p.cgroups.OpenUsage(rid)
@@ -307,8 +306,11 @@ func (m *cgroupMeter) Close() {
 }
 
 // cgroupOpener is a meter past the budget: it opens its sandbox's cgroup
-// files for each sample. A cgroup removed with its incarnation fails the
-// read, which ends the sampling, as a held meter's.
+// files for each sample. Its incarnation's leader must still run after the
+// read: a cold-created sandbox's cgroup is named after its sandbox id, so
+// the thread's next incarnation has one of the same name, which must not
+// be read as this one's. A failed sample ends the sampling, as a held
+// meter's read of a removed cgroup does.
 type cgroupOpener struct {
 	p     *Process
 	rid   string
@@ -316,12 +318,15 @@ type cgroupOpener struct {
 	start string
 }
 
-func (m cgroupOpener) Sample(context.Context) (backend.Stats, error) {
+func (m cgroupOpener) Sample(ctx context.Context) (backend.Stats, error) {
 	st, ok, err := m.p.cgroupStats(m.rid, m.pid, m.start)
-	if err == nil && !ok {
-		err = errors.New("sandbox is not running: its cgroup is gone")
+	if err != nil {
+		return backend.Stats{}, err
 	}
-	return st, err
+	if alive, err := live(ctx, m.pid, m.start); err != nil || !ok || !alive {
+		return backend.Stats{}, errors.Join(err, errors.New("sandbox is not running"))
+	}
+	return st, nil
 }
 
 func (cgroupOpener) Close() {}

@@ -57,6 +57,15 @@ func TestMeterBudget(t *testing.T) {
 	if st, err := over.Sample(ctx); err == nil {
 		t.Fatalf("sample of a destroyed sandbox by the meter past the budget: %+v, want an error", st)
 	}
+	// The thread's next sandbox: a cgroup of the same name, not the
+	// destroyed incarnation's to read.
+	next := backendtest.MustCreate(t, p, backendtest.Spec(t, backend.MountConfig{DataDir: t.TempDir()}, "mia", "budget-1"))
+	if next.SandboxID != infos[1].SandboxID || next.Incarnation == infos[1].Incarnation {
+		t.Fatalf("recreated %s %s, want a new incarnation of %s", next.SandboxID, next.Incarnation, infos[1].SandboxID)
+	}
+	if st, err := over.Sample(ctx); err == nil {
+		t.Fatalf("the destroyed incarnation's meter read its thread's next sandbox: %+v", st)
+	}
 	again, err := p.OpenMeter(ctx, infos[0])
 	if err != nil {
 		t.Fatal(err)
