@@ -31,27 +31,36 @@ const (
 	headerReferrerPolicy = "Referrer-Policy"
 )
 
-// secureResponse applies the above to a sandbox's response headers; csp
-// is the policy of documents (nil: cspSandbox; empty: none).
-func (p *Proxy) secureResponse(h http.Header, csp []string) {
-	delete(h, sandboxspec.SecretHeader) // between the gateway and the sandbox only
+// secureResponse applies the above to a sandbox's response: what the
+// sandbox may not send is deleted from its headers (src), and the gateway's
+// own go straight into the client's (dst), which ReverseProxy then adds
+// src's to (a shared value set in src would be copied, one allocation per
+// header per response). It runs after any 1xx response, whose headers
+// ReverseProxy clears from dst. csp is the policy of documents (nil:
+// cspSandbox; empty: none).
+func (p *Proxy) secureResponse(dst, src http.Header, csp []string) {
+	delete(src, sandboxspec.SecretHeader) // between the gateway and the sandbox only
 	if !p.cfg.ForwardCookies {
-		delete(h, "Set-Cookie")
+		delete(src, "Set-Cookie")
 	}
-	h[headerNosniff] = nosniff
-	h[headerReferrerPolicy] = noReferrer
+	delete(src, headerNosniff)
+	delete(src, headerReferrerPolicy)
+	dst[headerNosniff] = nosniff
+	dst[headerReferrerPolicy] = noReferrer
 	if csp == nil {
 		csp = cspSandbox
 	}
-	if len(csp) == 0 || !document(h["Content-Type"]) {
+	if len(csp) == 0 || !document(src["Content-Type"]) {
 		return
 	}
 	// A policy of the sandbox's own stays: every policy a response carries
 	// is enforced, so adding one only narrows what the page may do.
-	if own := h[headerCSP]; len(own) > 0 {
-		h[headerCSP] = append(own[:len(own):len(own)], csp[0])
+	own := src[headerCSP]
+	delete(src, headerCSP)
+	if len(own) > 0 {
+		dst[headerCSP] = append(own[:len(own):len(own)], csp[0])
 	} else {
-		h[headerCSP] = csp
+		dst[headerCSP] = csp
 	}
 }
 

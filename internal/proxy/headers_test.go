@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -81,20 +82,65 @@ func TestSandboxResponsesOnTheGatewaysOrigin(t *testing.T) {
 	}
 }
 
+// TestSecureHeadersSurviveInformationalResponses: the gateway's headers
+// go into the client's response headers, which ReverseProxy clears after
+// relaying a 1xx (the standard transport, transport_impl: net/http, relays
+// them; Sandgate's skips them); a sandbox that sends 103 Early Hints first
+// (carrying its own X-Content-Type-Options) still gets a final response
+// with the gateway's headers, and only those.
+func TestSecureHeadersSurviveInformationalResponses(t *testing.T) {
+	t.Parallel()
+	for _, standard := range []bool{false, true} {
+		t.Run(fmt.Sprintf("standard=%v", standard), func(t *testing.T) {
+			t.Parallel()
+			secureHeadersAfter1xx(t, standard)
+		})
+	}
+}
+
+func secureHeadersAfter1xx(t *testing.T, standard bool) {
+	up := newUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Link", "</app.js>; rel=preload")
+		h.Set("X-Content-Type-Options", "sniff-me")
+		w.WriteHeader(http.StatusEarlyHints)
+		h.Set("Content-Type", "text/html")
+		h.Set("Referrer-Policy", "unsafe-url")
+		_, _ = w.Write([]byte("<script>alert(1)</script>"))
+	}))
+	p := New(Config{}, &fixedResolver{}, errWriter, nil)
+	tg := newTarget(t, up.URL)
+	tg.rt = NewTransport(TransportConfig{Standard: standard})
+	t.Cleanup(tg.rt.CloseIdleConnections)
+	gw := gatewayFor(t, p, func() Upstream { return tg })
+	resp, err := gw.Client().Get(gw.URL + "/v1/page")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for name, want := range map[string][]string{"X-Content-Type-Options": {"nosniff"},
+		"Referrer-Policy": {"no-referrer"}, "Content-Security-Policy": {"sandbox"}} {
+		if v := resp.Header.Values(name); !slices.Equal(v, want) {
+			t.Errorf("%s %q after a 103, want %q", name, v, want)
+		}
+	}
+}
+
 // BenchmarkSecureResponse: the response headers of a proxied page are
 // secured with no allocation. Each iteration first restores the sandbox's
 // headers in place (map writes of shared values, no allocation).
 func BenchmarkSecureResponse(b *testing.B) {
 	p := New(Config{}, nil, nil, nil)
 	html, cookie := []string{"text/html; charset=utf-8"}, []string{"a=1"}
-	h := http.Header{}
+	client, sandbox := http.Header{}, http.Header{}
 	b.ReportAllocs()
 	for b.Loop() {
-		h["Content-Type"], h["Set-Cookie"] = html, cookie
-		delete(h, headerCSP)
-		p.secureResponse(h, nil)
+		sandbox["Content-Type"], sandbox["Set-Cookie"] = html, cookie
+		delete(client, headerCSP)
+		p.secureResponse(client, sandbox, nil)
 	}
-	if h.Get("Content-Security-Policy") != "sandbox" || h.Get("Set-Cookie") != "" {
-		b.Fatalf("headers not secured: %v", h)
+	if client.Get("Content-Security-Policy") != "sandbox" || client.Get("X-Content-Type-Options") != "nosniff" ||
+		sandbox.Get("Set-Cookie") != "" {
+		b.Fatalf("headers not secured: client %v, sandbox %v", client, sandbox)
 	}
 }

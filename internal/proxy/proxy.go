@@ -152,11 +152,8 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 		ErrorHandler:  p.handleError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ModifyResponse: func(resp *http.Response) error {
-			var csp []string
-			if st := stateOf(resp.Request.Context()); st != nil {
-				csp = st.csp
-			}
-			p.secureResponse(resp.Header, csp)
+			st := stateOf(resp.Request.Context())
+			p.secureResponse(st.client, resp.Header, st.csp)
 			return checkResponse(resp)
 		},
 	}
@@ -165,15 +162,19 @@ func New(cfg Config, resolver Resolver, writeErr ErrorWriter, log *slog.Logger) 
 
 type stateKey struct{}
 
-// state is what one request carries through the ReverseProxy.
+// state is what one request carries through the ReverseProxy. It is the
+// request's context too (one allocation where context.WithValue was a
+// second): the outbound request's context derives from it.
 type state struct {
-	up      Upstream
-	path    string
-	rawPath string
-	port    string       // a port inside the sandbox (sandboxspec.PortPrefix); "" = the sandbox API
-	body    *guardedBody // the request body as sent upstream; nil without one
-	csp     []string     // documents' Content-Security-Policy (ServeCSP); nil = cspSandbox
-	caller  []string     // sandboxspec.CallerHeader's value (ServeCSP); nil = none
+	context.Context             // the inbound request's
+	client          http.Header // the response headers to the client
+	up              Upstream
+	path            string
+	rawPath         string
+	port            string       // a port inside the sandbox (sandboxspec.PortPrefix); "" = the sandbox API
+	body            *guardedBody // the request body as sent upstream; nil without one
+	csp             []string     // documents' Content-Security-Policy (ServeCSP); nil = cspSandbox
+	caller          []string     // sandboxspec.CallerHeader's value (ServeCSP); nil = none
 }
 
 // Serve proxies r to up at path (the upstream path, e.g. /v1/shell/exec;
@@ -201,10 +202,10 @@ func (p *Proxy) ServeCSP(w http.ResponseWriter, r *http.Request, up Upstream, pa
 		defer p.upgrades.leave()
 		w = p.upgrades.track(w)
 	}
-	st := &state{up: up, path: path, rawPath: rawPath, port: port, csp: csp, caller: caller}
+	st := &state{Context: r.Context(), client: w.Header(), up: up, path: path, rawPath: rawPath, port: port, csp: csp, caller: caller}
 	up.Begin()
 	defer func() { st.up.End() }()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	p.rp.ServeHTTP(w, r.WithContext(st))
 	if st.body != nil {
 		bytesIn = st.body.n.Load()
 	}
@@ -227,6 +228,14 @@ func (p *Proxy) CloseUpgraded() int { return p.upgrades.closeAll() }
 
 // Upgraded is the number of upgraded connections open now.
 func (p *Proxy) Upgraded() int { return p.upgrades.count() }
+
+// Value is the request context's, and st itself under stateKey.
+func (st *state) Value(key any) any {
+	if key == (stateKey{}) {
+		return st
+	}
+	return st.Context.Value(key)
+}
 
 func stateOf(ctx context.Context) *state {
 	st, _ := ctx.Value(stateKey{}).(*state)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 
 	"github.com/sandgate/sandgate/internal/sandboxspec"
 )
@@ -13,7 +14,8 @@ import (
 // the all-in-one sandbox's internal port-forward selector (ports go
 // through the sandbox server's bridge, sandboxspec.PortPrefix, instead),
 // and the caller the gateway names (a client's copy would forge "who" in
-// the sandbox's command log).
+// the sandbox's command log). Canonical forms: they are deleted from the
+// header map directly.
 var strippedRequestHeaders = []string{"Authorization", ProxyPortHeader, "X-Api-Key", sandboxspec.SecretHeader,
 	sandboxspec.CallerHeader}
 
@@ -41,18 +43,14 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	out.Host = ""
 	for _, h := range strippedRequestHeaders {
-		out.Header.Del(h)
+		delete(out.Header, h)
 	}
 	if !p.cfg.ForwardCookies {
 		// The gateway's origin's cookies (its status session among them)
 		// are no sandbox's business (headers.go).
 		delete(out.Header, "Cookie")
 	}
-	// Keep the chain from a load balancer in front: append, don't replace.
-	if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
-		out.Header["X-Forwarded-For"] = prior
-	}
-	pr.SetXForwarded()
+	setForwarded(pr.In, out.Header)
 	if direct {
 		return // an app on a port, not the sandbox server: no key, no caller
 	}
@@ -63,6 +61,35 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if p.gateway != nil && base.Host == p.gateway.Host && base.Scheme == p.gateway.Scheme {
 		out.Header.Set("Authorization", p.gwAuth)
 	}
+}
+
+// X-Forwarded-Proto's values, shared by every request (never modified).
+var (
+	protoHTTP  = []string{"http"}
+	protoHTTPS = []string{"https"}
+)
+
+// setForwarded sets X-Forwarded-For, -Host and -Proto on h as
+// httputil.ProxyRequest.SetXForwarded does, keeping the chain of a load
+// balancer in front (its X-Forwarded-For is appended to, not replaced),
+// in one allocation where SetXForwarded takes three: For and Host share
+// one backing array, Proto is a shared value.
+func setForwarded(in *http.Request, h http.Header) {
+	h["X-Forwarded-Proto"] = protoHTTP
+	if in.TLS != nil {
+		h["X-Forwarded-Proto"] = protoHTTPS
+	}
+	client, _, err := net.SplitHostPort(in.RemoteAddr)
+	if err != nil {
+		delete(h, "X-Forwarded-For")
+		h["X-Forwarded-Host"] = []string{in.Host}
+		return
+	}
+	if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
+		client = strings.Join(prior, ", ") + ", " + client
+	}
+	both := []string{client, in.Host}
+	h["X-Forwarded-For"], h["X-Forwarded-Host"] = both[:1:1], both[1:]
 }
 
 // direct reports a request for a port dialled directly: an image without

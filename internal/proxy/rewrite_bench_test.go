@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -66,7 +65,7 @@ func BenchmarkRewrite(b *testing.B) {
 			if c.secret != "" {
 				up.key, want = []string{c.secret}, c.secret
 			}
-			ctx := context.WithValue(in.Context(), stateKey{}, &state{up: up, path: "/v1/file/read", port: c.port, caller: c.caller})
+			ctx := &state{Context: in.Context(), up: up, path: "/v1/file/read", port: c.port, caller: c.caller}
 			in = in.WithContext(ctx)
 
 			// What ReverseProxy hands to Rewrite: a clone without inbound X-Forwarded-*.

@@ -150,7 +150,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// Cancelling the request unblocks any read or write on the connection.
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-	if err := req.Write(c.bw); err != nil {
+	if err := writeRequest(c.bw, req); err != nil {
 		stop()
 		c.Close()
 		return nil, err

@@ -1,9 +1,6 @@
 package router
 
-import (
-	"net/url"
-	"strings"
-)
+import "net/url"
 
 // A data-plane path with dot segments is refused (errDotSegment). The path
 // is forwarded below a sandbox URL that may itself be a gateway path (the
@@ -24,12 +21,18 @@ const maxUnescape = 3
 // holds a '%' (only a doubly encoded path does).
 func hasDotSegment(path string) bool {
 	for layer := 0; ; layer++ {
-		pct := false
-		for seg := range strings.FieldsFuncSeq(path, isPathSep) {
-			if seg == "." || seg == ".." {
+		pct, start := false, 0
+		// One pass over the bytes (no iterator: this runs on every
+		// proxied request); i == len(path) ends the last segment.
+		for i := 0; i <= len(path); i++ {
+			if i < len(path) && path[i] != '/' && path[i] != '\\' {
+				pct = pct || path[i] == '%'
+				continue
+			}
+			if seg := path[start:i]; seg == "." || seg == ".." {
 				return true
 			}
-			pct = pct || strings.IndexByte(seg, '%') >= 0
+			start = i + 1
 		}
 		if !pct {
 			return false
@@ -44,5 +47,3 @@ func hasDotSegment(path string) bool {
 		path = next
 	}
 }
-
-func isPathSep(r rune) bool { return r == '/' || r == '\\' }

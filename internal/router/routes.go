@@ -120,8 +120,15 @@ func New(d Deps) *Router {
 		mw = append(mw, otelecho.Middleware("sandgate", otelecho.WithTracerProvider(d.Tracing.TracerProvider()),
 			otelecho.WithPropagators(d.Tracing.Propagator()), otelecho.WithSkipper(untraced)))
 	}
-	mw = append(mw, recoverJSON(d.Log), sameOrigin)
-	e.Use(mw...)
+	own := []echo.MiddlewareFunc{recoverJSON(d.Log), sameOrigin}
+	mw = append(mw, own...)
+	// Echo wraps its global middleware around the matched route's handler
+	// on every request: a closure per middleware per request. The gateway's
+	// own are chained once, around a call of the matched handler
+	// (c.Handler()), and installed as the innermost middleware, which
+	// ignores next: next is that handler.
+	routed := chain(own, func(c echo.Context) error { return c.Handler()(c) })
+	e.Use(append(mw[:len(mw)-len(own):len(mw)-len(own)], func(echo.HandlerFunc) echo.HandlerFunc { return routed })...)
 
 	// Open: probes, and DeerFlow's provisioner health check.
 	e.GET("/healthz", rt.healthz)
@@ -169,12 +176,6 @@ func New(d Deps) *Router {
 	rt.registerWebhooks(e)
 	rt.echo = e
 
-	chain := func(mw []echo.MiddlewareFunc, h echo.HandlerFunc) echo.HandlerFunc {
-		for i := len(mw) - 1; i >= 0; i-- {
-			h = mw[i](h)
-		}
-		return h
-	}
 	if rt.hostSuffix != "" {
 		rt.hostChain = chain(mw, rt.dataPlane(telemetry.RouteSandbox, rt.hostProxy))
 	}
@@ -184,6 +185,14 @@ func New(d Deps) *Router {
 	rt.previewChain = chain(mw[:len(mw)-1], rt.previewPlane)
 	rt.previewHost = "{link}." + rt.previewSuffix
 	return rt
+}
+
+// chain wraps h in mw, the first outermost (echo's order), once.
+func chain(mw []echo.MiddlewareFunc, h echo.HandlerFunc) echo.HandlerFunc {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
 }
 
 // ServeHTTP makes the router an http.Handler.

@@ -48,7 +48,7 @@ func parseHead(s string) (*head, error) {
 	}
 	h := &head{}
 	var ok bool
-	if h.method, line, ok = strings.Cut(line, " "); !ok || !isToken(h.method) {
+	if h.method, line, ok = strings.Cut(line, " "); !ok || !IsToken(h.method) {
 		return nil, bad("malformed request line")
 	}
 	if h.target, h.proto, ok = strings.Cut(line, " "); !ok || strings.IndexByte(h.proto, ' ') >= 0 {
@@ -86,7 +86,7 @@ func parseHead(s string) (*head, error) {
 			return nil, bad("obsolete line folding")
 		}
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || !isToken(k) {
+		if !ok || !IsToken(k) {
 			return nil, bad("malformed header line")
 		}
 		v = strings.Trim(v, " \t")
@@ -269,7 +269,8 @@ var tokenChars = func() (t [256]bool) {
 	return t
 }()
 
-func isToken(s string) bool {
+// IsToken reports whether s is an RFC 9110 token (a method, a field name).
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}

@@ -43,7 +43,7 @@ func FuzzParseHead(f *testing.F) {
 			t.Fatalf("Host left in the header map")
 		}
 		for k, vv := range h.header {
-			if !isToken(k) || k != http.CanonicalHeaderKey(k) {
+			if !IsToken(k) || k != http.CanonicalHeaderKey(k) {
 				t.Fatalf("key %q", k)
 			}
 			for _, v := range vv {

@@ -254,17 +254,20 @@ func (w *response) appendStatus(b []byte, code int) []byte {
 // out.
 func (w *response) appendFields(b []byte) []byte {
 	for k, vv := range w.header {
-		if !isToken(k) {
+		if !IsToken(k) {
 			continue
 		}
 		for _, v := range vv {
-			b = appendField(b, k, v)
+			b = AppendField(b, k, v)
 		}
 	}
 	return b
 }
 
-func appendField(b []byte, k, v string) []byte {
+// AppendField appends the field "k: v" and its CRLF to a head: v without
+// leading or trailing blanks, any CR or LF in it a space (no field can end
+// early and start a forged one). k must be a token (IsToken).
+func AppendField(b []byte, k, v string) []byte {
 	b = append(b, k...)
 	b = append(b, ": "...)
 	start := len(b)
@@ -284,14 +287,14 @@ func (w *response) appendTrailers(b []byte) []byte {
 		for k := range strings.SplitSeq(names, ",") {
 			k = http.CanonicalHeaderKey(strings.TrimSpace(k))
 			for _, v := range w.header[k] {
-				b = appendField(b, k, v)
+				b = AppendField(b, k, v)
 			}
 		}
 	}
 	for k, vv := range w.header {
-		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && isToken(name) {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && IsToken(name) {
 			for _, v := range vv {
-				b = appendField(b, name, v)
+				b = AppendField(b, name, v)
 			}
 		}
 	}
