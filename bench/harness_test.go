@@ -49,6 +49,15 @@ func withSandgateFloor(r Result, us float64) Result {
 	return r
 }
 
+// pinnedCPU adds the pinned measurement: the gateway's, nginx's and the
+// floor on the gateway's server's CPU per request (µs).
+func pinnedCPU(r Result, gw, ngx, sgFloor float64) Result {
+	r.Figures[proxyKey(goalConns, "gateway", "cpu_us_pinned")] = gw
+	r.Figures[proxyKey(goalConns, "nginx", "cpu_us_pinned")] = ngx
+	r.Figures[proxyKey(goalConns, sandgateFloorTarget, "cpu_us_pinned")] = sgFloor
+	return r
+}
+
 // scaleFigures is a scale result with the given 3-node command spread and
 // modelled 3-node/1-node ratio.
 func scaleFigures(spread, ratio float64) Result {
@@ -94,7 +103,13 @@ func TestGoalVerdicts(t *testing.T) {
 		{"cpu per request at the floor on the gateway's server", []Result{withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84)}, 8,
 			"met at the floor of ReverseProxy on the gateway's server (+7 % of it; nginx's 1.80× below)"},
 		{"cpu per request over the floor on the gateway's server", []Result{withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80)}, 8,
-			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; 10.0 µs over the floor on the gateway's server"},
+			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; 10.0 µs over the floor on the gateway's server (+12 %)"},
+		{"cpu per request at the floor, pinned too", []Result{pinnedCPU(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84), 70, 40, 66)}, 8,
+			"met at the floor of ReverseProxy on the gateway's server (+7 % of it; nginx's 1.80× below); pinned: met at the floor of ReverseProxy on the gateway's server (+6 % of it; nginx's 1.75× below)"},
+		{"cpu per request at the floor, but not pinned", []Result{pinnedCPU(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84), 70, 40, 60)}, 8,
+			"missed with the proxy pinned: missed by 30.0 µs (1.75× nginx's); 10.0 µs over the floor on the gateway's server (+17 %) (unpinned: met at the floor of ReverseProxy on the gateway's server (+7 % of it; nginx's 1.80× below))"},
+		{"cpu per request over the floor, pinned at it", []Result{pinnedCPU(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80), 70, 40, 66)}, 8,
+			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; 10.0 µs over the floor on the gateway's server (+12 %); pinned: met at the floor of ReverseProxy on the gateway's server (+6 % of it; nginx's 1.75× below)"},
 		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
 		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 10, "missed by 10%"},
 		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},

@@ -15,6 +15,7 @@ const clockTick = 10 * time.Millisecond
 
 // procStat is what the bench reads from /proc/PID/stat.
 type procStat struct {
+	ppid int
 	pgrp int
 	cpu  time.Duration // utime + stime of the process itself (not its children)
 }
@@ -35,17 +36,18 @@ func parseProcStat(line string) (procStat, error) {
 		return procStat{}, fmt.Errorf("proc stat %.60q: no command name", line)
 	}
 	f := strings.Fields(line[i+1:])
-	// f[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
+	// f[0] is field 3 (state): ppid is field 4, pgrp 5, utime 14, stime 15.
 	if len(f) < 13 {
 		return procStat{}, fmt.Errorf("proc stat %.60q: %d fields", line, len(f))
 	}
+	ppid, err0 := strconv.Atoi(f[1])
 	pgrp, err1 := strconv.Atoi(f[2])
 	utime, err2 := strconv.ParseInt(f[11], 10, 64)
 	stime, err3 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	if err0 != nil || err1 != nil || err2 != nil || err3 != nil {
 		return procStat{}, fmt.Errorf("proc stat %.60q: bad numbers", line)
 	}
-	return procStat{pgrp: pgrp, cpu: time.Duration(utime+stime) * clockTick}, nil
+	return procStat{ppid: ppid, pgrp: pgrp, cpu: time.Duration(utime+stime) * clockTick}, nil
 }
 
 // processCPU is the CPU time one process has used.
@@ -57,28 +59,51 @@ func processCPU(pid int) (time.Duration, error) {
 // groupCPU is the CPU time used by the live processes of a process group
 // (nginx's master and workers, which live as long as the run).
 func groupCPU(pgid int) (time.Duration, error) {
+	var total time.Duration
+	n, err := eachProc(func(_ int, st procStat) bool {
+		if st.pgrp != pgid {
+			return false
+		}
+		total += st.cpu
+		return true
+	})
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no process in group %d", pgid)
+	}
+	return total, err
+}
+
+// procsWhere lists the live processes whose stat match accepts.
+func procsWhere(match func(procStat) bool) ([]int, error) {
+	var pids []int
+	_, err := eachProc(func(pid int, st procStat) bool {
+		if !match(st) {
+			return false
+		}
+		pids = append(pids, pid)
+		return true
+	})
+	return pids, err
+}
+
+// eachProc calls f with every live process's stat and counts those it
+// accepts (a process gone since the listing is skipped).
+func eachProc(f func(pid int, st procStat) bool) (int, error) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return 0, err
 	}
-	var total time.Duration
-	found := false
+	n := 0
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
 		if err != nil {
 			continue
 		}
-		st, err := readProcStat(pid)
-		if err != nil || st.pgrp != pgid {
-			continue // gone since the listing, or another group
+		if st, err := readProcStat(pid); err == nil && f(pid, st) {
+			n++
 		}
-		total += st.cpu
-		found = true
 	}
-	if !found {
-		return 0, fmt.Errorf("no process in group %d", pgid)
-	}
-	return total, nil
+	return n, nil
 }
 
 // vmRSS is a process's resident set size (VmRSS in /proc/PID/status), in bytes.

@@ -34,45 +34,29 @@ func proxyGoalRows(rs map[string]Result) [][]string {
 const floorMargin = 1.10
 
 func goalCPU(rs map[string]Result) []string {
-	goal := fmt.Sprintf("gateway CPU µs/request ≤ nginx's, small GET, %d connections, or at the floor of Go's net/http + httputil.ReverseProxy", goalConns)
+	goal := fmt.Sprintf("gateway CPU µs/request ≤ nginx's, small GET, %d connections, or at the floor of Go's net/http + httputil.ReverseProxy; also with the proxy pinned to one core", goalConns)
 	v, r, ok := figs(rs, proxyThroughputSuite, proxyKey(goalConns, "gateway", "cpu_us"), proxyKey(goalConns, "nginx", "cpu_us"))
 	if !ok {
 		return notMeasured(goal, proxyThroughputSuite)
 	}
-	measured := fmt.Sprintf("gateway %.1f µs, nginx %.1f µs", v[0], v[1])
-	why := "where the gateway's CPU goes, before and after the changes of issue 21 (perf, strace): see the profile note of " +
+	measured, verdict, met := cpuFigures(r, "cpu_us", v[0], v[1])
+	if p, _, ok := figs(rs, proxyThroughputSuite, proxyKey(goalConns, "gateway", "cpu_us_pinned"), proxyKey(goalConns, "nginx", "cpu_us_pinned")); ok {
+		pm, pv, pmet := cpuFigures(r, "cpu_us_pinned", p[0], p[1])
+		measured += "; pinned (" + pinnedTitle + " table): " + pm
+		if met && !pmet {
+			verdict = "missed with the proxy pinned: " + pv + " (unpinned: " + verdict + ")"
+		} else {
+			verdict += "; pinned: " + pv
+		}
+	}
+	why := "where the gateway's CPU goes, before and after the changes of issues 21 and 42 (perf, strace): see the profile note of " +
 		"the proxy throughput section"
-	verdict := "met"
-	floor, hasFloor := r.Figures[proxyKey(goalConns, floorTarget, "cpu_us")]
-	sgFloor, hasSGFloor := r.Figures[proxyKey(goalConns, sandgateFloorTarget, "cpu_us")]
-	missed := fmt.Sprintf("missed by %.1f µs (%.2f× nginx's)", v[0]-v[1], v[0]/v[1])
-	switch {
-	case v[0] <= v[1]:
-	case hasSGFloor && v[0] <= sgFloor*floorMargin:
-		// The floor of ReverseProxy as the gateway runs it: on its own
-		// server and transport, nothing else.
-		verdict = fmt.Sprintf("met at the floor of ReverseProxy on the gateway's server (%+.0f %% of it; nginx's %.2f× below)",
-			100*(v[0]/sgFloor-1), v[0]/v[1])
-	case hasFloor && v[0] >= floor && v[0] <= floor*floorMargin:
-		verdict = fmt.Sprintf("met at the floor (%+.0f %% of it; nginx's %.2f× below)", 100*(v[0]/floor-1), v[0]/v[1])
-	case hasFloor && v[0] < floor:
-		verdict = fmt.Sprintf("%s; %.1f µs below the floor", missed, floor-v[0])
-	case hasFloor:
-		verdict = fmt.Sprintf("missed by %.1f µs over the floor (%.2f× nginx's)", v[0]-floor, v[0]/v[1])
-	default:
-		verdict = missed
-	}
-	if hasSGFloor && v[0] > v[1] && v[0] > sgFloor*floorMargin {
-		verdict += fmt.Sprintf("; %.1f µs over the floor on the gateway's server", v[0]-sgFloor)
-	}
-	if hasSGFloor {
-		measured += fmt.Sprintf(", floor on the gateway's server %.1f µs", sgFloor)
+	if _, ok := r.Figures[proxyKey(goalConns, sandgateFloorTarget, "cpu_us")]; ok {
 		why = "that floor is bench/floorproxy -server sandgate: httputil.ReverseProxy configured as the gateway's (pooled copy " +
-			"buffers, GOGC 400) with nothing else, on the gateway's own HTTP/1.1 server and sandbox transport, measured in the same rotation on the same sandbox; what the gateway adds " +
+			"buffers, GOGC 400) with nothing else, on the gateway's own HTTP/1.1 server (its defaults: connection cap, timeouts) and sandbox transport, measured in the same rotation on the same sandbox; what the gateway adds " +
 			"to it is echo, the router, authentication, accounting and tracing; " + why
 	}
-	if hasFloor {
-		measured += fmt.Sprintf(", floor %.1f µs", floor)
+	if _, ok := r.Figures[proxyKey(goalConns, floorTarget, "cpu_us")]; ok {
 		why = "the floor is bench/floorproxy, Go's net/http server and httputil.ReverseProxy with nothing else " +
 			"(no echo, router, authentication, accounting or tracing), measured in the same rotation on the same sandbox; " +
 			"the gateway runs echo and ReverseProxy on its own HTTP/1.1 server and sandbox transport (server_impl and " +
@@ -80,6 +64,44 @@ func goalCPU(rs map[string]Result) []string {
 			"against nginx's ~4, sysmon, allocation in ReverseProxy); " + why
 	}
 	return []string{goal, measured, verdict, why, runLabel(r)}
+}
+
+// cpuFigures are the measured figures and the verdict of the CPU goal
+// from one kind of figure (cpu_us, or cpu_us_pinned): the gateway's gw
+// µs against nginx's ngx and the floors of that kind in r.
+func cpuFigures(r Result, kind string, gw, ngx float64) (measured, verdict string, met bool) {
+	measured = fmt.Sprintf("gateway %.1f µs, nginx %.1f µs", gw, ngx)
+	floor, hasFloor := r.Figures[proxyKey(goalConns, floorTarget, kind)]
+	sgFloor, hasSGFloor := r.Figures[proxyKey(goalConns, sandgateFloorTarget, kind)]
+	if hasSGFloor {
+		measured += fmt.Sprintf(", floor on the gateway's server %.1f µs", sgFloor)
+	}
+	if hasFloor {
+		measured += fmt.Sprintf(", floor %.1f µs", floor)
+	}
+	missed := fmt.Sprintf("missed by %.1f µs (%.2f× nginx's)", gw-ngx, gw/ngx)
+	met = true
+	switch {
+	case gw <= ngx:
+		verdict = "met"
+	case hasSGFloor && gw <= sgFloor*floorMargin:
+		// The floor of ReverseProxy as the gateway runs it: on its own
+		// server and transport, nothing else.
+		verdict = fmt.Sprintf("met at the floor of ReverseProxy on the gateway's server (%+.0f %% of it; nginx's %.2f× below)",
+			100*(gw/sgFloor-1), gw/ngx)
+	case hasFloor && gw >= floor && gw <= floor*floorMargin:
+		verdict = fmt.Sprintf("met at the floor (%+.0f %% of it; nginx's %.2f× below)", 100*(gw/floor-1), gw/ngx)
+	case hasFloor && gw < floor:
+		verdict, met = fmt.Sprintf("%s; %.1f µs below the floor", missed, floor-gw), false
+	case hasFloor:
+		verdict, met = fmt.Sprintf("missed by %.1f µs over the floor (%.2f× nginx's)", gw-floor, gw/ngx), false
+	default:
+		verdict, met = missed, false
+	}
+	if hasSGFloor && !met {
+		verdict += fmt.Sprintf("; %.1f µs over the floor on the gateway's server (%+.0f %%)", gw-sgFloor, 100*(gw/sgFloor-1))
+	}
+	return measured, verdict, met
 }
 
 // connsRatios lists a workload's ratios at every connection count measured.

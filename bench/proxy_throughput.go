@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,6 +44,7 @@ func init() { register("proxy-throughput", proxyThroughput) }
 type target struct {
 	name, base string
 	cpu        func() (time.Duration, error)
+	pids       func() ([]int, error) // the proxy's processes; nil = none (direct)
 }
 
 // workload is one request shape, replayed by wrk with the same script
@@ -125,7 +127,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 	var cleanup cleanupStack
 	defer func() { cleanup.run(); _ = os.RemoveAll(tmp) }()
 
-	targets, secret, err := proxySetup(ctx, tmp, &cleanup)
+	targets, sandbox, secret, err := proxySetup(ctx, tmp, &cleanup)
 	if err != nil {
 		return Result{}, err
 	}
@@ -153,10 +155,14 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 
 	var rows [][]string
 	figures := map[string]float64{}
+	var smallGET string // workload 0's script
 	for i, w := range workloads {
 		script, err := writeScript(tmp, fmt.Sprintf("workload-%d", i), wrkScript(w.method, w.body, w.headers))
 		if err != nil {
 			return Result{}, err
+		}
+		if i == 0 {
+			smallGET = script
 		}
 		for _, conns := range w.conns {
 			cell, err := measureTargets(ctx, targetsOf(i), w, script, conns)
@@ -175,6 +181,15 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 		}
 	}
 
+	proxies, pinned, err := measurePinned(ctx, targets, workloads[0], smallGET, goalConns, sandbox)
+	if err != nil {
+		return Result{}, fmt.Errorf("pinned: %w", err)
+	}
+	for i, p := range proxies {
+		fmt.Fprintf(os.Stderr, "bench: %s c=%d pinned: %s %.1f µs/req\n", workloads[0].name, goalConns, p.name,
+			pinned[i].CPUPerRequestUS())
+	}
+
 	nginxBin, _ := lookNginx()
 	versions := strings.Join([]string{toolVersion(ctx, nginxBin, "-v"), toolVersion(ctx, "wrk", "-v"),
 		toolVersion(ctx, "redis-server", "--version")}, "; ")
@@ -185,6 +200,7 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"gateway p50 / p99 / p99.9 ms", "gateway p99 − direct ms", "nginx p99 − direct ms", "CPU µs/req n / g", "errors d / n / g"},
 		Rows:    rows,
 		Figures: figures,
+		Tables:  []Table{pinnedTable(proxies, pinned, goalConns, figures)},
 		Notes: []string{
 			"The goals for a cached thread (gateway req/s ≥ nginx's and p99 added over direct < 1 ms, small GET at 64 connections) " +
 				"are evaluated in the Goals table at the top of this file, from this suite's figures.",
@@ -217,6 +233,12 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 				"dozen requests in the whole run); every response shape was checked once through each target before measuring.",
 			"CPU µs/req is the proxy's user + system CPU time over its measured runs (from /proc/PID/stat, in 10 ms ticks) divided by " +
 				"the requests it answered: the gateway process alone (its sandboxes are separate processes), nginx's master and workers together.",
+			fmt.Sprintf("%s (the table after this one): the small GET at %d connections once more, every proxy (nginx, the gateway, "+
+				"both floors) in the same rotation, warm-up and rounds as above, with every thread of the proxy measured pinned to CPU %d "+
+				"and every thread of the sandbox and of wrk to CPU %d (sched_setaffinity; wrk is born pinned, forked from a pinned "+
+				"thread), then all unpinned. Unpinned, the three processes share both cores as the scheduler likes, and a proxy's "+
+				"request is often interrupted by the other two on its core; pinned, each proxy's CPU per request is its own work on "+
+				"a core of its own.", pinnedTitle, goalConns, pinProxyCPU, pinLoadCPU),
 			"Latencies are wrk's percentiles of its closed-loop requests (coordinated omission: under overload they understate " +
 				"queueing). Errors are wrk's non-2xx count (responses with status ≥ 400) plus connect/read/write/timeout socket errors.",
 			"Versions: " + versions + ".",
@@ -230,19 +252,19 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 // proxySetup starts Redis, the gateway (which provisions the sandbox) and
 // nginx, and returns the targets in measuring order and the sandbox's
 // secret; everything started is on cleanup, which stops it in reverse order.
-func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]target, string, error) {
+func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]target, func() ([]int, error), string, error) {
 	bin, err := buildGateway(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	for _, d := range []string{"redis", "data", "nginx"} {
 		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 	}
 	redis, redisAddr, err := startRedis(ctx, filepath.Join(tmp, "redis"))
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cleanup.push(func(context.Context) { redis.stop(syscall.SIGTERM, 5*time.Second) })
 
@@ -253,7 +275,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	gw, gwAddr, err := startGatewayEnv(ctx, bin, redisAddr, dataDir, filepath.Join(tmp, "gateway.log"), nil,
 		"--process-isolation", "none")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cleanup.push(func(context.Context) { gw.stop(syscall.SIGTERM, 10*time.Second) })
 
@@ -263,7 +285,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 		Isolation: process.IsolationNone},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	sid := identity.SandboxID(proxyUser, proxyThread)
 	cleanup.push(func(ctx context.Context) {
@@ -273,45 +295,58 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	})
 	gwBase := "http://" + gwAddr + "/threads/" + proxyThread
 	if _, err := call(ctx, http.MethodPut, gwBase+"/sandbox", "", nil); err != nil {
-		return nil, "", fmt.Errorf("provision thread: %w", err)
+		return nil, nil, "", fmt.Errorf("provision thread: %w", err)
 	}
 	info, found, err := p.Discover(ctx, sid)
 	if err != nil || !found {
-		return nil, "", fmt.Errorf("discover sandbox %s: found=%v: %w", sid, found, err)
+		return nil, nil, "", fmt.Errorf("discover sandbox %s: found=%v: %w", sid, found, err)
 	}
 
 	nginxAddr, err := freeAddr()
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	ngx, err := startNginx(ctx, nginxConfig{Dir: filepath.Join(tmp, "nginx"), Listen: nginxAddr,
 		Upstream: strings.TrimPrefix(info.URL, "http://"), Prefix: "/threads/" + proxyThread + "/", SSEPath: "v1/shell/exec"})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cleanup.push(func(context.Context) { ngx.stop(syscall.SIGTERM, 5*time.Second) })
 
 	floor, floorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread, "net/http")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cleanup.push(func(context.Context) { floor.stop(syscall.SIGTERM, 5*time.Second) })
 	sgFloor, sgFloorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread, "sandgate")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cleanup.push(func(context.Context) { sgFloor.stop(syscall.SIGTERM, 5*time.Second) })
 
 	if err := writeBigFile(ctx, info.URL, info.Secret); err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	return []target{
-		{name: "direct", base: info.URL},
-		{name: "nginx", base: "http://" + nginxAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) }},
-		{name: "gateway", base: gwBase, cpu: func() (time.Duration, error) { return processCPU(gw.pid()) }},
-		{name: floorTarget, base: "http://" + floorAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return processCPU(floor.pid()) }},
-		{name: sandgateFloorTarget, base: "http://" + sgFloorAddr + "/threads/" + proxyThread, cpu: func() (time.Duration, error) { return processCPU(sgFloor.pid()) }},
-	}, info.Secret, nil
+	one := func(s *service) target {
+		return target{cpu: func() (time.Duration, error) { return processCPU(s.pid()) },
+			pids: func() ([]int, error) { return []int{s.pid()}, nil }}
+	}
+	nginx := target{cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) },
+		pids: func() ([]int, error) { return procsWhere(func(st procStat) bool { return st.pgrp == ngx.pid() }) }}
+	targets := []target{{name: "direct", base: info.URL}, nginx, one(gw), one(floor), one(sgFloor)}
+	for i, t := range []struct{ name, base string }{{"nginx", "http://" + nginxAddr}, {"gateway", "http://" + gwAddr},
+		{floorTarget, "http://" + floorAddr}, {sandgateFloorTarget, "http://" + sgFloorAddr}} {
+		targets[i+1].name, targets[i+1].base = t.name, t.base+"/threads/"+proxyThread
+	}
+	// The sandbox is the gateway's child (it reaps it).
+	sandbox := func() ([]int, error) {
+		pids, err := procsWhere(func(st procStat) bool { return st.ppid == gw.pid() })
+		if err == nil && len(pids) == 0 {
+			err = errors.New("the gateway has no child: where is the sandbox?")
+		}
+		return pids, err
+	}
+	return targets, sandbox, info.Secret, nil
 }
 
 // floorTarget names the floor proxy's figures (bench/floorproxy), and
@@ -423,6 +458,11 @@ func sanityCheck(ctx context.Context, t target, w workload) error {
 // bursts during the cell lands on all targets alike; a target's rounds are
 // combined, and its CPU time over its measured rounds is added up.
 func measureTargets(ctx context.Context, targets []target, w workload, script string, conns int) ([]wrkResult, error) {
+	return measureTargetsOn(ctx, targets, w, script, conns, nil)
+}
+
+// measureTargetsOn is measureTargets with wrk on wrkCPUs (nil: any).
+func measureTargetsOn(ctx context.Context, targets []target, w workload, script string, conns int, wrkCPUs []int) ([]wrkResult, error) {
 	runOnce := func(run wrkRun, t target) (wrkResult, error) {
 		var before time.Duration
 		if t.cpu != nil {
@@ -448,7 +488,7 @@ func measureTargets(ctx context.Context, targets []target, w workload, script st
 		}
 		return res, err
 	}
-	warm := wrkRun{script: script, conns: conns, dur: opts.ProxyWarmup, timeout: proxyTimeout}
+	warm := wrkRun{script: script, conns: conns, dur: opts.ProxyWarmup, timeout: proxyTimeout, cpus: wrkCPUs}
 	for _, t := range targets {
 		if _, err := runOnce(warm, t); err != nil {
 			return nil, err
@@ -459,7 +499,7 @@ func measureTargets(ctx context.Context, targets []target, w workload, script st
 		n = 1
 	}
 	rounds := make([][]wrkResult, len(targets))
-	run := wrkRun{script: script, conns: conns, dur: opts.ProxyMeasure / time.Duration(n), timeout: proxyTimeout}
+	run := wrkRun{script: script, conns: conns, dur: opts.ProxyMeasure / time.Duration(n), timeout: proxyTimeout, cpus: wrkCPUs}
 	for r := range n {
 		for i := range targets {
 			ti := (r + i) % len(targets)

@@ -172,6 +172,7 @@ type wrkRun struct {
 	conns   int
 	dur     time.Duration
 	timeout time.Duration
+	cpus    []int // wrk's CPU affinity; nil = any
 }
 
 // run executes wrk against url with one thread (the load generator shares
@@ -180,13 +181,17 @@ func (w wrkRun) run(ctx context.Context, url string) (wrkResult, error) {
 	args := []string{"-t1", "-c" + strconv.Itoa(w.conns), "-d" + secs(w.dur),
 		"--timeout", secs(w.timeout), "-s", w.script, url}
 	cmd := exec.CommandContext(ctx, "wrk", args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := startOn(cmd, w.cpus)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	res, err := parseWrk(string(out))
+	out := stdout.String()
+	res, err := parseWrk(out)
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk %s: %w\n%s", strings.Join(args, " "), err, out)
 	}

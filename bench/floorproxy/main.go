@@ -64,8 +64,11 @@ func run(listen, upstream, prefix, server string) error {
 		if err != nil {
 			return err
 		}
-		srv := &serve.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
-		return srv.Serve(ln)
+		// The gateway's server as its defaults configure it: its
+		// connection cap and timeouts (internal/gateway newServer).
+		srv := &serve.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, BodyTimeout: serve.DefaultBodyTimeout,
+			IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+		return srv.Serve(serve.LimitListener(ln, serve.ConnLimits{}))
 	default:
 		return fmt.Errorf("-server %q: want net/http or sandgate", server)
 	}
