@@ -198,4 +198,22 @@ const profileNote = "Profile of the gateway (issue 21), small GET at 64 connecti
 	"kernel 56.5 %, write(2) 25.7 %, read(2) 7.6 %, the scheduler 13.1 %, mallocgc 11.2 %, sysmon 9.7 %, GC workers 6.8 %, and " +
 	"60.5 µs a request against the gateway's 43.9 µs in the same run: the allocation and GC the gateway's pooled buffers and " +
 	"GOGC avoid, which is why that floor is now configured as the gateway is. What separates both from nginx is the kernel " +
-	"side of a request (two writes and two reads through loopback TCP, the liveness peek) and Go's runtime around them."
+	"side of a request (two writes and two reads through loopback TCP, the liveness peek) and Go's runtime around them. " +
+	"Issue 42, second pass (an A/B of the gateway and the floor on the gateway's server on one sandbox, wrk -t1 -c64, alternating " +
+	"runs, CPU from /proc/PID/stat; `perf record -g -F 999` for 10 s on each, inclusive µs per request): before it, 37.2 against " +
+	"32.7 µs. Of the 4.5 µs, 1.7 were in the handler around ReverseProxy (echo and its middleware 0.5, the data plane's admission, " +
+	"dot-segment check and accounting 0.35, the cached acquire 0.3, the proxy's state, context and request copy 0.36), 1.7 inside " +
+	"ReverseProxy (the rewrite 0.3, ModifyResponse 0.25, and 0.7 of the transport's 1.2 in req.Write writing and sorting the " +
+	"request's four more header lines) and 0.5 in the server's response (two more header lines). Changes: the head of a bodiless " +
+	"request written by appendHead (req.Write's lines without its sort: 908 → 251 ns and 4 → 0 allocations a head, " +
+	"BenchmarkAppendHead; the floor shares that transport and gains too), X-Forwarded-* in one allocation instead of three, " +
+	"nosniff and Referrer-Policy set straight on the client's headers (two allocations fewer in ReverseProxy's header copy), the " +
+	"proxy's per-request state doubling as the request's context, echo's global middleware chained once instead of per request, " +
+	"the dot-segment check as one byte loop: 89 → 82 allocations per request in BenchmarkDataPlane (internal/router: the whole " +
+	"data plane against ReverseProxy alone on the same transport, 71). After: 35.4 against 31.6 µs (1.12×); pinned 33.4 against " +
+	"29.6 (1.09×). The gap is user time, and it grows when the proxy shares its cores: µs per request user / system, pinned: " +
+	"gateway 14.6 / 21.3, floor 11.9 / 20.6; unpinned: gateway ~18.5 / ~22, floor ~13.5 / ~20.7 (4 rounds each). The gateway's " +
+	"own work is spread over more code and over data both cores write per request (the route cache's read lock, the route's " +
+	"in-flight count, two Prometheus histograms), which costs more when wrk and the sandbox interrupt it and it migrates; the two " +
+	"per-request metric observations alone measured 0.5 µs unpinned (16 alternating 3 s rounds against a build without them, " +
+	"1.03× median). No function of the gateway's own is above 0.4 µs a request."
