@@ -33,7 +33,7 @@ func measurePinned(ctx context.Context, targets []target, w workload, script str
 	if runtime.NumCPU() < 2 {
 		return nil, nil, errors.New("pinning needs 2 CPUs")
 	}
-	var pinned [][]int // and their affinity to restore
+	var pinned [][]int // the processes pinned, unpinned to every CPU after
 	defer func() {
 		for _, pids := range pinned {
 			if uerr := pinProcs(pids, allCPUs()...); uerr != nil && err == nil {

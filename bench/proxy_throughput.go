@@ -327,16 +327,16 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	if err := writeBigFile(ctx, info.URL, info.Secret); err != nil {
 		return nil, nil, "", err
 	}
-	one := func(s *service) target {
-		return target{cpu: func() (time.Duration, error) { return processCPU(s.pid()) },
+	base := func(addr string) string { return "http://" + addr + "/threads/" + proxyThread }
+	one := func(name, addr string, s *service) target {
+		return target{name: name, base: base(addr), cpu: func() (time.Duration, error) { return processCPU(s.pid()) },
 			pids: func() ([]int, error) { return []int{s.pid()}, nil }}
 	}
-	nginx := target{cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) },
-		pids: func() ([]int, error) { return procsWhere(func(st procStat) bool { return st.pgrp == ngx.pid() }) }}
-	targets := []target{{name: "direct", base: info.URL}, nginx, one(gw), one(floor), one(sgFloor)}
-	for i, t := range []struct{ name, base string }{{"nginx", "http://" + nginxAddr}, {"gateway", "http://" + gwAddr},
-		{floorTarget, "http://" + floorAddr}, {sandgateFloorTarget, "http://" + sgFloorAddr}} {
-		targets[i+1].name, targets[i+1].base = t.name, t.base+"/threads/"+proxyThread
+	targets := []target{
+		{name: "direct", base: info.URL},
+		{name: "nginx", base: base(nginxAddr), cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) },
+			pids: func() ([]int, error) { return procsWhere(func(st procStat) bool { return st.pgrp == ngx.pid() }) }},
+		one("gateway", gwAddr, gw), one(floorTarget, floorAddr, floor), one(sandgateFloorTarget, sgFloorAddr, sgFloor),
 	}
 	// The sandbox is the gateway's child (it reaps it).
 	sandbox := func() ([]int, error) {

@@ -74,19 +74,18 @@ func appendHead(b []byte, req *http.Request) ([]byte, bool) {
 	if ua != "" {
 		b = serve.AppendField(b, "User-Agent", ua)
 	}
-	for k, vv := range req.Header {
-		switch k {
-		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer": // req.Write's own
-			continue
-		}
-		if !serve.IsToken(k) {
-			continue
-		}
-		for _, v := range vv {
-			b = serve.AppendField(b, k, v)
-		}
-	}
+	b = serve.AppendFields(b, req.Header, writesItself)
 	return append(b, "\r\n"...), true
+}
+
+// writesItself reports the fields req.Write writes from the request's own
+// fields, never from its header map.
+func writesItself(name string) bool {
+	switch name {
+	case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+		return true
+	}
+	return false
 }
 
 // hasCTL reports a control byte, which req.Write refuses in a request URI.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,14 +122,14 @@ func New(d Deps) *Router {
 			otelecho.WithPropagators(d.Tracing.Propagator()), otelecho.WithSkipper(untraced)))
 	}
 	own := []echo.MiddlewareFunc{recoverJSON(d.Log), sameOrigin}
-	mw = append(mw, own...)
 	// Echo wraps its global middleware around the matched route's handler
 	// on every request: a closure per middleware per request. The gateway's
 	// own are chained once, around a call of the matched handler
 	// (c.Handler()), and installed as the innermost middleware, which
 	// ignores next: next is that handler.
 	routed := chain(own, func(c echo.Context) error { return c.Handler()(c) })
-	e.Use(append(mw[:len(mw)-len(own):len(mw)-len(own)], func(echo.HandlerFunc) echo.HandlerFunc { return routed })...)
+	e.Use(append(slices.Clip(mw), func(echo.HandlerFunc) echo.HandlerFunc { return routed })...)
+	mw = append(mw, own...)
 
 	// Open: probes, and DeerFlow's provisioner health check.
 	e.GET("/healthz", rt.healthz)

@@ -252,9 +252,14 @@ func (w *response) appendStatus(b []byte, code int) []byte {
 // appendFields appends the handler's header fields; a value's CR and LF
 // become spaces (no header injection), invalid names and trailers are left
 // out.
-func (w *response) appendFields(b []byte) []byte {
-	for k, vv := range w.header {
-		if !IsToken(k) {
+func (w *response) appendFields(b []byte) []byte { return AppendFields(b, w.header, nil) }
+
+// AppendFields appends h's fields to a head, each value by AppendField; a
+// name that is no token is dropped (it could carry a field of its own), and
+// so is one skip reports (nil: none).
+func AppendFields(b []byte, h http.Header, skip func(name string) bool) []byte {
+	for k, vv := range h {
+		if !IsToken(k) || skip != nil && skip(k) {
 			continue
 		}
 		for _, v := range vv {
