@@ -13,7 +13,9 @@ import (
 
 // Overview reads every active, warm and creating sandbox: O(pool), for the
 // status page, never for a request. A reservation past its deadline (a
-// replica died mid-create) is left out, as the capacity check drops it.
+// replica died mid-create) is left out, as the capacity check drops it,
+// and so is one whose sandbox is already indexed: its create answered and
+// the commit that gives the reservation back runs after the answer.
 func (s *Store) Overview(ctx context.Context, now time.Time) (state.Overview, error) {
 	pipe := s.rdb.Pipeline()
 	n := s.keys.Buckets()
@@ -40,8 +42,15 @@ func (s *Store) Overview(ctx context.Context, now time.Time) (state.Overview, er
 	if ov.Warm, err = s.entries(ctx, warm); err != nil {
 		return state.Overview{}, err
 	}
+	indexed := make(map[string]bool, len(active)+len(warm))
+	for _, z := range append(active, warm...) {
+		indexed[z.Member.(string)] = true
+	}
 	for _, z := range c.Val() {
 		sid := z.Member.(string)
+		if indexed[sid] {
+			continue
+		}
 		ov.Creating = append(ov.Creating, state.Entry{Record: state.Record{SandboxID: sid, User: users.Val()[sid], State: "creating"},
 			Since: time.UnixMilli(int64(z.Score))})
 	}

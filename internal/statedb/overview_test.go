@@ -10,14 +10,15 @@ import (
 
 // The overview holds each sandbox once, in its state, with the time its
 // index keeps; a reservation past its deadline and a recorded create are
-// not "creating".
+// not "creating", even before its commit (run after the answer) gives the
+// reservation back.
 func TestOverview(t *testing.T) {
 	t.Parallel()
 	servers(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		now := time.UnixMilli(100_000)
 		dl := now.Add(time.Minute)
-		for _, sid := range []string{"a1", "w1", "c1", "c2", "old"} {
+		for _, sid := range []string{"a1", "a2", "w1", "c1", "c2", "old"} {
 			u := "u"
 			if sid == "c2" {
 				u = "v"
@@ -33,13 +34,20 @@ func TestOverview(t *testing.T) {
 		_ = s.PutActive(ctx, rec("a1", "i"), now)
 		_ = s.PutActive(ctx, rec("w1", "i"), now)
 		_, _ = s.Release(ctx, "w1", "u", "t-w1", now.Add(time.Second))
+		if _, err := s.RecordActive(ctx, rec("a2", "i"), now); err != nil { // commit not run
+			t.Fatal(err)
+		}
 
 		ov, err := s.Overview(ctx, now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ov.Active) != 1 || ov.Active[0].SandboxID != "a1" || ov.Active[0].Thread != "t-a1" || !ov.Active[0].Since.Equal(now) {
-			t.Errorf("active = %+v", ov.Active)
+		active := map[string]state.Entry{}
+		for _, e := range ov.Active {
+			active[e.SandboxID] = e
+		}
+		if a1 := active["a1"]; len(ov.Active) != 2 || a1.Thread != "t-a1" || !a1.Since.Equal(now) || active["a2"].Thread != "t-a2" {
+			t.Errorf("active = %+v, want a1 and a2", ov.Active)
 		}
 		if len(ov.Warm) != 1 || ov.Warm[0].SandboxID != "w1" || !ov.Warm[0].Since.Equal(now.Add(time.Second)) {
 			t.Errorf("warm = %+v", ov.Warm)
