@@ -19,7 +19,7 @@ import (
 func (p *Pool) Acquire(ctx context.Context, user, thread string) (*Route, Outcome, error) {
 	start := time.Now()
 	if r := p.cache.thread(user, thread, nowAt(p.clock, start)); r != nil {
-		r.touched.Store(true)
+		r.touch()
 		p.obs.hit(ctx, r, start)
 		return r, OutcomeHit, nil
 	}
@@ -71,7 +71,7 @@ func (p *Pool) acquire(ctx context.Context, user, thread string, verify bool) (*
 			return nil, "", res.Err
 		}
 		a := res.Val.(acquired)
-		a.route.touched.Store(true)
+		a.route.touch()
 		return a.route, a.outcome, nil
 	case <-wait.C:
 		return nil, "", fmt.Errorf("%w: still creating after %s", ErrProvisioning, p.cfg.ProvisionWait)
@@ -95,7 +95,7 @@ func (p *Pool) Route(ctx context.Context, sid string, who Owner) (*Route, Outcom
 		if !who.Owns(r.User, r.Thread) {
 			return nil, "", ErrNotFound
 		}
-		r.touched.Store(true)
+		r.touch()
 		p.obs.hit(ctx, r, start)
 		return r, OutcomeHit, nil
 	}

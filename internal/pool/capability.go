@@ -30,7 +30,7 @@ func (p *Pool) CapabilityRoute(ctx context.Context, capability string) (*CapRout
 	start := time.Now()
 	sum := state.SumCapability(capability)
 	if cr := p.cache.capability(sum, nowAt(p.clock, start)); cr != nil {
-		cr.touched.Store(true)
+		cr.touch()
 		p.obs.hit(ctx, cr.Route, start)
 		return cr, OutcomeHit, nil
 	}
@@ -96,7 +96,7 @@ func (p *Pool) reuseExisting(ctx context.Context, read func(context.Context) (st
 	if err != nil {
 		return nil, "", err
 	}
-	r.touched.Store(true)
+	r.touch()
 	return r, outcome, nil
 }
 

@@ -154,7 +154,7 @@ func (p *Pool) PreviewRoute(ctx context.Context, tok string) (*PreviewRoute, pre
 			return nil, l, "", err
 		}
 	} else {
-		r.touched.Store(true)
+		r.touch()
 		p.obs.hit(ctx, r, start)
 	}
 	if !p.links.Keys.Verify(&l, mac, r.Incarnation) {

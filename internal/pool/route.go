@@ -61,13 +61,22 @@ func (r *Route) PortHost() string { return r.portHost }
 // so a 20-minute command is never reaped as idle.
 func (r *Route) Begin() {
 	r.inflight.Add(1)
-	r.touched.Store(true)
+	r.touch()
 }
 
 // End undoes Begin.
 func (r *Route) End() {
 	r.inflight.Add(-1)
-	r.touched.Store(true)
+	r.touch()
+}
+
+// touch marks r used since the toucher's last flush. Reading first keeps
+// the line unwritten while it is already marked: the flag is set on every
+// request, by whichever core serves it, and cleared once per flush.
+func (r *Route) touch() {
+	if !r.touched.Load() {
+		r.touched.Store(true)
+	}
 }
 
 // InFlight is the number of requests currently proxied to this route.
