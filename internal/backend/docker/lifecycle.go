@@ -198,13 +198,32 @@ func (d *Docker) List(ctx context.Context) ([]backend.Info, error) {
 	return out, nil
 }
 
+// freezeTries bounds Freeze's attempts: runc gives up on a cgroup v1
+// freezer that stays FREEZING for a few hundred milliseconds ("unable to
+// freeze"), which a loaded host can take; the container runs on unpaused,
+// and a later try freezes it.
+const freezeTries = 3
+
 // Freeze freezes a warm sandbox's container (docker pause); already paused
 // is success.
 func (d *Docker) Freeze(ctx context.Context, info backend.Info) error {
 	id := cmp.Or(info.Incarnation, d.name(info.SandboxID))
-	err := d.api.ContainerPause(ctx, id)
-	if err != nil && !client.IsErrConnectionFailed(err) && d.paused(ctx, id) {
-		err = nil // already paused (engines differ in the status they answer)
+	var err error
+	for try := range freezeTries {
+		if err = waitTry(ctx, try, 100*time.Millisecond); err != nil {
+			break
+		}
+		err = d.api.ContainerPause(ctx, id)
+		if err == nil || client.IsErrConnectionFailed(err) {
+			break
+		}
+		if d.paused(ctx, id) {
+			err = nil // already paused (engines differ in the status they answer)
+			break
+		}
+		if !d.running(ctx, id) {
+			break // stopped or gone: another try would fail the same way
+		}
 	}
 	if err != nil {
 		return engineErr("pause sandbox "+info.SandboxID, err)
@@ -230,12 +249,8 @@ const unpauseTries = 5
 
 func (d *Docker) unpause(ctx context.Context, id string) error {
 	for try := range unpauseTries {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return engineErr("unpause container", ctx.Err())
-			case <-time.After(time.Duration(try) * 50 * time.Millisecond):
-			}
+		if err := waitTry(ctx, try, 50*time.Millisecond); err != nil {
+			return engineErr("unpause container", err)
 		}
 		err := d.api.ContainerUnpause(ctx, id)
 		// Done once it runs unpaused, whatever the answer (engines differ
@@ -249,6 +264,20 @@ func (d *Docker) unpause(ctx context.Context, id string) error {
 		// still paused: the pause this overtook took effect after it
 	}
 	return engineErr("unpause container", errors.New("still paused after "+strconv.Itoa(unpauseTries)+" unpauses"))
+}
+
+// waitTry waits before attempt try of a retried engine call: nothing
+// before the first, try × step before each after it.
+func waitTry(ctx context.Context, try int, step time.Duration) error {
+	if try == 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Duration(try) * step):
+		return nil
+	}
 }
 
 func (d *Docker) paused(ctx context.Context, id string) bool {
