@@ -274,7 +274,11 @@ func TestTraceOfColdWarmAndCachedCallsCrossesIntoTheSandbox(t *testing.T) {
 	// Cached: a hit, still one trace from the client into the sandbox.
 	const hitTrace = "6bf92f3577b34da6a3ce929d0e0e4738"
 	execTraced(t, g, "traced", hitTrace, clientSpan, "echo hit")
-	spans = rcv.trace(t, hitTrace, func(s []otlpSpan) bool { return len(named(s, sandboxService, sandboxExec)) == 1 })
+	// The gateway's spans end, and are exported, after the sandbox's: wait
+	// for its server span too (CI once read the trace before it came).
+	spans = rcv.trace(t, hitTrace, func(s []otlpSpan) bool {
+		return len(named(s, sandboxService, sandboxExec)) == 1 && len(named(s, gwService, routeSpan)) == 1
+	})
 	root = one(t, spans, gwService, routeSpan)
 	acquire = one(t, spans, gwService, "sandgate.acquire")
 	childOf(t, acquire, root)
