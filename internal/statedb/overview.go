@@ -43,8 +43,10 @@ func (s *Store) Overview(ctx context.Context, now time.Time) (state.Overview, er
 		return state.Overview{}, err
 	}
 	indexed := make(map[string]bool, len(active)+len(warm))
-	for _, z := range append(active, warm...) {
-		indexed[z.Member.(string)] = true
+	for _, zs := range [][]redis.Z{active, warm} {
+		for _, z := range zs {
+			indexed[z.Member.(string)] = true
+		}
 	}
 	for _, z := range c.Val() {
 		sid := z.Member.(string)
