@@ -344,6 +344,9 @@ func (s *server) close() {
 func (s *server) shutdown(ctx context.Context) error {
 	s.stop()
 	err := s.http.Shutdown(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // stop closed the listener; a Serve still in Accept had it tracked
+	}
 	idle := make(chan struct{})
 	go func() { s.wg.Wait(); close(idle) }()
 	select {
