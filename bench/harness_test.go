@@ -58,6 +58,16 @@ func pinnedCPU(r Result, gw, ngx, sgFloor float64) Result {
 	return r
 }
 
+// withPaired adds the paired rounds' median ratios to the floor on the
+// gateway's server, of kind cpu_us or cpu_us_pinned.
+func withPaired(r Result, kind string, gateway, control float64) Result {
+	r.Figures[pairedFigure(goalConns, "gateway", kind)] = gateway
+	r.Figures[pairedFigure(goalConns, controlTarget, kind)] = control
+	r.Figures[proxyKey(goalConns, "paired", kind+"_rounds")] = 16
+	r.Figures[proxyKey(goalConns, "paired", kind+"_incarnations")] = 4
+	return r
+}
+
 // scaleFigures is a scale result with the given 3-node command spread and
 // modelled 3-node/1-node ratio.
 func scaleFigures(spread, ratio float64) Result {
@@ -110,6 +120,12 @@ func TestGoalVerdicts(t *testing.T) {
 			"missed with the proxy pinned: missed by 30.0 µs (1.75× nginx's); 10.0 µs over the floor on the gateway's server (+17 %) (unpinned: met at the floor of ReverseProxy on the gateway's server (+7 % of it; nginx's 1.80× below))"},
 		{"cpu per request over the floor, pinned at it", []Result{pinnedCPU(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80), 70, 40, 66)}, 8,
 			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; 10.0 µs over the floor on the gateway's server (+12 %); pinned: met at the floor of ReverseProxy on the gateway's server (+6 % of it; nginx's 1.75× below)"},
+		{"cpu per request over the floor in its cell, at it in paired rounds", []Result{withPaired(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80), "cpu_us", 1.04, 0.99)}, 8,
+			"met at the floor of ReverseProxy on the gateway's server (+4 % of it in paired rounds; nginx's 1.80× below)"},
+		{"cpu per request at the floor in its cell, over it in paired rounds", []Result{withPaired(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84), "cpu_us", 1.15, 1.01)}, 8,
+			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; +15 % of the floor on the gateway's server in paired rounds"},
+		{"cpu per request at the floor in paired rounds, pinned over it", []Result{withPaired(withPaired(pinnedCPU(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80), 70, 40, 66), "cpu_us", 1.02, 1), "cpu_us_pinned", 1.11, 1)}, 8,
+			"missed with the proxy pinned: missed by 30.0 µs (1.75× nginx's); +11 % of the floor on the gateway's server in paired rounds (unpinned: met at the floor of ReverseProxy on the gateway's server (+2 % of it in paired rounds; nginx's 1.80× below))"},
 		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
 		{"download missed", []Result{proxyFigures(1, 1, 1, 1)}, 10, "missed by 10%"},
 		{"sse below nginx", []Result{proxyFigures(1, 1, 1, 1)}, 11, "below nginx by 5%"},

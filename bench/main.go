@@ -136,6 +136,11 @@ type settings struct {
 	// before the teardown, each sweep's figures to stderr: a window to
 	// profile the steady state in (-density-hold).
 	DensityHold time.Duration
+	// PairedBlocks incarnations, of PairedRounds rounds of PairedRound
+	// each, compare the gateway's CPU with the floor on its server
+	// (bench/proxy_paired.go).
+	PairedBlocks, PairedRounds int
+	PairedRound                time.Duration
 }
 
 var (
@@ -143,12 +148,12 @@ var (
 		LifecycleRuns: 200, LifecycleColdRuns: 30, ColdCreateRuns: 50, DockerColdRuns: 20, DockerWarmRuns: 30,
 		ReplicaThreads: 30, ScaleThreads: 10_000, GoBenchCount: 5, GoBenchTime: "1s",
 		ScaleRecords: 1_000_000, ScaleReplicas: 50, ScaleDuration: 20 * time.Second, FreezeRuns: 50, CheckpointRuns: 10, ResumeRuns: 30, KubeRuns: 20,
-		DensityMax: 5_000, DensityStep: 250}
+		DensityMax: 5_000, DensityStep: 250, PairedBlocks: 4, PairedRounds: 4, PairedRound: 2 * time.Second}
 	quickSettings = settings{Quick: true, ProxyWarmup: time.Second, ProxyMeasure: 2 * time.Second, ProxyRounds: 2,
 		LifecycleRuns: 50, LifecycleColdRuns: 10, ColdCreateRuns: 15, DockerColdRuns: 5, DockerWarmRuns: 10,
 		ReplicaThreads: 9, ScaleThreads: 2_000, GoBenchCount: 3, GoBenchTime: "200ms",
 		ScaleRecords: 100_000, ScaleReplicas: 50, ScaleDuration: 5 * time.Second, FreezeRuns: 15, CheckpointRuns: 3, ResumeRuns: 10, KubeRuns: 5,
-		DensityMax: 200, DensityStep: 50}
+		DensityMax: 200, DensityStep: 50, PairedBlocks: 1, PairedRounds: 2, PairedRound: time.Second}
 	// opts is the run's settings; the suites read it, run sets it.
 	opts = fullSettings
 	// resultsDir is -out: a suite that compares itself with others reads

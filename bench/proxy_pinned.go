@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,13 +24,13 @@ const (
 // pinnedTitle names the pinned measurement's table.
 const pinnedTitle = "Small GET with the proxy pinned to one core"
 
-// measurePinned measures w at conns through every target but direct, each
-// pinned to pinProxyCPU and the sandbox's processes (sandbox) and wrk to
-// pinLoadCPU; everything is unpinned after. It needs two CPUs.
-func measurePinned(ctx context.Context, targets []target, w workload, script string, conns int,
-	sandbox func() ([]int, error)) (proxies []target, cells []wrkResult, err error) {
+// whilePinned pins the sandbox's processes (sandbox) to pinLoadCPU and
+// those of every target but direct to pinProxyCPU, runs fn with those
+// targets (wrk belongs on pinLoadCPU), and unpins everything after. It
+// needs two CPUs.
+func whilePinned(targets []target, sandbox func() ([]int, error), fn func(proxies []target) error) (err error) {
 	if runtime.NumCPU() < 2 {
-		return nil, nil, errors.New("pinning needs 2 CPUs")
+		return errors.New("pinning needs 2 CPUs")
 	}
 	var pinned [][]int // the processes pinned, unpinned to every CPU after
 	defer func() {
@@ -50,19 +49,19 @@ func measurePinned(ctx context.Context, targets []target, w workload, script str
 		return pinProcs(ps, cpu)
 	}
 	if err := pin(sandbox, pinLoadCPU); err != nil {
-		return nil, nil, fmt.Errorf("pin the sandbox: %w", err)
+		return fmt.Errorf("pin the sandbox: %w", err)
 	}
+	var proxies []target
 	for _, t := range targets {
 		if t.pids == nil {
 			continue // direct: no proxy
 		}
 		if err := pin(t.pids, pinProxyCPU); err != nil {
-			return nil, nil, fmt.Errorf("pin %s: %w", t.name, err)
+			return fmt.Errorf("pin %s: %w", t.name, err)
 		}
 		proxies = append(proxies, t)
 	}
-	cells, err = measureTargetsOn(ctx, proxies, w, script, conns, []int{pinLoadCPU})
-	return proxies, cells, err
+	return fn(proxies)
 }
 
 // pinnedTable is the pinned cells as a table, and their figures.

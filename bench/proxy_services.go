@@ -292,3 +292,12 @@ func toolVersion(ctx context.Context, argv ...string) string {
 	}
 	return strings.TrimSpace(line)
 }
+
+// proxyBase is the suite's thread through the proxy at addr.
+func proxyBase(addr string) string { return "http://" + addr + "/threads/" + proxyThread }
+
+// serviceTarget is the proxy s, one process, at addr.
+func serviceTarget(name, addr string, s *service) target {
+	return target{name: name, base: proxyBase(addr), cpu: func() (time.Duration, error) { return processCPU(s.pid()) },
+		pids: func() ([]int, error) { return []int{s.pid()}, nil }}
+}

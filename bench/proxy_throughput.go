@@ -127,10 +127,11 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 	var cleanup cleanupStack
 	defer func() { cleanup.run(); _ = os.RemoveAll(tmp) }()
 
-	targets, sandbox, secret, err := proxySetup(ctx, tmp, &cleanup)
+	env, err := proxySetup(ctx, tmp, &cleanup)
 	if err != nil {
 		return Result{}, err
 	}
+	targets, secret := env.targets, env.secret
 	workloads := proxyWorkloads()
 	// The sandbox requires its secret: every client sends it, so the direct
 	// and nginx targets pass it on; the gateway drops it and sends its own
@@ -181,13 +182,13 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 		}
 	}
 
-	proxies, pinned, err := measurePinned(ctx, targets, workloads[0], smallGET, goalConns, sandbox)
+	cpu, err := measureCPU(ctx, env, workloads[0], smallGET, goalConns)
 	if err != nil {
-		return Result{}, fmt.Errorf("pinned: %w", err)
+		return Result{}, err
 	}
-	for i, p := range proxies {
+	for i, p := range cpu.pinnedProxies {
 		fmt.Fprintf(os.Stderr, "bench: %s c=%d pinned: %s %.1f µs/req\n", workloads[0].name, goalConns, p.name,
-			pinned[i].CPUPerRequestUS())
+			cpu.pinned[i].CPUPerRequestUS())
 	}
 
 	nginxBin, _ := lookNginx()
@@ -200,7 +201,8 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"gateway p50 / p99 / p99.9 ms", "gateway p99 − direct ms", "nginx p99 − direct ms", "CPU µs/req n / g", "errors d / n / g"},
 		Rows:    rows,
 		Figures: figures,
-		Tables:  []Table{pinnedTable(proxies, pinned, goalConns, figures)},
+		Tables: []Table{pinnedTable(cpu.pinnedProxies, cpu.pinned, goalConns, figures),
+			pairedTable(cpu.unpinnedPairs, cpu.pinnedPairs, goalConns, figures)},
 		Notes: []string{
 			"The goals for a cached thread (gateway req/s ≥ nginx's and p99 added over direct < 1 ms, small GET at 64 connections) " +
 				"are evaluated in the Goals table at the top of this file, from this suite's figures.",
@@ -244,27 +246,38 @@ func proxyThroughput(ctx context.Context) (Result, error) {
 			"Versions: " + versions + ".",
 			fmt.Sprintf("Load average at start %s (at the end: see above); the suite took %s.", loadStart,
 				time.Since(began).Round(time.Second)),
+			pairedNote(),
 			profileNote,
 		},
 	}, nil
 }
 
-// proxySetup starts Redis, the gateway (which provisions the sandbox) and
-// nginx, and returns the targets in measuring order and the sandbox's
-// secret; everything started is on cleanup, which stops it in reverse order.
-func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]target, func() ([]int, error), string, error) {
+// proxyEnv is what the suite measures through: the targets in measuring
+// order, the sandbox's processes and secret, and pair, which starts a
+// paired incarnation (proxy_paired.go).
+type proxyEnv struct {
+	targets []target
+	sandbox func() ([]int, error)
+	secret  string
+	pair    func(ctx context.Context, k int) (pairTargets, error)
+}
+
+// proxySetup starts Redis, the gateway (which provisions the sandbox),
+// nginx and the floors; everything started is on cleanup, which stops it
+// in reverse order.
+func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) (proxyEnv, error) {
 	bin, err := buildGateway(ctx)
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	for _, d := range []string{"redis", "data", "nginx"} {
 		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
-			return nil, nil, "", err
+			return proxyEnv{}, err
 		}
 	}
 	redis, redisAddr, err := startRedis(ctx, filepath.Join(tmp, "redis"))
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	cleanup.push(func(context.Context) { redis.stop(syscall.SIGTERM, 5*time.Second) })
 
@@ -275,7 +288,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	gw, gwAddr, err := startGatewayEnv(ctx, bin, redisAddr, dataDir, filepath.Join(tmp, "gateway.log"), nil,
 		"--process-isolation", "none")
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	cleanup.push(func(context.Context) { gw.stop(syscall.SIGTERM, 10*time.Second) })
 
@@ -285,7 +298,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 		Isolation: process.IsolationNone},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	sid := identity.SandboxID(proxyUser, proxyThread)
 	cleanup.push(func(ctx context.Context) {
@@ -295,48 +308,44 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 	})
 	gwBase := "http://" + gwAddr + "/threads/" + proxyThread
 	if _, err := call(ctx, http.MethodPut, gwBase+"/sandbox", "", nil); err != nil {
-		return nil, nil, "", fmt.Errorf("provision thread: %w", err)
+		return proxyEnv{}, fmt.Errorf("provision thread: %w", err)
 	}
 	info, found, err := p.Discover(ctx, sid)
 	if err != nil || !found {
-		return nil, nil, "", fmt.Errorf("discover sandbox %s: found=%v: %w", sid, found, err)
+		return proxyEnv{}, fmt.Errorf("discover sandbox %s: found=%v: %w", sid, found, err)
 	}
 
 	nginxAddr, err := freeAddr()
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	ngx, err := startNginx(ctx, nginxConfig{Dir: filepath.Join(tmp, "nginx"), Listen: nginxAddr,
 		Upstream: strings.TrimPrefix(info.URL, "http://"), Prefix: "/threads/" + proxyThread + "/", SSEPath: "v1/shell/exec"})
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	cleanup.push(func(context.Context) { ngx.stop(syscall.SIGTERM, 5*time.Second) })
 
 	floor, floorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread, "net/http")
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	cleanup.push(func(context.Context) { floor.stop(syscall.SIGTERM, 5*time.Second) })
 	sgFloor, sgFloorAddr, err := startFloorProxy(ctx, tmp, info.URL, "/threads/"+proxyThread, "sandgate")
 	if err != nil {
-		return nil, nil, "", err
+		return proxyEnv{}, err
 	}
 	cleanup.push(func(context.Context) { sgFloor.stop(syscall.SIGTERM, 5*time.Second) })
 
 	if err := writeBigFile(ctx, info.URL, info.Secret); err != nil {
-		return nil, nil, "", err
-	}
-	base := func(addr string) string { return "http://" + addr + "/threads/" + proxyThread }
-	one := func(name, addr string, s *service) target {
-		return target{name: name, base: base(addr), cpu: func() (time.Duration, error) { return processCPU(s.pid()) },
-			pids: func() ([]int, error) { return []int{s.pid()}, nil }}
+		return proxyEnv{}, err
 	}
 	targets := []target{
 		{name: "direct", base: info.URL},
-		{name: "nginx", base: base(nginxAddr), cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) },
+		{name: "nginx", base: proxyBase(nginxAddr), cpu: func() (time.Duration, error) { return groupCPU(ngx.pid()) },
 			pids: func() ([]int, error) { return procsWhere(func(st procStat) bool { return st.pgrp == ngx.pid() }) }},
-		one("gateway", gwAddr, gw), one(floorTarget, floorAddr, floor), one(sandgateFloorTarget, sgFloorAddr, sgFloor),
+		serviceTarget("gateway", gwAddr, gw), serviceTarget(floorTarget, floorAddr, floor),
+		serviceTarget(sandgateFloorTarget, sgFloorAddr, sgFloor),
 	}
 	// The sandbox is the gateway's child (it reaps it).
 	sandbox := func() ([]int, error) {
@@ -346,7 +355,8 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) ([]targe
 		}
 		return pids, err
 	}
-	return targets, sandbox, info.Secret, nil
+	return proxyEnv{targets: targets, sandbox: sandbox, secret: info.Secret,
+		pair: pairStarter(bin, redisAddr, dataDir, tmp, info.URL)}, nil
 }
 
 // floorTarget names the floor proxy's figures (bench/floorproxy), and
@@ -365,7 +375,7 @@ func startFloorProxy(ctx context.Context, tmp, upstream, prefix, server string) 
 		return nil, "", err
 	}
 	bin := filepath.Join(tmp, "floorproxy")
-	if _, err := os.Stat(bin); err != nil { // one build for both floors
+	if _, err := os.Stat(bin); err != nil { // one build for every floor
 		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./bench/floorproxy")
 		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
@@ -376,7 +386,8 @@ func startFloorProxy(ctx context.Context, tmp, upstream, prefix, server string) 
 	if err != nil {
 		return nil, "", err
 	}
-	name := "floorproxy-" + strings.ReplaceAll(server, "/", "")
+	// Named by port too: the A/A control is a second -server sandgate.
+	name := "floorproxy-" + strings.ReplaceAll(server, "/", "") + "-" + addr[strings.LastIndex(addr, ":")+1:]
 	s, err := startServiceEnv(name, filepath.Join(tmp, name+".log"), nil, bin, "-listen", addr, "-upstream", upstream, "-prefix", prefix, "-server", server)
 	if err != nil {
 		return nil, "", err
@@ -463,6 +474,25 @@ func measureTargets(ctx context.Context, targets []target, w workload, script st
 
 // measureTargetsOn is measureTargets with wrk on wrkCPUs (nil: any).
 func measureTargetsOn(ctx context.Context, targets []target, w workload, script string, conns int, wrkCPUs []int) ([]wrkResult, error) {
+	n := opts.ProxyRounds
+	if w.oneRound {
+		n = 1
+	}
+	rounds, err := measureRounds(ctx, targets, w, script, conns, wrkCPUs, n, opts.ProxyMeasure/time.Duration(n))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]wrkResult, len(targets))
+	for i := range targets {
+		out[i] = combineRounds(rounds[i])
+	}
+	return out, nil
+}
+
+// measureRounds warms every target up, then runs n rounds of dur each in
+// rotating order; rounds[i][r] is target i's run in round r.
+func measureRounds(ctx context.Context, targets []target, w workload, script string, conns int, wrkCPUs []int,
+	n int, dur time.Duration) ([][]wrkResult, error) {
 	runOnce := func(run wrkRun, t target) (wrkResult, error) {
 		var before time.Duration
 		if t.cpu != nil {
@@ -494,12 +524,8 @@ func measureTargetsOn(ctx context.Context, targets []target, w workload, script 
 			return nil, err
 		}
 	}
-	n := opts.ProxyRounds
-	if w.oneRound {
-		n = 1
-	}
 	rounds := make([][]wrkResult, len(targets))
-	run := wrkRun{script: script, conns: conns, dur: opts.ProxyMeasure / time.Duration(n), timeout: proxyTimeout, cpus: wrkCPUs}
+	run := wrkRun{script: script, conns: conns, dur: dur, timeout: proxyTimeout, cpus: wrkCPUs}
 	for r := range n {
 		for i := range targets {
 			ti := (r + i) % len(targets)
@@ -510,11 +536,7 @@ func measureTargetsOn(ctx context.Context, targets []target, w workload, script 
 			rounds[ti] = append(rounds[ti], res)
 		}
 	}
-	out := make([]wrkResult, len(targets))
-	for i := range targets {
-		out[i] = combineRounds(rounds[i])
-	}
-	return out, nil
+	return rounds, nil
 }
 
 // addCellFigures records one target's small-GET cell for the goals and the chart.
