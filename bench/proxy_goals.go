@@ -261,16 +261,16 @@ const profileNote = "Profile of the gateway (issue 21), small GET at 64 connecti
 	"-c: 2 writes, 3 reads, 1 recvfrom each). Removing both metric observations, and writing the route's touched flag only " +
 	"when unset, did not move the A/B beyond its spread (16 alternating 3 s rounds, medians within 5 % either way). No " +
 	"single part of the gateway's own is above 2 % of a request; what is left is the sum of echo, the router and the pool " +
-	"around ReverseProxy. A fourth look (the same day, after the paired rounds above replaced one cell's figure): one process " +
-	"each had been too few. Two gateway replicas side by side on one sandbox measured 1.07 and 1.19 of the same floor over the " +
-	"same 10 rounds, with the same system calls a request (strace -c); two floors 1.00 and 1.03; the A/B of one process each " +
-	"had given 1.005 and then 1.044 within the hour. Over fresh incarnations (3 blocks of a fresh gateway replica per build and " +
-	"a fresh floor, 4 rounds of 2 s each, wrk -t1 -c64, unpinned, the median of the per-round ratios): main 1.162 (blocks " +
-	"1.169, 1.095, 1.190); without the two metric observations 1.188 (1.248, 1.080, 1.174); without them, the route cache's " +
-	"read lock and the route's in-flight count, the writes both cores make to shared lines every request, 1.122 (1.115, 1.110, " +
-	"1.184); main with GOGC=2000 (GC about 5 times rarer) 1.114 against main's 1.112 in a second run. None moves the gap beyond " +
-	"the spread of the blocks: neither shared-line writes nor GC is it. The gap is real (the gateway at 1.11-1.16 of the floor " +
-	"unpinned, 1.05 pinned, with A/A controls within 0.97-1.03), it is user time in code both run plus the gateway's own ~7 %, " +
-	"and it is three times larger when the proxy shares its cores with wrk and the sandbox than when it has one to itself: " +
-	"the cost of refilling a larger per-request working set (more code and data, spread over a 66 MB binary against the " +
-	"floor's 21 MB) after every switch, which this VM's missing PMU does not let us count."
+	"around ReverseProxy. A fourth look (the same day, after the paired rounds above replaced one cell's figure): one " +
+	"process each had been too few. Two gateway replicas side by side on one sandbox measured 1.07 and 1.19 of the same " +
+	"floor over the same 10 rounds, with the same system calls a request (strace -c); two floors 1.00 and 1.03; the A/B of " +
+	"one process each had given 1.005 and then 1.044 within the hour. Over fresh incarnations (3 blocks of a fresh gateway " +
+	"replica per build and a fresh floor, 4 rounds of 2 s each, wrk -t1 -c64, unpinned, the median of the per-round " +
+	"ratios): main 1.162 (blocks 1.169, 1.095, 1.190); without the two metric observations 1.188 (1.248, 1.080, 1.174); " +
+	"without them, the route cache's read lock and the route's in-flight count, the writes both cores make to shared lines " +
+	"every request, 1.122 (1.115, 1.110, 1.184); main with GOGC=2000 (GC about 5 times rarer) 1.114 against main's 1.112 in " +
+	"a second run. None moves the gap beyond the spread of the blocks: neither shared-line writes nor GC is it. The gap is " +
+	"real (the gateway at 1.11-1.16 of the floor unpinned and 1.05-1.14 pinned in three runs, with A/A controls within " +
+	"0.96-1.03), it is user time in code both run plus the gateway's own ~7 %, most likely the cost of refilling a larger " +
+	"per-request working set (more code and data, spread over a 66 MB binary against the floor's 21 MB) after every switch, " +
+	"which this VM's missing PMU does not let us count."
