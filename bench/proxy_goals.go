@@ -98,12 +98,13 @@ func cpuFigures(r Result, kind string, gw, ngx float64) (measured, verdict strin
 	} else if hasSGFloor {
 		sgRatio = gw / sgFloor
 	}
+	hasRatio := hasPaired || hasSGFloor
 	missed := fmt.Sprintf("missed by %.1f µs (%.2f× nginx's)", gw-ngx, gw/ngx)
 	met = true
 	switch {
 	case gw <= ngx:
 		verdict = "met"
-	case (hasSGFloor || hasPaired) && sgRatio <= floorMargin:
+	case hasRatio && sgRatio <= floorMargin:
 		// The floor of ReverseProxy as the gateway runs it: on its own
 		// server and transport, nothing else.
 		verdict = fmt.Sprintf("met at the floor of ReverseProxy on the gateway's server (%+.0f %% of it%s; nginx's %.2f× below)",
