@@ -58,6 +58,14 @@ func pinnedCPU(r Result, gw, ngx, sgFloor float64) Result {
 	return r
 }
 
+// withEcho adds the paired rounds' median ratios of the gateway to the echo
+// floor and of the echo floor to the floor on the gateway's server.
+func withEcho(r Result, gateway, echo float64) Result {
+	r.Figures[echoFloorFigure(goalConns, "cpu_us")] = gateway
+	r.Figures[pairedFigure(goalConns, echoFloorTarget, "cpu_us")] = echo
+	return r
+}
+
 // withPaired adds the paired rounds' median ratios to the floor on the
 // gateway's server, of kind cpu_us or cpu_us_pinned.
 func withPaired(r Result, kind string, gateway, control float64) Result {
@@ -124,6 +132,8 @@ func TestGoalVerdicts(t *testing.T) {
 			"met at the floor of ReverseProxy on the gateway's server (+4 % of it in paired rounds; nginx's 1.80× below)"},
 		{"cpu per request at the floor in its cell, over it in paired rounds", []Result{withPaired(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84), "cpu_us", 1.15, 1.01)}, 8,
 			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; +15 % of the floor on the gateway's server in paired rounds"},
+		{"cpu per request over the echo floor too", []Result{withEcho(withPaired(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 84), "cpu_us", 1.15, 1.01), 1.13, 1.02)}, 8,
+			"missed by 40.0 µs (1.80× nginx's); 90.0 µs below the floor; +15 % of the floor on the gateway's server in paired rounds"},
 		{"cpu per request at the floor in paired rounds, pinned over it", []Result{withPaired(withPaired(pinnedCPU(withSandgateFloor(withFloor(proxyFigures(1, 1, 1, 1), 180), 80), 70, 40, 66), "cpu_us", 1.02, 1), "cpu_us_pinned", 1.11, 1)}, 8,
 			"missed with the proxy pinned: missed by 30.0 µs (1.75× nginx's); +11 % of the floor on the gateway's server in paired rounds (unpinned: met at the floor of ReverseProxy on the gateway's server (+2 % of it in paired rounds; nginx's 1.80× below))"},
 		{"post met", []Result{proxyFigures(1, 1, 1, 1)}, 9, "met"},
@@ -172,6 +182,11 @@ func TestGoalVerdicts(t *testing.T) {
 		if tc.name == "process create judged isolated" && (rows[tc.row][1] != "isolated p50 28.13 ms (none: 19.75 ms)" ||
 			!strings.Contains(rows[tc.row][3], "isolation adds 8.38 ms over none")) {
 			t.Errorf("%s: row %q does not give the none figure beside the isolated one", tc.name, rows[tc.row])
+		}
+		if tc.name == "cpu per request over the echo floor too" && (!strings.Contains(rows[tc.row][1],
+			"gateway ÷ echo floor 1.130 (echo floor ÷ floor on the gateway's server 1.020: echo's share)") ||
+			!strings.Contains(rows[tc.row][3], "-server sandgate-echo")) {
+			t.Errorf("%s: row %q does not give the echo floor", tc.name, rows[tc.row])
 		}
 		if len(rows[tc.row]) != len(goalColumns) {
 			t.Errorf("%s: %d cells, want %d", tc.name, len(rows[tc.row]), len(goalColumns))

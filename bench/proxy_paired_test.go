@@ -46,8 +46,9 @@ func TestPairedRatios(t *testing.T) {
 func TestPairedTableFigures(t *testing.T) {
 	t.Parallel()
 	unpinned := paired{gateway: []float64{44, 84, 50, 66}, floor: []float64{40, 80, 50, 60}, control: []float64{40, 76, 52, 60},
-		block: []int{0, 0, 1, 1}}
-	pinned := paired{gateway: []float64{33, 36}, floor: []float64{30, 30}, control: []float64{30, 31}, block: []int{0, 0}}
+		echo: []float64{42, 80, 50, 63}, block: []int{0, 0, 1, 1}}
+	pinned := paired{gateway: []float64{33, 36}, floor: []float64{30, 30}, control: []float64{30, 31}, echo: []float64{30, 33},
+		block: []int{0, 0}}
 	f := map[string]float64{}
 	tab := pairedTable(unpinned, pinned, goalConns, f)
 	if len(tab.Rows) != 2 || tab.Rows[0][1] != "2 × 2" || tab.Rows[1][1] != "1 × 2" {
@@ -56,9 +57,16 @@ func TestPairedTableFigures(t *testing.T) {
 	if want := "1.075 (1.050-1.100); 1.075 1.050"; tab.Rows[0][3] != want {
 		t.Errorf("gateway cell %q, want %q", tab.Rows[0][3], want)
 	}
+	// Against the echo floor round by round too: 44/42, 84/80, 50/50, 66/63.
+	if want := "1.048 (1.048-1.050); 1.049 1.024"; tab.Rows[0][4] != want {
+		t.Errorf("gateway ÷ echo floor cell %q, want %q", tab.Rows[0][4], want)
+	}
 	for key, want := range map[string]float64{
 		pairedFigure(goalConns, "gateway", "cpu_us"):                1.075,
 		pairedFigure(goalConns, controlTarget, "cpu_us"):            1,
+		echoFloorFigure(goalConns, "cpu_us"):                        44.0 / 42,
+		pairedFigure(goalConns, echoFloorTarget, "cpu_us"):          1.025,
+		echoFloorFigure(goalConns, "cpu_us_pinned"):                 (1.1 + 36.0/33) / 2,
 		pairedFigure(goalConns, "gateway", "cpu_us_pinned"):         1.15,
 		pairedFigure(goalConns, controlTarget, "cpu_us_pinned"):     (1 + 31.0/30) / 2,
 		proxyKey(goalConns, "paired", "cpu_us_rounds"):              4,

@@ -6,8 +6,11 @@
 // gateway's (its pooled copy buffers, its starting GOGC) on the gateway's
 // own HTTP/1.1 server and sandbox transport (internal/serve,
 // internal/proxy's Transport): the floor of ReverseProxy as the gateway
-// runs it. What the gateway spends per request beyond that is Sandgate's
-// own (and echo's); what it spends below nginx is Go's and ReverseProxy's.
+// runs it. With -server sandgate-echo, echo routes the requests to that
+// ReverseProxy: the floor of what the design requires (echo and
+// ReverseProxy) on the gateway's server. What the gateway spends per
+// request beyond that is Sandgate's own; what it spends below nginx is
+// Go's and ReverseProxy's.
 package main
 
 import (
@@ -22,6 +25,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	sgproxy "github.com/sandgate/sandgate/internal/proxy"
 	"github.com/sandgate/sandgate/internal/serve"
 )
@@ -30,7 +35,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
 	upstream := flag.String("upstream", "", "the sandbox's base URL, http://host:port")
 	prefix := flag.String("prefix", "", "path prefix stripped before forwarding")
-	server := flag.String("server", "net/http", "the HTTP server and transport: net/http, or sandgate (the gateway's own)")
+	server := flag.String("server", "net/http", "the HTTP server and transport: net/http, sandgate (the gateway's own) or sandgate-echo (echo in front of the proxy)")
 	flag.Parse()
 	if err := run(*listen, *upstream, *prefix, *server); err != nil {
 		fmt.Fprintln(os.Stderr, "floorproxy:", err)
@@ -39,9 +44,33 @@ func main() {
 }
 
 func run(listen, upstream, prefix, server string) error {
+	h, err := handler(upstream, prefix, server)
+	if err != nil {
+		return err
+	}
+	if server == "net/http" {
+		srv := &http.Server{Addr: listen, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		return srv.ListenAndServe()
+	}
+	// The GOGC the gateway's GC tuner starts at.
+	debug.SetGCPercent(400)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	// The gateway's server as its defaults configure it: its connection
+	// cap and timeouts (internal/gateway newServer).
+	srv := &serve.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BodyTimeout: serve.DefaultBodyTimeout,
+		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	return srv.Serve(serve.LimitListener(ln, serve.ConnLimits{}))
+}
+
+// handler is the floor server serves: ReverseProxy forwarding what follows
+// prefix to upstream, with echo in front of it for sandgate-echo.
+func handler(upstream, prefix, server string) (http.Handler, error) {
 	u, err := url.Parse(upstream)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return fmt.Errorf("upstream %q: want http://host:port", upstream)
+		return nil, fmt.Errorf("upstream %q: want http://host:port", upstream)
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -53,23 +82,19 @@ func run(listen, upstream, prefix, server string) error {
 	}
 	switch server {
 	case "net/http":
-		srv := &http.Server{Addr: listen, Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
-		return srv.ListenAndServe()
-	case "sandgate":
-		// ReverseProxy as the gateway configures it: its copy buffers
-		// pooled, and the GOGC its GC tuner starts at.
+		return proxy, nil
+	case "sandgate", "sandgate-echo":
+		// ReverseProxy on the gateway's sandbox transport, its copy
+		// buffers pooled as the gateway's are.
 		proxy.Transport, proxy.BufferPool = sgproxy.NewTransport(sgproxy.TransportConfig{}), sgproxy.BufferPool{}
-		debug.SetGCPercent(400)
-		ln, err := net.Listen("tcp", listen)
-		if err != nil {
-			return err
+		if server == "sandgate" {
+			return proxy, nil
 		}
-		// The gateway's server as its defaults configure it: its
-		// connection cap and timeouts (internal/gateway newServer).
-		srv := &serve.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second, BodyTimeout: serve.DefaultBodyTimeout,
-			IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
-		return srv.Serve(serve.LimitListener(ln, serve.ConnLimits{}))
+		// The gateway's data-plane route, its one handler the proxy.
+		e := echo.New()
+		e.Any("/threads/:thread/v1/*", echo.WrapHandler(proxy))
+		return e, nil
 	default:
-		return fmt.Errorf("-server %q: want net/http or sandgate", server)
+		return nil, fmt.Errorf("-server %q: want net/http, sandgate or sandgate-echo", server)
 	}
 }
