@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -110,8 +111,17 @@ func TestTree(t *testing.T) {
 // Continue runs them all again.
 func TestStopContinue(t *testing.T) {
 	t.Parallel()
-	root := startTree(t, "while :; do /bin/true; done & (while :; do :; done) & while :; do /bin/true; done")
-	waitFor(t, "the loops start", func() bool { tree, _ := Tree(root.PID, root.Start); return len(tree) >= 3 })
+	// Each background loop's subshell leaves a mark before it loops: a
+	// tree of three processes can also be the root, one loop and a
+	// passing /bin/true, before the root has forked the second loop.
+	dir := t.TempDir()
+	root := startTree(t, "(: > "+dir+"/a; while :; do /bin/true; done) & (: > "+dir+"/b; while :; do :; done) & "+
+		"while :; do /bin/true; done")
+	waitFor(t, "the loops start", func() bool {
+		_, errA := os.Stat(filepath.Join(dir, "a"))
+		_, errB := os.Stat(filepath.Join(dir, "b"))
+		return errA == nil && errB == nil
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	set, err := Stop(ctx, func() ([]Proc, error) { return Tree(root.PID, root.Start) })
