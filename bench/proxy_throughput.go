@@ -306,8 +306,7 @@ func proxySetup(ctx context.Context, tmp string, cleanup *cleanupStack) (proxyEn
 			fmt.Fprintf(os.Stderr, "bench: destroy sandbox %s: %v\n", sid, err)
 		}
 	})
-	gwBase := "http://" + gwAddr + "/threads/" + proxyThread
-	if _, err := call(ctx, http.MethodPut, gwBase+"/sandbox", "", nil); err != nil {
+	if _, err := call(ctx, http.MethodPut, proxyBase(gwAddr)+"/sandbox", "", nil); err != nil {
 		return proxyEnv{}, fmt.Errorf("provision thread: %w", err)
 	}
 	info, found, err := p.Discover(ctx, sid)

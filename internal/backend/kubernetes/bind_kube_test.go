@@ -49,14 +49,7 @@ func TestClaimRacesOnTheRealNode(t *testing.T) {
 	}()
 	// The churn is under way before the claims start, however slow the
 	// API server is today (a fixed head start was not, on a loaded machine).
-	waitCtx := backendtest.Ctx(t)
-	for writes.Load() < 2 {
-		select {
-		case <-waitCtx.Done():
-			t.Fatal("the Pod could not be written before the claims")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	backendtest.Eventually(t, "the Pod is written twice before the claims", func() bool { return writes.Load() >= 2 })
 
 	specs := []backend.Spec{spec("ann", "race"), spec("bob", "race")}
 	infos, errs := make([]backend.Info, 2), make([]error, 2)
