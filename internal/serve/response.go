@@ -173,12 +173,31 @@ func (w *response) send(p []byte, final bool) error {
 		w.out = append(out, tail...)
 		_, err = w.c.rwc.Write(w.out)
 	} else {
-		w.vec = append(w.vecArr[:0], out, p, tail)
-		_, err = w.vec.WriteTo(w.c.rwc)
+		err = w.writeVec(out, p, tail)
 	}
 	if err != nil {
 		w.closeAfter = true
 	}
+	return err
+}
+
+// writeVec writes the segments that are not empty in one system call:
+// writev on the TCP connection itself (c.vw). Given a writer without
+// writev, a limitedConn among them, net.Buffers makes a write of each
+// segment, empty ones included: a chunk of a large body after the first,
+// with no head and no chunk framing, took three writes for one.
+func (w *response) writeVec(segs ...[]byte) error {
+	w.vec = w.vecArr[:0]
+	for _, b := range segs {
+		if len(b) > 0 {
+			w.vec = append(w.vec, b)
+		}
+	}
+	if len(w.vec) == 1 {
+		_, err := w.c.rwc.Write(w.vec[0])
+		return err
+	}
+	_, err := w.vec.WriteTo(w.c.vw)
 	return err
 }
 

@@ -2,10 +2,14 @@ package serve
 
 import (
 	"bufio"
+	"context"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -242,5 +246,93 @@ func TestPanicAndDeadlines(t *testing.T) {
 		if string(b) != "alive" {
 			t.Fatalf("got %q", b)
 		}
+	}
+}
+
+// recordingConn records the length of every Write on the connection.
+type recordingConn struct {
+	net.Conn
+	mu     sync.Mutex
+	writes []int
+}
+
+func (c *recordingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.writes = append(c.writes, len(p))
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+type recordingListener struct {
+	net.Listener
+	conns chan *recordingConn
+}
+
+func (l recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	rc := &recordingConn{Conn: c}
+	l.conns <- rc
+	return rc, nil
+}
+
+// A large body goes out as the handler writes it: on a connection without
+// writev, one write per non-empty segment (the head, then each chunk), not
+// an empty write for the missing head and chunk framing around every chunk
+// after the first (a 1 MiB download took 25 writes for 11).
+func TestLargeBodyWritesNoEmptySegments(t *testing.T) {
+	t.Parallel()
+	const chunks, size = 4, 4 * writeBufSize
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := recordingListener{Listener: l, conns: make(chan *recordingConn, 1)}
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(chunks*size))
+		for range chunks {
+			_, _ = w.Write(make([]byte, size))
+		}
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.Serve(rl) }()
+	t.Cleanup(func() { _ = s.Close() })
+	c, br := dial(t, l.Addr().String())
+	send(t, c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := readResponse(t, br, http.MethodGet); len(body) != chunks*size {
+		t.Fatalf("body: %d bytes, want %d", len(body), chunks*size)
+	}
+	rc := <-rl.conns
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.writes) != chunks+1 || slices.Contains(rc.writes, 0) {
+		t.Fatalf("writes of %v bytes, want the head's and then %d of %d", rc.writes, chunks, size)
+	}
+}
+
+// Behind the connection limit, a response's segments still go out in one
+// writev: net.Buffers takes it only on the net package's own connection,
+// so the server writes them to the one limitedConn wraps.
+func TestLimitedConnWritesVectored(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	raw, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := newConn(&Server{}, &limitedConn{Conn: raw}, context.Background())
+	if tcp, ok := c.vw.(*net.TCPConn); !ok || tcp != raw {
+		t.Fatalf("segments written to %T, want the accepted *net.TCPConn", c.vw)
 	}
 }
