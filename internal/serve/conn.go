@@ -48,12 +48,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 // conn is one client connection; its fields are the serving goroutine's
 // except where a comment says otherwise.
 type conn struct {
-	s   *Server
-	rwc net.Conn
-	// vw is where a response's segments go in one writev: rwc, or the
-	// connection a limitedConn wraps (net.Buffers uses writev only on a
-	// connection of the net package).
-	vw    io.Writer
+	s     *Server
+	rwc   net.Conn
+	vw    io.Writer // vectored(rwc): a response's segments in one writev
 	br    *bufio.Reader
 	state atomic.Int32
 	base  context.Context
@@ -80,10 +77,7 @@ type conn struct {
 }
 
 func newConn(s *Server, rwc net.Conn, base context.Context) *conn {
-	c := &conn{s: s, rwc: rwc, vw: rwc, base: base, remote: rwc.RemoteAddr().String()}
-	if lc, ok := rwc.(*limitedConn); ok {
-		c.vw = lc.Conn
-	}
+	c := &conn{s: s, rwc: rwc, vw: vectored(rwc), base: base, remote: rwc.RemoteAddr().String()}
 	c.state.Store(stateIdle)
 	c.body.c = c
 	c.res.c = c

@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -151,6 +152,16 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.release(c.src) })
 	return err
+}
+
+// vectored is where net.Buffers writes c's data in one writev: it does so
+// only on a connection of the net package, so a limitedConn (which changes
+// nothing but Close) gives the connection it wraps.
+func vectored(c net.Conn) io.Writer {
+	if lc, ok := c.(*limitedConn); ok {
+		return lc.Conn
+	}
+	return c
 }
 
 // String is for logs: the limits in effect.

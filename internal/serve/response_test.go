@@ -290,14 +290,12 @@ func TestLargeBodyWritesNoEmptySegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	rl := recordingListener{Listener: l, conns: make(chan *recordingConn, 1)}
-	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	serveOn(t, &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(chunks*size))
 		for range chunks {
 			_, _ = w.Write(make([]byte, size))
 		}
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.Serve(rl) }()
-	t.Cleanup(func() { _ = s.Close() })
+	}), ReadHeaderTimeout: 5 * time.Second}, rl)
 	c, br := dial(t, l.Addr().String())
 	send(t, c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
 	if _, body := readResponse(t, br, http.MethodGet); len(body) != chunks*size {

@@ -30,6 +30,13 @@ func startWith(t *testing.T, set func(*Server), h http.Handler) (*Server, string
 	}
 	s := &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 4 << 10}
 	set(s)
+	serveOn(t, s, l)
+	return s, l.Addr().String()
+}
+
+// serveOn runs s on l until the test ends.
+func serveOn(t *testing.T, s *Server, l net.Listener) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -38,7 +45,6 @@ func startWith(t *testing.T, set func(*Server), h http.Handler) (*Server, string
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, l.Addr().String()
 }
 
 func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
